@@ -1,0 +1,64 @@
+"""converge: a correctness-first convergence engine for multi-agent systems.
+
+Suggestors read one immutable context and propose facts; the engine alone decides what
+becomes a fact, merges deterministically in registration order, and runs cycles until
+nothing changes, a budget runs out, or a conflict stops it.
+"""
+
+from ._budget import Budget
+from ._context import Context, ContextSnapshot
+from ._effect import AgentEffect
+from ._engine import Engine
+from ._exceptions import (
+    AwaitingHumanError,
+    BudgetExhaustedError,
+    ConfigurationError,
+    ConflictError,
+    ConvergeError,
+    InvariantViolationError,
+    RunError,
+)
+from ._fact import Fact, GateKind, PromotionRecord
+from ._integrity import IntegrityProof, verify
+from ._invariant import InvariantClass, Violation
+from ._key import ContextKey
+from ._promotion import PromotionPolicy
+from ._proposal import ProposedFact
+from ._result import Conflict, ConvergeResult, StopReason
+from ._suggestor import Suggestor, SuggestorId
+from ._trace import CycleTrace, Execution, Outcome, Rejection, RunTrace
+
+__all__ = [
+    "AgentEffect",
+    "AwaitingHumanError",
+    "Budget",
+    "BudgetExhaustedError",
+    "ConfigurationError",
+    "Conflict",
+    "ConflictError",
+    "Context",
+    "ContextKey",
+    "ContextSnapshot",
+    "ConvergeError",
+    "ConvergeResult",
+    "CycleTrace",
+    "Engine",
+    "Execution",
+    "Fact",
+    "GateKind",
+    "IntegrityProof",
+    "InvariantClass",
+    "InvariantViolationError",
+    "Outcome",
+    "PromotionPolicy",
+    "PromotionRecord",
+    "ProposedFact",
+    "Rejection",
+    "RunError",
+    "RunTrace",
+    "StopReason",
+    "Suggestor",
+    "SuggestorId",
+    "Violation",
+    "verify",
+]

@@ -1,0 +1,57 @@
+"""`AgentEffect`: the whole output of one `execute`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import final
+
+from pydantic import Field
+
+from ._key import KEY_ORDER, ContextKey
+from ._model import FrozenModel
+from ._proposal import ProposedFact
+
+__all__ = ["AgentEffect"]
+
+
+@final
+class AgentEffect(FrozenModel, frozen=True):
+    """The proposals of one execution, plus the model tokens it spent.
+
+    It holds `ProposedFact`s only: a `Fact` (or anything else) is a `ValidationError`.
+    """
+
+    proposals: tuple[ProposedFact, ...] = Field(default=(), strict=False)
+    """The proposals, in the order they should be merged."""
+    tokens: int = Field(default=0, ge=0)
+    """Model tokens spent producing them, counted against `Budget.max_tokens`."""
+
+    @classmethod
+    def empty(cls) -> AgentEffect:
+        """An effect with nothing in it."""
+        return _EMPTY
+
+    @classmethod
+    def with_proposal(cls, proposal: ProposedFact, /, *, tokens: int = 0) -> AgentEffect:
+        """An effect holding one proposal."""
+        return cls(proposals=(proposal,), tokens=tokens)
+
+    @classmethod
+    def with_proposals(
+        cls, proposals: Iterable[ProposedFact], /, *, tokens: int = 0
+    ) -> AgentEffect:
+        """An effect holding `proposals`, in order."""
+        return cls(proposals=tuple(proposals), tokens=tokens)
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether it holds no proposals."""
+        return not self.proposals
+
+    @property
+    def affected_keys(self) -> tuple[ContextKey, ...]:
+        """The keys its proposals name, in key order, without duplicates."""
+        return tuple(sorted({p.key for p in self.proposals}, key=KEY_ORDER.__getitem__))
+
+
+_EMPTY = AgentEffect()

@@ -1,0 +1,155 @@
+"""Run the eligible suggestors of a cycle concurrently against one snapshot.
+
+Results come back in registration order, never completion order. A failure or timeout is
+isolated into an `Execution` record unless the engine is set to re-raise.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Literal, final
+
+import anyio
+
+from ._context import ContextSnapshot
+from ._effect import AgentEffect
+from ._model import trusted
+from ._registry import Registration
+from ._trace import Execution, Outcome
+
+__all__ = ["ErrorMode", "Executor", "describe_error", "failure"]
+
+ErrorMode = Literal["isolate", "raise"]
+
+
+def describe_error(error: BaseException) -> str:
+    """`"TypeName: message"`, or the type name alone when the message is empty."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def failure(
+    reg: Registration,
+    outcome: Outcome,
+    started: float,
+    error: BaseException | str,
+    *,
+    phase: Literal["accepts", "execute"] = "execute",
+) -> Execution:
+    """An `Execution` record for a call that did not produce an effect."""
+    if isinstance(error, BaseException):
+        text = describe_error(error)
+        formatted = "".join(traceback.format_exception(error))
+    else:
+        text, formatted = error, None
+    return trusted(
+        Execution,
+        {
+            "suggestor": reg.name,
+            "suggestor_id": int(reg.id),
+            "outcome": outcome,
+            "duration_ms": (perf_counter() - started) * 1000.0,
+            "proposals": 0,
+            "tokens": 0,
+            "error": text,
+            "phase": phase,
+            "traceback": formatted,
+        },
+    )
+
+
+def _ok(reg: Registration, started: float, effect: AgentEffect) -> Execution:
+    return trusted(
+        Execution,
+        {
+            "suggestor": reg.name,
+            "suggestor_id": int(reg.id),
+            "outcome": "ok",
+            "duration_ms": (perf_counter() - started) * 1000.0,
+            "proposals": len(effect.proposals),
+            "tokens": effect.tokens,
+            "error": None,
+            "phase": "execute",
+            "traceback": None,
+        },
+    )
+
+
+@final
+@dataclass(slots=True)
+class Slot:
+    """One eligible suggestor's result; `execution` stays `None` if it was cancelled."""
+
+    reg: Registration
+    effect: AgentEffect | None = None
+    execution: Execution | None = None
+    error: BaseException | None = None
+
+
+@final
+class Executor:
+    """Calls `execute` on each eligible suggestor, at most `max_concurrency` at once."""
+
+    __slots__ = ("_limiter", "_mode", "_timeout")
+
+    def __init__(
+        self, *, max_concurrency: int | None, timeout: float | None, mode: ErrorMode
+    ) -> None:
+        self._limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
+        self._timeout = timeout
+        self._mode = mode
+
+    async def run(self, eligible: Sequence[Registration], snapshot: ContextSnapshot) -> list[Slot]:
+        """Execute every eligible suggestor against `snapshot`; slots in registration order."""
+        slots = [Slot(reg) for reg in eligible]
+        if len(slots) == 1:
+            await self._run_one(slots[0], snapshot)  # a lone suggestor needs no task group
+        elif slots:
+            async with anyio.create_task_group() as group:
+                for slot in slots:
+                    group.start_soon(self._run_one, slot, snapshot, name=slot.reg.name)
+        if self._mode == "raise":
+            for slot in slots:
+                if slot.error is not None:
+                    raise slot.error
+        return slots
+
+    async def _run_one(self, slot: Slot, snapshot: ContextSnapshot) -> None:
+        limiter = self._limiter
+        if limiter is None:
+            await self._call(slot, snapshot)
+        else:
+            async with limiter:
+                await self._call(slot, snapshot)
+
+    async def _call(self, slot: Slot, snapshot: ContextSnapshot) -> None:
+        reg = slot.reg
+        started = perf_counter()
+        try:
+            if self._timeout is None:
+                effect = await reg.suggestor.execute(snapshot)
+            else:
+                effect = None
+                with anyio.move_on_after(self._timeout) as scope:
+                    effect = await reg.suggestor.execute(snapshot)
+                if scope.cancelled_caught:
+                    error = TimeoutError(f"no effect within {self._timeout} s")
+                    slot.execution = failure(reg, "timed_out", started, error)
+                    slot.error = error
+                    return
+        except Exception as error:  # isolated: recorded, never swallowed silently
+            slot.execution = failure(reg, "failed", started, error)
+            slot.error = error
+            return
+        if not isinstance(effect, AgentEffect):
+            error = TypeError(
+                f"execute() of {reg.name!r} returned {type(effect).__name__}, expected AgentEffect"
+            )
+            slot.execution = failure(reg, "failed", started, error)
+            slot.error = error
+            return
+        slot.effect = effect
+        slot.execution = _ok(reg, started, effect)

@@ -1,0 +1,244 @@
+"""`Fact` and `PromotionRecord`: promoted, authoritative claims.
+
+Only the kernel creates facts. Every public route that could build or change one raises
+`TypeError`: the constructor, `model_validate*`, `model_construct`, `model_copy`, pickling,
+attribute assignment, a `TypeAdapter(Fact)` and a `Fact` field inside another model. The
+kernel builds them through `promote` (a proposal crossing the gate) and `restore` (a
+verified record coming back from JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, final
+
+from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue
+from pydantic_core import CoreSchema
+
+from ._canonical import canonical_json, copy_json, leaf_digest
+from ._key import ContextKey
+from ._model import FrozenModel, trusted
+from ._proposal import ProposedFact
+
+__all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "promote"]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+GateKind = Literal["engine", "human", "input"]
+
+_SEALED_MESSAGE = (
+    "Fact cannot be built or changed directly: only the engine promotes proposals into facts. "
+    "Propose a ProposedFact instead; facts come back from JSON only through a checkpoint restore."
+)
+
+
+def _refuse(*_args: object, **_kwargs: object) -> NoReturn:
+    raise TypeError(_SEALED_MESSAGE)
+
+
+@final
+class PromotionRecord(FrozenModel, frozen=True):
+    """How and when a fact crossed the promotion boundary."""
+
+    cycle: int
+    """The cycle that promoted it (0 for inputs)."""
+    suggestor: str
+    """The name of the suggestor that proposed it (`"input"` for inputs)."""
+    suggestor_id: int
+    """Its registration id (-1 for inputs)."""
+    clock: int
+    """Lamport time: one tick per promoted fact over the context's history."""
+    gate: GateKind
+    """Which gate let it through: the engine's, a human's, or the input gate."""
+    approved_by: str | None = None
+    """Who approved it, for facts a human let through."""
+
+
+_building_fact = True
+
+
+@final
+class Fact(BaseModel, frozen=True):
+    """A promoted proposal: read-only, with its provenance and promotion record.
+
+    !!! note
+        Facts cannot be constructed by user code; see the module docs on the promotion boundary.
+    """
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    key: ContextKey
+    """The context key it lives in."""
+    id: str
+    """Unique within its key."""
+    content: str
+    """The human-readable claim."""
+    payload: JsonValue | None
+    """Structured data, a private copy of the proposal's."""
+    confidence: float
+    """The proposer's confidence, from 0 to 1."""
+    provenance: str
+    """Who claimed it."""
+    target: ContextKey | None
+    """For a staged fact under `PROPOSALS`: the key it asks to be promoted into."""
+    evidence: tuple[str, ...]
+    """`"key/id"` references of the facts it was derived from."""
+    promotion: PromotionRecord
+    """How and when it was promoted."""
+    digest: str
+    """Hex leaf hash of its canonical JSON (see the integrity proof)."""
+
+    def __init__(self, /, **_data: object) -> None:
+        _refuse()
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[BaseModel], handler: GetCoreSchemaHandler, /
+    ) -> CoreSchema:
+        if _building_fact:
+            return handler(source)
+        _refuse()
+
+    @classmethod
+    def model_validate(cls, *_args: object, **_kwargs: object) -> Self:
+        """Refused: facts are only created by the engine."""
+        _refuse()
+
+    @classmethod
+    def model_validate_json(cls, *_args: object, **_kwargs: object) -> Self:
+        """Refused: facts come back from JSON only through a checkpoint restore."""
+        _refuse()
+
+    @classmethod
+    def model_validate_strings(cls, *_args: object, **_kwargs: object) -> Self:
+        """Refused: facts are only created by the engine."""
+        _refuse()
+
+    @classmethod
+    def model_construct(cls, *_args: object, **_kwargs: object) -> Self:
+        """Refused: facts are only created by the engine."""
+        _refuse()
+
+    def model_copy(self, *_args: object, **_kwargs: object) -> Self:
+        """Refused: a fact never changes; propose a new one instead."""
+        _refuse()
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        _refuse()
+
+    def __delattr__(self, name: str) -> NoReturn:
+        _refuse()
+
+    def __setstate__(self, state: dict[Any, Any]) -> NoReturn:
+        _refuse()
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        _refuse()
+
+    def __copy__(self) -> Self:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object] | None = None) -> Self:
+        return self
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.id, self.digest))
+
+    def __repr__(self) -> str:
+        return (
+            f"Fact({self.ref!r}, content={_short(self.content)!r}, provenance={self.provenance!r})"
+        )
+
+    @property
+    def ref(self) -> str:
+        """The `"key/id"` reference other facts use as evidence."""
+        return f"{self.key.value}/{self.id}"
+
+    def payload_as(self, model: type[ModelT], /) -> ModelT:
+        """Validate the payload into a pydantic model.
+
+        Raises:
+            pydantic.ValidationError: The payload does not fit `model`.
+        """
+        return model.model_validate(self.payload)
+
+
+_building_fact = False
+
+
+class _SealedValidator:
+    """Stands in for `Fact.__pydantic_validator__`, so pydantic's own routes are closed too."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        _refuse()
+
+
+type.__setattr__(Fact, "__pydantic_validator__", _SealedValidator())
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _canonical_fields(
+    proposal: ProposedFact | Fact, payload: JsonValue | None, promotion: PromotionRecord
+) -> dict[str, object]:
+    return {
+        "key": proposal.key.value,
+        "id": proposal.id,
+        "content": proposal.content,
+        "payload": payload,
+        "confidence": proposal.confidence,
+        "provenance": proposal.provenance,
+        "target": None if proposal.target is None else proposal.target.value,
+        "evidence": list(proposal.evidence),
+        "promotion": {
+            "cycle": promotion.cycle,
+            "suggestor": promotion.suggestor,
+            "suggestor_id": promotion.suggestor_id,
+            "clock": promotion.clock,
+            "gate": promotion.gate,
+            "approved_by": promotion.approved_by,
+        },
+    }
+
+
+def fact_digest(fact: Fact) -> str:
+    """Recompute a fact's leaf digest from its fields (what `verify` does)."""
+    return leaf_digest(canonical_json(_canonical_fields(fact, fact.payload, fact.promotion))).hex()
+
+
+def promote(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
+    """Turn a proposal that passed the gate into a fact. Kernel use only."""
+    payload = None if proposal.payload is None else copy_json(proposal.payload)
+    canonical = canonical_json(_canonical_fields(proposal, payload, promotion))
+    return trusted(
+        Fact,
+        {
+            "key": proposal.key,
+            "id": proposal.id,
+            "content": proposal.content,
+            "payload": payload,
+            "confidence": proposal.confidence,
+            "provenance": proposal.provenance,
+            "target": proposal.target,
+            "evidence": proposal.evidence,
+            "promotion": promotion,
+            "digest": leaf_digest(canonical).hex(),
+        },
+    )
+
+
+def restore(record: Mapping[str, object]) -> Fact:
+    """Rebuild a fact from its JSON record, refusing any whose digest does not match.
+
+    Raises:
+        ValueError: The record is malformed or its digest does not match its fields.
+    """
+    fields = dict(record)
+    digest = fields.pop("digest", None)
+    promotion = PromotionRecord.model_validate(fields.pop("promotion", None), strict=False)
+    proposal = ProposedFact.model_validate(fields, strict=False)
+    fact = promote(proposal, promotion)
+    if fact.digest != digest:
+        raise ValueError(f"fact {fact.ref}: digest {digest!r} does not match its fields")
+    return fact

@@ -1,0 +1,167 @@
+"""The serialized merge: effects enter the context one suggestor at a time, in id order.
+
+Each proposal passes, in order: the engine gate, then the identity check (an identical fact
+is an idempotent no-op; a different one with the same key and id is a conflict). A
+suggestor's accepted proposals are committed together, so a conflict with
+`on_conflict="stop"` discards that suggestor's whole effect and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, final
+
+from ._canonical import canonical_json
+from ._context import ContextSnapshot
+from ._fact import Fact, GateKind, PromotionRecord, promote
+from ._key import ContextKey
+from ._model import trusted
+from ._promotion import PromotionPolicy
+from ._proposal import ProposedFact
+from ._result import Conflict
+from ._trace import Rejection
+
+__all__ = ["ConflictMode", "Merger", "identical"]
+
+ConflictMode = Literal["stop", "reject"]
+
+
+def identical(fact: Fact, proposal: ProposedFact) -> bool:
+    """Whether `proposal` restates `fact`: same key, id, content and canonical payload."""
+    if fact.content != proposal.content:
+        return False
+    if fact.payload is None or proposal.payload is None:
+        return fact.payload is None and proposal.payload is None
+    return canonical_json(fact.payload) == canonical_json(proposal.payload)
+
+
+@final
+class Merger:
+    """Merges the effects of one cycle into a snapshot, recording what happened."""
+
+    __slots__ = (
+        "_added",
+        "_base",
+        "_clock",
+        "_cycle",
+        "_gate",
+        "_mode",
+        "_overlay",
+        "_policy",
+        "_refused",
+        "promoted",
+        "rejections",
+    )
+
+    def __init__(
+        self,
+        snapshot: ContextSnapshot,
+        *,
+        cycle: int,
+        policy: PromotionPolicy,
+        mode: ConflictMode,
+        gate: GateKind = "engine",
+        refused: frozenset[tuple[ContextKey, str]] = frozenset(),
+    ) -> None:
+        self._base = snapshot
+        self._cycle = cycle
+        self._clock = snapshot.clock
+        self._policy = policy
+        self._mode: ConflictMode = mode
+        self._gate: GateKind = gate
+        self._refused = refused
+        self._overlay: dict[tuple[ContextKey, str], Fact] = {}
+        self._added: list[Fact] = []
+        self.promoted: list[Fact] = []
+        """Facts promoted so far in this cycle, in merge order."""
+        self.rejections: list[Rejection] = []
+        """Proposals refused so far in this cycle."""
+
+    def _find(self, key: ContextKey, ident: str) -> Fact | None:
+        fact = self._overlay.get((key, ident))
+        return fact if fact is not None else self._base.find(key, ident)
+
+    def merge(
+        self,
+        suggestor: str,
+        suggestor_id: int,
+        writes: frozenset[ContextKey] | None,
+        proposals: Sequence[ProposedFact],
+    ) -> Conflict | None:
+        """Merge one suggestor's proposals; return the conflict that stops the run, if any."""
+        accepted: list[Fact] = []
+        local: dict[tuple[ContextKey, str], Fact] = {}
+        clock = self._clock
+        cycle = self._cycle
+        for proposal in proposals:
+            reason = self._policy.check(proposal, writes, self._refused)
+            if reason is not None:
+                self._reject(proposal, suggestor, reason)
+                continue
+            slot = (proposal.key, proposal.id)
+            existing = local.get(slot) or self._find(*slot)
+            if existing is not None:
+                if identical(existing, proposal):
+                    continue
+                if self._mode == "stop":
+                    return Conflict(
+                        proposal=proposal,
+                        suggestor=suggestor,
+                        cycle=cycle,
+                        existing_provenance=existing.provenance,
+                    )
+                self._reject(
+                    proposal,
+                    suggestor,
+                    f"conflicts with existing fact {existing.ref} from {existing.provenance!r}",
+                )
+                continue
+            clock += 1
+            record = trusted(
+                PromotionRecord,
+                {
+                    "cycle": cycle,
+                    "suggestor": suggestor,
+                    "suggestor_id": suggestor_id,
+                    "clock": clock,
+                    "gate": self._gate,
+                    "approved_by": None,
+                },
+            )
+            fact = promote(proposal, record)
+            accepted.append(fact)
+            local[slot] = fact
+        if accepted:
+            self._clock = clock
+            self._overlay.update(local)
+            self._added.extend(accepted)
+            self.promoted.extend(accepted)
+        return None
+
+    def _reject(self, proposal: ProposedFact, suggestor: str, reason: str) -> None:
+        self.rejections.append(
+            trusted(
+                Rejection,
+                {
+                    "proposal": proposal,
+                    "suggestor": suggestor,
+                    "cycle": self._cycle,
+                    "reason": reason,
+                },
+            )
+        )
+
+    def snapshot(self) -> ContextSnapshot:
+        """The context with everything merged so far."""
+        if self._added:
+            self._base = self._base._extend(self._added, self._cycle, self._clock)  # pyright: ignore[reportPrivateUsage]
+            self._added = []
+            self._overlay = {}
+        elif self._base.cycle != self._cycle:
+            self._base = self._base._at_cycle(self._cycle)  # pyright: ignore[reportPrivateUsage]
+        return self._base
+
+    @property
+    def added_keys(self) -> frozenset[ContextKey]:
+        """Keys that gained facts in this cycle."""
+        return frozenset(fact.key for fact in self.promoted)

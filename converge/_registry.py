@@ -1,0 +1,116 @@
+"""What an engine has registered, and the per-run view that answers "who is a candidate?"."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import final
+
+from ._exceptions import ConfigurationError
+from ._key import ContextKey
+from ._suggestor import Suggestor, SuggestorId, describe_suggestor
+
+__all__ = ["Registration", "Registry", "RegistryView"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One registered suggestor, with what registration read from it."""
+
+    id: SuggestorId
+    suggestor: Suggestor
+    name: str
+    dependencies: tuple[ContextKey, ...]
+    writes: frozenset[ContextKey] | None
+    pack: str | None
+
+
+@final
+class RegistryView:
+    """A frozen view for one run: the active suggestors, indexed by dependency key."""
+
+    __slots__ = ("_always", "_by_key", "registrations")
+
+    def __init__(self, registrations: tuple[Registration, ...], active: frozenset[str] | None):
+        self.registrations = registrations
+        live = [
+            reg for reg in registrations if reg.pack is None or active is None or reg.pack in active
+        ]
+        self._always: tuple[Registration, ...] = tuple(r for r in live if not r.dependencies)
+        by_key: dict[ContextKey, list[Registration]] = {}
+        for reg in live:
+            for key in reg.dependencies:
+                by_key.setdefault(key, []).append(reg)
+        self._by_key = {key: tuple(regs) for key, regs in by_key.items()}
+
+    def candidates(self, dirty: Collection[ContextKey]) -> tuple[Registration, ...]:
+        """Active suggestors without dependencies or with one in `dirty`, by ascending id."""
+        groups = [group for key in dirty if (group := self._by_key.get(key))]
+        if self._always:
+            groups.append(self._always)
+        if not groups:
+            return ()
+        if len(groups) == 1:
+            return groups[0]
+        unique = {reg.id: reg for group in groups for reg in group}
+        return tuple(unique[sid] for sid in sorted(unique))
+
+
+@final
+class Registry:
+    """The engine's registrations; builds a cached `RegistryView` for each run."""
+
+    __slots__ = ("_active", "_names", "_packs", "_registrations", "_view")
+
+    def __init__(self) -> None:
+        self._registrations: list[Registration] = []
+        self._names: set[str] = set()
+        self._packs: set[str] = set()
+        self._active: frozenset[str] | None = None
+        self._view: RegistryView | None = None
+
+    def add(self, suggestor: Suggestor, pack: str | None) -> SuggestorId:
+        name, dependencies, writes = describe_suggestor(suggestor)
+        if name in self._names:
+            raise ConfigurationError(f"a suggestor named {name!r} is already registered")
+        if pack is not None and (not isinstance(pack, str) or not pack.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ConfigurationError(f"suggestor {name!r}: pack id must be a non-blank str")
+        sid = SuggestorId(len(self._registrations))
+        self._registrations.append(
+            Registration(
+                sid,
+                suggestor,
+                name,
+                dependencies,
+                None if writes is None else frozenset(writes),
+                pack,
+            )
+        )
+        self._names.add(name)
+        if pack is not None:
+            self._packs.add(pack)
+        self._view = None
+        return sid
+
+    def set_active(self, packs: Iterable[str] | None) -> None:
+        if packs is None:
+            self._active = None
+        else:
+            wanted = frozenset(packs)
+            unknown = sorted(wanted - self._packs)
+            if unknown:
+                known = ", ".join(sorted(self._packs)) or "none"
+                raise ConfigurationError(f"unknown pack ids {unknown}; registered packs: {known}")
+            self._active = wanted
+        self._view = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(reg.name for reg in self._registrations)
+
+    def view(self) -> RegistryView:
+        view = self._view
+        if view is None:
+            view = self._view = RegistryView(tuple(self._registrations), self._active)
+        return view

@@ -1,0 +1,130 @@
+"""`ConvergeResult` and `StopReason`: how a run ended and everything it produced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import final
+
+from ._context import ContextSnapshot
+from ._exceptions import (
+    AwaitingHumanError,
+    BudgetExhaustedError,
+    ConflictError,
+    InvariantViolationError,
+    RunError,
+)
+from ._integrity import IntegrityProof
+from ._model import FrozenModel
+from ._proposal import ProposedFact
+from ._trace import Rejection, RunTrace
+
+__all__ = ["Conflict", "ConvergeResult", "StopReason"]
+
+
+@final
+class StopReason(StrEnum):
+    """Why a run stopped. Only `CONVERGED` is success."""
+
+    CONVERGED = "converged"
+    """A fixed point with every invariant satisfied."""
+    CYCLE_BUDGET_EXHAUSTED = "cycle_budget_exhausted"
+    """`Budget.max_cycles` cycles ran without reaching a fixed point."""
+    FACT_BUDGET_EXHAUSTED = "fact_budget_exhausted"
+    """The context grew past `Budget.max_facts`."""
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"
+    """Suggestors reported more than `Budget.max_tokens` tokens."""
+    TIME_BUDGET_EXHAUSTED = "time_budget_exhausted"
+    """The run's own time passed `Budget.max_seconds`."""
+    INVARIANT_VIOLATED = "invariant_violated"
+    """An acceptance or semantic invariant was violated at the fixed point."""
+    CONFLICT = "conflict"
+    """A proposal contradicted an existing fact and `on_conflict="stop"`."""
+    AWAITING_HUMAN = "awaiting_human"
+    """Proposals are held for a human decision."""
+
+
+@final
+class Conflict(FrozenModel, frozen=True):
+    """A proposal with the key and id of an existing fact but different content or payload."""
+
+    proposal: ProposedFact
+    """The later, conflicting proposal."""
+    suggestor: str
+    """The suggestor that emitted it."""
+    cycle: int
+    """The cycle of the merge (0 for inputs)."""
+    existing_provenance: str
+    """The provenance of the fact already in the context."""
+
+    def describe(self) -> str:
+        """One line naming the fact, the suggestor and the cycle."""
+        return (
+            f"{self.proposal.ref}: {self.suggestor!r} proposed different content in cycle "
+            f"{self.cycle} than the existing fact from {self.existing_provenance!r}"
+        )
+
+
+_ERRORS: dict[StopReason, type[RunError]] = {
+    StopReason.CYCLE_BUDGET_EXHAUSTED: BudgetExhaustedError,
+    StopReason.FACT_BUDGET_EXHAUSTED: BudgetExhaustedError,
+    StopReason.TOKEN_BUDGET_EXHAUSTED: BudgetExhaustedError,
+    StopReason.TIME_BUDGET_EXHAUSTED: BudgetExhaustedError,
+    StopReason.INVARIANT_VIOLATED: InvariantViolationError,
+    StopReason.CONFLICT: ConflictError,
+    StopReason.AWAITING_HUMAN: AwaitingHumanError,
+}
+
+
+@final
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
+class ConvergeResult:
+    """How a run ended, with its context, proof and trace. A stopped run keeps its partial work."""
+
+    stop_reason: StopReason
+    """Why the run stopped."""
+    detail: str
+    """A short explanation, such as `"max_cycles (3)"` or `"max_facts (30 > 25)"`."""
+    cycles: int
+    """Cycles started (0 when the inputs alone stopped the run)."""
+    context: ContextSnapshot
+    """The last consistent snapshot."""
+    integrity: IntegrityProof
+    """The Merkle root, clock and fact count of `context`."""
+    trace: RunTrace
+    """What happened, cycle by cycle."""
+    rejections: tuple[Rejection, ...]
+    """Every proposal refused in the run, inputs included, in merge order."""
+    tokens: int
+    """Model tokens the suggestors reported."""
+    run_id: str
+    """The run's id."""
+    conflict: Conflict | None = None
+    """The conflict that stopped the run, for `StopReason.CONFLICT`."""
+
+    @property
+    def converged(self) -> bool:
+        """True only for `StopReason.CONVERGED`."""
+        return self.stop_reason is StopReason.CONVERGED
+
+    def __repr__(self) -> str:
+        return (
+            f"ConvergeResult(stop_reason={self.stop_reason.value!r}, cycles={self.cycles}, "
+            f"facts={self.integrity.fact_count}, root={self.integrity.merkle_root[:12]!r})"
+        )
+
+    def raise_for_status(self) -> ConvergeResult:
+        """Return the result if the run converged; raise the matching `RunError` otherwise.
+
+        Raises:
+            BudgetExhaustedError: A cycle, fact, token or time budget ran out.
+            InvariantViolationError: An invariant was violated at the end.
+            ConflictError: A proposal conflicted with an existing fact.
+            AwaitingHumanError: The run paused for human decisions.
+        """
+        if self.converged:
+            return self
+        error = _ERRORS[self.stop_reason]
+        raise error(
+            f"run {self.run_id} stopped: {self.stop_reason.value}: {self.detail}", result=self
+        )

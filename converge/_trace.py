@@ -1,0 +1,90 @@
+"""The run trace: what ran, what was promoted, what was refused, cycle by cycle."""
+
+from __future__ import annotations
+
+from typing import Literal, final
+
+from pydantic import Field
+
+from ._invariant import Violation
+from ._key import ContextKey
+from ._model import FrozenModel
+from ._proposal import ProposedFact
+
+__all__ = ["CycleTrace", "Execution", "Outcome", "Rejection", "RunTrace"]
+
+Outcome = Literal["ok", "failed", "timed_out"]
+
+
+@final
+class Rejection(FrozenModel, frozen=True):
+    """A proposal the engine refused, and why. Rejections never stop a run."""
+
+    proposal: ProposedFact
+    """The refused proposal, as emitted."""
+    suggestor: str
+    """The name of the suggestor that emitted it (`"input"` for inputs)."""
+    cycle: int
+    """The cycle of the merge (0 for inputs)."""
+    reason: str
+    """Why it was refused."""
+
+
+@final
+class Execution(FrozenModel, frozen=True):
+    """One call of a suggestor's `accepts` (when it failed) or `execute`."""
+
+    suggestor: str
+    """The suggestor's name."""
+    suggestor_id: int
+    """Its registration id."""
+    outcome: Outcome
+    """`"ok"`, `"failed"` (it raised or returned the wrong type) or `"timed_out"`."""
+    duration_ms: float
+    """Wall time of the call in milliseconds."""
+    proposals: int = 0
+    """How many proposals its effect held."""
+    tokens: int = 0
+    """Model tokens its effect reported."""
+    error: str | None = None
+    """`"ExceptionType: message"` for a failure or timeout."""
+    phase: Literal["accepts", "execute"] = "execute"
+    """Which call this records: `accepts` appears only when it failed."""
+    traceback: str | None = None
+    """The formatted traceback of a failure."""
+
+
+@final
+class CycleTrace(FrozenModel, frozen=True):
+    """Everything that happened in one cycle."""
+
+    cycle: int
+    """The cycle number, from 1."""
+    dirty: tuple[ContextKey, ...]
+    """Keys that gained facts in the previous cycle (or the inputs), in key order."""
+    eligible: tuple[str, ...]
+    """Names of the suggestors that ran, in registration order."""
+    executions: tuple[Execution, ...]
+    """One per call, in registration order."""
+    promoted: tuple[str, ...]
+    """`"key/id"` of every fact promoted, in merge order."""
+    rejected: tuple[Rejection, ...] = ()
+    """Proposals refused by the gate or as conflicts."""
+    held: tuple[str, ...] = ()
+    """Gate ids of proposals held for a human."""
+    violations: tuple[Violation, ...] = ()
+    """Invariant violations found in this cycle."""
+
+
+@final
+class RunTrace(FrozenModel, frozen=True):
+    """The JSON-serialisable record of a run."""
+
+    run_id: str
+    """The run's id."""
+    inputs: tuple[ProposedFact, ...]
+    """The inputs as given, merged at cycle 0."""
+    initial_root: str
+    """Merkle root of the starting context."""
+    cycles: tuple[CycleTrace, ...] = Field(default=())
+    """One entry per cycle started, from cycle 1."""
