@@ -7,6 +7,7 @@ nothing changes, a budget runs out, or a conflict stops it.
 
 from ._budget import Budget
 from ._context import Context, ContextSnapshot
+from ._decorator import FunctionSuggestor, SuggestorFunction, suggestor
 from ._effect import AgentEffect
 from ._engine import Engine
 from ._exceptions import (
@@ -45,6 +46,7 @@ __all__ = [
     "Engine",
     "Execution",
     "Fact",
+    "FunctionSuggestor",
     "GateKind",
     "IntegrityProof",
     "InvariantClass",
@@ -58,7 +60,9 @@ __all__ = [
     "RunTrace",
     "StopReason",
     "Suggestor",
+    "SuggestorFunction",
     "SuggestorId",
     "Violation",
+    "suggestor",
     "verify",
 ]

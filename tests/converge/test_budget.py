@@ -1,0 +1,146 @@
+"""Budgets: every limit is enforced with its stop reason and detail, keeping partial work."""
+
+import anyio
+import pytest
+
+from converge import (
+    AgentEffect,
+    Budget,
+    BudgetExhaustedError,
+    Context,
+    ContextKey,
+    Engine,
+    ProposedFact,
+    StopReason,
+)
+
+HYPOTHESES = ContextKey.HYPOTHESES
+
+
+class Grower:
+    """Adds `per_cycle` new facts every cycle, reporting `tokens` each time."""
+
+    def __init__(self, per_cycle: int = 1, tokens: int = 0) -> None:
+        self.name = "grower"
+        self.dependencies = ()
+        self.per_cycle = per_cycle
+        self.tokens = tokens
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return True
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        start = ctx.count(HYPOTHESES)
+        return AgentEffect.with_proposals(
+            (
+                ProposedFact(key=HYPOTHESES, id=f"h{start + i}", content="c", provenance="g")
+                for i in range(self.per_cycle)
+            ),
+            tokens=self.tokens,
+        )
+
+
+def test_budget_defaults() -> None:
+    budget = Budget()
+    assert (budget.max_cycles, budget.max_facts, budget.max_seconds, budget.max_tokens) == (
+        100,
+        10_000,
+        None,
+        None,
+    )
+
+
+async def test_run_stops_with_cycle_budget_exhausted_after_max_cycles() -> None:
+    engine = Engine(budget=Budget(max_cycles=3))
+    engine.register_suggestor(Grower())
+    result = await engine.run()
+    assert result.stop_reason is StopReason.CYCLE_BUDGET_EXHAUSTED
+    assert result.detail == "max_cycles (3)"
+    assert result.cycles == 3
+    assert result.context.count(HYPOTHESES) == 3
+    assert not result.converged
+    with pytest.raises(BudgetExhaustedError):
+        result.raise_for_status()
+
+
+async def test_run_stops_with_fact_budget_exhausted_counting_every_fact() -> None:
+    engine = Engine(budget=Budget(max_facts=25))
+    engine.register_suggestor(Grower(per_cycle=10))
+    result = await engine.run()
+    assert result.stop_reason is StopReason.FACT_BUDGET_EXHAUSTED
+    assert result.detail == "max_facts (30 > 25)"
+    assert result.cycles == 3
+    assert len(result.context) == 30
+
+
+async def test_fact_budget_counts_inputs_and_starting_facts() -> None:
+    engine = Engine(budget=Budget(max_facts=2))
+    engine.register_suggestor(Grower(per_cycle=1))
+    inputs = [
+        ProposedFact(key=ContextKey.SEEDS, id=f"s{i}", content="c", provenance="t")
+        for i in range(2)
+    ]
+    result = await engine.run(inputs=inputs)
+    assert result.detail == "max_facts (3 > 2)"
+    assert result.cycles == 1
+
+
+async def test_run_stops_with_token_budget_exhausted() -> None:
+    engine = Engine(budget=Budget(max_tokens=250))
+    engine.register_suggestor(Grower(tokens=100))
+    result = await engine.run()
+    assert result.stop_reason is StopReason.TOKEN_BUDGET_EXHAUSTED
+    assert result.detail == "max_tokens (300 > 250)"
+    assert result.tokens == 300
+    assert result.cycles == 3
+
+
+async def test_time_budget_cancels_in_flight_suggestors_and_keeps_the_last_snapshot() -> None:
+    class Sleeper:
+        name = "sleeper"
+        dependencies = (ContextKey.SEEDS,)
+
+        def accepts(self, ctx: Context, /) -> bool:
+            return True
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            await anyio.sleep(30)
+            return AgentEffect.empty()
+
+    engine = Engine(budget=Budget(max_seconds=0.2))
+    engine.register_suggestor(Sleeper())
+    seed = ProposedFact(key=ContextKey.SEEDS, id="s", content="c", provenance="t")
+    with anyio.fail_after(5):
+        result = await engine.run(inputs=[seed])
+    assert result.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    assert result.detail.startswith("max_seconds (")
+    assert result.detail.endswith(" > 0.2)")
+    assert result.cycles == 1
+    assert result.context.find(ContextKey.SEEDS, "s") is not None
+    [execution] = result.trace.cycles[0].executions
+    assert execution.outcome == "timed_out"
+    assert execution.error == "cancelled: time budget exhausted"
+
+
+async def test_time_budget_is_checked_after_the_merge() -> None:
+    class SlowGrower(Grower):
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            await anyio.sleep(0.03)
+            return await super().execute(ctx)
+
+    engine = Engine(budget=Budget(max_seconds=0.1, max_cycles=1000))
+    engine.register_suggestor(SlowGrower())
+    result = await engine.run()
+    assert result.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    assert result.context.count(HYPOTHESES) >= 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"max_cycles": 0}, {"max_facts": -1}, {"max_seconds": 0}, {"max_tokens": -5}],
+)
+def test_budget_refuses_out_of_range_limits(fields: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        Budget.model_validate(fields)

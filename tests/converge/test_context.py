@@ -1,0 +1,124 @@
+"""ContextSnapshot: immutable, O(1) lookups, structure shared between snapshots."""
+
+import pytest
+
+from converge import Context, ContextKey, ContextSnapshot, Engine, ProposedFact
+
+
+def seeded(*ids: str, key: ContextKey = ContextKey.SEEDS) -> ContextSnapshot:
+    inputs = [ProposedFact(key=key, id=i, content=f"fact {i}", provenance="test") for i in ids]
+    return Engine().run_sync(inputs=inputs).context
+
+
+def test_empty_snapshot_has_nothing() -> None:
+    ctx = ContextSnapshot.empty()
+    assert not ctx.has(ContextKey.SEEDS)
+    assert ctx.count(ContextKey.SEEDS) == 0
+    assert list(ctx.get(ContextKey.SEEDS)) == []
+    assert ctx.find(ContextKey.SEEDS, "x") is None
+    assert ctx.version == 0
+    assert ctx.cycle == 0
+    assert ctx.keys() == ()
+    assert ctx.facts() == ()
+
+
+def test_snapshot_constructor_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"ContextSnapshot\.empty"):
+        ContextSnapshot()
+
+
+def test_snapshot_satisfies_context_protocol() -> None:
+    ctx: Context = ContextSnapshot.empty()
+    assert ctx.version == 0
+
+
+def test_snapshot_get_keeps_insertion_order() -> None:
+    ctx = seeded("c", "a", "b")
+    assert [f.id for f in ctx.get(ContextKey.SEEDS)] == ["c", "a", "b"]
+
+
+def test_snapshot_find_has_count() -> None:
+    ctx = seeded("a", "b")
+    fact = ctx.find(ContextKey.SEEDS, "b")
+    assert fact is not None
+    assert fact.content == "fact b"
+    assert ctx.has(ContextKey.SEEDS)
+    assert not ctx.has(ContextKey.HYPOTHESES)
+    assert ctx.count(ContextKey.SEEDS) == 2
+
+
+def test_snapshot_keys_are_separate_namespaces() -> None:
+    engine = Engine()
+    result = engine.run_sync(
+        inputs=[
+            ProposedFact(key=ContextKey.HYPOTHESES, id="x", content="h", provenance="t"),
+            ProposedFact(key=ContextKey.SEEDS, id="x", content="s", provenance="t"),
+        ]
+    )
+    ctx = result.context
+    assert ctx.keys() == (ContextKey.SEEDS, ContextKey.HYPOTHESES)
+    assert [f.content for f in ctx.facts()] == ["s", "h"]
+
+
+def test_snapshot_is_immutable() -> None:
+    ctx = seeded("a")
+    with pytest.raises(AttributeError):
+        ctx._version = 5  # pyright: ignore[reportPrivateUsage]
+
+
+def test_snapshot_get_cannot_be_mutated() -> None:
+    ctx = seeded("a")
+    facts = ctx.get(ContextKey.SEEDS)
+    with pytest.raises(TypeError):
+        facts[0] = facts[0]  # pyright: ignore[reportIndexIssue]
+    assert ctx.count(ContextKey.SEEDS) == 1
+
+
+def test_next_run_leaves_the_earlier_snapshot_unchanged() -> None:
+    first = seeded("a")
+    second = Engine().run_sync(
+        first,
+        inputs=[ProposedFact(key=ContextKey.SEEDS, id="b", content="b", provenance="t")],
+    )
+    assert first.count(ContextKey.SEEDS) == 1
+    assert second.context.count(ContextKey.SEEDS) == 2
+    assert first.find(ContextKey.SEEDS, "b") is None
+
+
+def test_snapshots_share_the_stores_of_unchanged_keys() -> None:
+    first = seeded("a", "b")
+    second = (
+        Engine()
+        .run_sync(
+            first,
+            inputs=[ProposedFact(key=ContextKey.SIGNALS, id="s", content="s", provenance="t")],
+        )
+        .context
+    )
+    assert second._stores[ContextKey.SEEDS] is first._stores[ContextKey.SEEDS]  # pyright: ignore[reportPrivateUsage]
+
+
+def test_snapshot_version_counts_facts_over_its_history() -> None:
+    first = seeded("a", "b")
+    second = (
+        Engine()
+        .run_sync(
+            first,
+            inputs=[ProposedFact(key=ContextKey.SIGNALS, id="s", content="s", provenance="t")],
+        )
+        .context
+    )
+    assert first.version == 2
+    assert second.version == 3
+    assert len(second) == 3
+
+
+def test_snapshot_repr_is_short() -> None:
+    assert repr(seeded("a")) == "ContextSnapshot(cycle=0, version=1, seeds=1)"
+
+
+def test_snapshot_merkle_root_of_empty_is_sha256_of_nothing() -> None:
+    assert (
+        ContextSnapshot.empty().merkle_root()
+        == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    )

@@ -1,0 +1,124 @@
+"""Integrity: known answers for the hashing rules, and verify."""
+
+import hashlib
+import json
+
+from converge import ContextKey, Engine, IntegrityProof, ProposedFact, verify
+from converge._canonical import EMPTY_ROOT, merkle_root
+
+
+def h(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def test_merkle_root_of_no_leaves_is_sha256_of_empty_string() -> None:
+    assert merkle_root([]) == hashlib.sha256(b"").hexdigest() == EMPTY_ROOT
+
+
+def test_merkle_root_of_one_leaf_is_the_leaf() -> None:
+    leaf = h(b"\x00x")
+    assert merkle_root([leaf]) == leaf.hex()
+
+
+def test_merkle_root_of_two_leaves_hashes_with_node_prefix() -> None:
+    a, b = h(b"\x00a"), h(b"\x00b")
+    assert merkle_root([a, b]) == h(b"\x01" + a + b).hex()
+
+
+def test_merkle_root_carries_an_odd_node_up_unchanged() -> None:
+    a, b, c = h(b"\x00a"), h(b"\x00b"), h(b"\x00c")
+    assert merkle_root([a, b, c]) == h(b"\x01" + h(b"\x01" + a + b) + c).hex()
+
+
+def canonical(fact_fields: dict[str, object]) -> bytes:
+    return json.dumps(
+        fact_fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+def test_fact_digest_matches_an_independent_computation() -> None:
+    proposal = ProposedFact(
+        key=ContextKey.SEEDS,
+        id="é1",
+        content="naïve",
+        provenance="input:crm",
+        payload={"b": [1, 2.5], "a": None},
+        confidence=0.75,
+        evidence=("seeds/x",),
+    )
+    result = Engine().run_sync(inputs=[proposal])
+    fact = result.context.find(ContextKey.SEEDS, "é1")
+    assert fact is not None
+    expected = canonical(
+        {
+            "key": "seeds",
+            "id": "é1",
+            "content": "naïve",
+            "payload": {"b": [1, 2.5], "a": None},
+            "confidence": 0.75,
+            "provenance": "input:crm",
+            "target": None,
+            "evidence": ["seeds/x"],
+            "promotion": {
+                "cycle": 0,
+                "suggestor": "input",
+                "suggestor_id": -1,
+                "clock": 1,
+                "gate": "input",
+                "approved_by": None,
+            },
+        }
+    )
+    assert fact.digest == h(b"\x00" + expected).hex()
+    assert result.integrity.merkle_root == fact.digest
+
+
+def digest_of(ident: str, content: str, provenance: str = "p") -> str:
+    proposal = ProposedFact(key=ContextKey.SEEDS, id=ident, content=content, provenance=provenance)
+    fact = Engine().run_sync(inputs=[proposal]).context.find(ContextKey.SEEDS, ident)
+    assert fact is not None
+    return fact.digest
+
+
+def test_digest_has_no_delimiter_ambiguity() -> None:
+    assert digest_of("a|b", "c") != digest_of("a", "b|c")
+
+
+def test_provenance_changes_the_digest() -> None:
+    assert digest_of("a", "c", "one") != digest_of("a", "c", "two")
+
+
+def test_verify_accepts_the_result_of_a_run() -> None:
+    inputs = [
+        ProposedFact(key=key, id=f"f{i}", content=f"c{i}", provenance="t")
+        for i, key in enumerate([ContextKey.HYPOTHESES, ContextKey.SEEDS, ContextKey.SEEDS])
+    ]
+    result = Engine().run_sync(inputs=inputs)
+    assert verify(result.context, result.integrity)
+    assert result.integrity.fact_count == 3
+    assert result.integrity.clock == 3
+
+
+def test_verify_refuses_a_proof_with_another_root_count_or_clock() -> None:
+    result = Engine().run_sync(
+        inputs=[ProposedFact(key=ContextKey.SEEDS, id="a", content="c", provenance="t")]
+    )
+    proof = result.integrity
+    for forged in (
+        IntegrityProof(merkle_root=EMPTY_ROOT, clock=proof.clock, fact_count=proof.fact_count),
+        IntegrityProof(merkle_root=proof.merkle_root, clock=proof.clock, fact_count=2),
+        IntegrityProof(merkle_root=proof.merkle_root, clock=7, fact_count=proof.fact_count),
+    ):
+        assert not verify(result.context, forged)
+
+
+def test_facts_are_hashed_in_key_order_then_insertion_order() -> None:
+    inputs = [
+        ProposedFact(key=ContextKey.DIAGNOSTIC, id="d", content="c", provenance="t"),
+        ProposedFact(key=ContextKey.SEEDS, id="s2", content="c", provenance="t"),
+        ProposedFact(key=ContextKey.SEEDS, id="s1", content="c", provenance="t"),
+    ]
+    result = Engine().run_sync(inputs=inputs)
+    facts = result.context.facts()
+    assert [f.ref for f in facts] == ["seeds/s2", "seeds/s1", "diagnostic/d"]
+    assert result.integrity.merkle_root == merkle_root(bytes.fromhex(f.digest) for f in facts)
