@@ -1,16 +1,18 @@
 # converge: every target sets up what it needs first, so each works on a fresh clone.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PATHS := converge converge_suggestors tests examples benchmarks tools
 
 .PHONY: setup demo test lint typecheck docs bench clean
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11"; exit 1; }
+	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; set PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "converge needs Python 3.11 or newer"'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e . --group dev
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e . --group dev
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -19,8 +21,8 @@ demo: $(STAMP)
 	$(BIN)/python examples/hello_convergence.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check converge converge_suggestors tests examples benchmarks
-	$(BIN)/ruff format --check converge converge_suggestors tests examples benchmarks
+	$(BIN)/ruff check $(PATHS)
+	$(BIN)/ruff format --check $(PATHS)
 
 typecheck: $(STAMP)
 	$(BIN)/pyright
@@ -29,7 +31,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
-test: lint typecheck $(STAMP)
+test: lint typecheck
 	$(BIN)/python -m pytest
 	$(BIN)/mkdocs build --strict --quiet --site-dir site
 

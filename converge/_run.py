@@ -121,7 +121,7 @@ class RunLoop:
                     continue
                 self._tokens += effect.tokens
                 reg = slot.reg
-                conflict = merger.merge(reg.name, reg.id, reg.writes, effect.proposals)
+                conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
                 if conflict is not None:
                     break
             snapshot = merger.snapshot()

@@ -1,0 +1,87 @@
+"""Check that both packages are 100% type-complete and documented, as pyright sees them.
+
+pyright's `--verifytypes` needs an installed, non-editable copy, so this installs the project
+into a temporary folder first. Exits non-zero on any missing type or docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("converge", "converge_suggestors")
+
+
+def check(package: str, target: str) -> list[str]:
+    """Run pyright --verifytypes on `package` installed under `target`; return problems."""
+    env = {**os.environ, "PYTHONPATH": target}
+    pyright = str(Path(sys.executable).with_name("pyright"))
+    completed = subprocess.run(
+        [
+            pyright,
+            "--pythonpath",
+            sys.executable,
+            "--verifytypes",
+            package,
+            "--ignoreexternal",
+            "--outputjson",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=target,
+        check=False,
+    )
+    report = json.loads(completed.stdout)
+    completeness = report["typeCompleteness"]
+    problems = [
+        f"{diagnostic.get('file', '?')}: {diagnostic['message']}"
+        for diagnostic in report["generalDiagnostics"]
+        if diagnostic["severity"] == "error"
+    ]
+    for symbol in completeness["symbols"]:
+        for diagnostic in symbol.get("diagnostics", []):
+            if diagnostic["severity"] == "error":
+                problems.append(f"{symbol['name']}: {diagnostic['message']}")
+    for field in ("missingFunctionDocStringCount", "missingClassDocStringCount"):
+        if completeness.get(field, 0):
+            problems.append(f"{field} = {completeness[field]}")
+    score = completeness["completenessScore"]
+    print(f"{package}: type completeness {score:.1%}, {len(problems)} problem(s)")
+    if score < 1.0 and not problems:
+        problems.append(f"completeness score is {score:.1%}")
+    return problems
+
+
+def main() -> int:
+    """Install into a temporary folder, check both packages, print the verdict."""
+    with tempfile.TemporaryDirectory() as target:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                target,
+                str(ROOT),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        problems = [problem for package in PACKAGES for problem in check(package, target)]
+    for problem in problems:
+        print(f"  {problem}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
