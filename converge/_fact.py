@@ -148,6 +148,9 @@ class Fact(BaseModel, frozen=True):
             f"Fact({self.ref!r}, content={_short(self.content)!r}, provenance={self.provenance!r})"
         )
 
+    def __str__(self) -> str:
+        return self.__repr__()
+
     @property
     def ref(self) -> str:
         """The `"key/id"` reference other facts use as evidence."""
