@@ -23,6 +23,7 @@ from ._fact import Fact, GateKind, PromotionRecord
 from ._integrity import IntegrityProof, verify
 from ._invariant import InvariantClass, Violation
 from ._key import ContextKey
+from ._log import get_logger
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult, StopReason
@@ -63,6 +64,7 @@ __all__ = [
     "SuggestorFunction",
     "SuggestorId",
     "Violation",
+    "get_logger",
     "suggestor",
     "verify",
 ]

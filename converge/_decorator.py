@@ -43,7 +43,9 @@ class FunctionSuggestor:
         self._name = name
         self._dependencies = normalise_keys(dependencies, owner=name, member="dependencies")
         self._accepts = _always if accepts is None else accepts
-        self._writes = None if writes is None else normalise_keys(writes, owner=name, member="writes")
+        self._writes = (
+            None if writes is None else normalise_keys(writes, owner=name, member="writes")
+        )
 
     def __repr__(self) -> str:
         return f"FunctionSuggestor({self._name!r})"
@@ -90,7 +92,8 @@ def suggestor(
     ```python
     @suggestor(name="greeter", dependencies=[ContextKey.SEEDS])
     async def greeter(ctx: Context) -> list[ProposedFact]:
-        return [ProposedFact(key=ContextKey.HYPOTHESES, id="hi", content="hi", provenance="greeter")]
+        hello = ProposedFact(key=ContextKey.HYPOTHESES, id="hi", content="hi", provenance="me")
+        return [hello]
     ```
     """
 

@@ -13,7 +13,7 @@ from typing import Final
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-__all__ = ["LOGGER_NAME", "run_logger"]
+__all__ = ["LOGGER_NAME", "get_logger", "run_logger"]
 
 LOGGER_NAME: Final = "converge"
 _stdlib_logger: Final = logging.getLogger(LOGGER_NAME)
@@ -34,3 +34,12 @@ def run_logger(**bindings: object) -> FilteringBoundLogger:
         processors=[structlog.stdlib.render_to_log_kwargs],
     )
     return wrapped.bind(**bindings)
+
+
+def get_logger(**bindings: object) -> FilteringBoundLogger:
+    """The `"converge"` logger, bound to `bindings`, for suggestors that log like the engine.
+
+    It follows the application's structlog configuration when there is one, and otherwise
+    writes to the standard-library logger `"converge"`, which prints nothing by default.
+    """
+    return run_logger(**bindings)

@@ -1,6 +1,32 @@
-"""Ready-made suggestors for converge: reference seeds and reactions, and more to come."""
+"""Ready-made suggestors for converge: reference seeds and reactions, validation, and LLMs."""
 
+from ._chat import (
+    ChatMessage,
+    ChatProvider,
+    ChatRequest,
+    ChatResponse,
+    ProviderError,
+    ScriptedChatProvider,
+)
+from ._llm import LlmOutputError, LlmSuggestor
+from ._openai import OpenAIChatProvider
 from ._react import ReactOnceSuggestor
 from ._seed import SeedSuggestor
+from ._validation import ValidationAgent, ValidationConfig, ValidationResult
 
-__all__ = ["ReactOnceSuggestor", "SeedSuggestor"]
+__all__ = [
+    "ChatMessage",
+    "ChatProvider",
+    "ChatRequest",
+    "ChatResponse",
+    "LlmOutputError",
+    "LlmSuggestor",
+    "OpenAIChatProvider",
+    "ProviderError",
+    "ReactOnceSuggestor",
+    "ScriptedChatProvider",
+    "SeedSuggestor",
+    "ValidationAgent",
+    "ValidationConfig",
+    "ValidationResult",
+]
