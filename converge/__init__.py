@@ -6,6 +6,7 @@ nothing changes, a budget runs out, or a conflict stops it.
 """
 
 from ._budget import Budget
+from ._checkpoint import Checkpoint, FactRecord
 from ._context import Context, ContextSnapshot
 from ._decorator import FunctionSuggestor, SuggestorFunction, suggestor
 from ._effect import AgentEffect
@@ -16,12 +17,15 @@ from ._exceptions import (
     ConfigurationError,
     ConflictError,
     ConvergeError,
+    InvalidCheckpointError,
+    InvalidResumeError,
     InvariantViolationError,
     RunError,
 )
 from ._fact import Fact, GateKind, PromotionRecord
+from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
 from ._integrity import IntegrityProof, verify
-from ._invariant import InvariantClass, Violation
+from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
 from ._key import ContextKey
 from ._log import get_logger
 from ._promotion import PromotionPolicy
@@ -35,6 +39,7 @@ __all__ = [
     "AwaitingHumanError",
     "Budget",
     "BudgetExhaustedError",
+    "Checkpoint",
     "ConfigurationError",
     "Conflict",
     "ConflictError",
@@ -47,10 +52,18 @@ __all__ = [
     "Engine",
     "Execution",
     "Fact",
+    "FactRecord",
     "FunctionSuggestor",
+    "GateDecision",
     "GateKind",
+    "GateRequest",
+    "HitlPolicy",
     "IntegrityProof",
+    "InvalidCheckpointError",
+    "InvalidResumeError",
+    "Invariant",
     "InvariantClass",
+    "InvariantResult",
     "InvariantViolationError",
     "Outcome",
     "PromotionPolicy",
@@ -63,6 +76,7 @@ __all__ = [
     "Suggestor",
     "SuggestorFunction",
     "SuggestorId",
+    "TimeoutAction",
     "Violation",
     "get_logger",
     "suggestor",

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Literal, final
 
 import anyio
 
 from ._budget import Budget
+from ._checkpoint import Checkpoint, restore_snapshot, verify_signature
 from ._context import ContextSnapshot
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, InvalidResumeError
 from ._executor import ErrorMode
+from ._hitl import GateDecision, HitlPolicy
+from ._invariant import Invariant
+from ._key import ContextKey
 from ._merge import ConflictMode
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._registry import Registry
 from ._result import ConvergeResult
-from ._run import RunConfig, RunLoop
+from ._run import RunConfig, RunLoop, RunState
 from ._suggestor import Suggestor, SuggestorId
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
 
 __all__ = ["Engine"]
 
@@ -36,6 +46,10 @@ class Engine:
             `"reject"` records a rejection and goes on.
         on_suggestor_error: `"isolate"` records a failing `accepts`/`execute` and goes on;
             `"raise"` re-raises the exception from `run`.
+        hitl: Which proposals wait for a human; `None` lets every proposal through.
+        clock: Returns the current aware `datetime`, for gate deadlines (default: now in UTC).
+        signing_key: Signs checkpoints with HMAC-SHA256 and refuses unsigned or mis-signed
+            ones on resume.
     """
 
     def __init__(
@@ -47,6 +61,9 @@ class Engine:
         suggestor_timeout: float | None = None,
         on_conflict: ConflictMode = "stop",
         on_suggestor_error: ErrorMode = "isolate",
+        hitl: HitlPolicy | None = None,
+        clock: Callable[[], datetime] | None = None,
+        signing_key: bytes | str | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -65,7 +82,12 @@ class Engine:
             on_suggestor_error=on_suggestor_error,
             max_concurrency=max_concurrency,
             suggestor_timeout=suggestor_timeout,
+            hitl=hitl,
+            clock=clock or _utc_now,
+            signing_key=signing_key.encode() if isinstance(signing_key, str) else signing_key,
         )
+        if self._config.signing_key is not None and not self._config.signing_key:
+            raise ConfigurationError("signing_key must not be empty")
         self._registry = Registry()
 
     def __repr__(self) -> str:
@@ -97,6 +119,33 @@ class Engine:
             ConfigurationError: As for `register_suggestor`, or `pack_id` is blank.
         """
         return self._registry.add(suggestor, pack_id)
+
+    def register_invariant(self, invariant: Invariant, /) -> None:
+        """Register an invariant, checked according to its `invariant_class`.
+
+        Raises:
+            ConfigurationError: It does not satisfy `Invariant`, or its name is taken.
+        """
+        self._registry.add_invariant(invariant, None)
+
+    def register_pack(
+        self,
+        pack_id: str,
+        *,
+        suggestors: Sequence[Suggestor] = (),
+        invariants: Sequence[Invariant] = (),
+    ) -> tuple[SuggestorId, ...]:
+        """Register a bundle of suggestors and invariants that are active with `pack_id`.
+
+        Returns the suggestors' ids, in order.
+
+        Raises:
+            ConfigurationError: As for `register_suggestor` and `register_invariant`.
+        """
+        ids = tuple(self._registry.add(s, pack_id) for s in suggestors)
+        for invariant in invariants:
+            self._registry.add_invariant(invariant, pack_id)
+        return ids
 
     def set_active_packs(self, pack_ids: Iterable[str] | None, /) -> None:
         """Run only the suggestors of these packs (plus those registered without a pack).
@@ -134,8 +183,100 @@ class Engine:
                 raise ConfigurationError(
                     f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
                 )
-        loop = RunLoop(self._config, self._registry.view())
-        return await loop.run(start._at_cycle(0), given)  # pyright: ignore[reportPrivateUsage]
+        state = RunLoop.new_state(start._at_cycle(0), given)  # pyright: ignore[reportPrivateUsage]
+        return await RunLoop(self._config, self._registry.view(), state).start()
+
+    async def resume(
+        self, checkpoint: Checkpoint, decisions: Iterable[GateDecision] = ()
+    ) -> ConvergeResult:
+        """Apply human decisions to a paused run and continue it where it stopped.
+
+        Every pending gate that has not expired needs exactly one decision; expired gates get
+        the policy's `on_timeout`, decided by `"timeout"`. Approved proposals become facts with
+        `gate == "human"`; rejected ones leave a `DIAGNOSTIC` fact `hitl-rejected:{id}` and
+        cannot be proposed again in this run. The clock, spent budgets and the rejected set
+        carry over.
+
+        Raises:
+            InvalidCheckpointError: A fact, the Merkle root or the signature does not verify.
+            InvalidResumeError: The decisions do not fit the pending gates, or this engine's
+                registrations differ from the paused run's; nothing changes.
+        """
+        view = self._registry.view()
+        verify_signature(checkpoint, self._config.signing_key)
+        registrations, invariants = view.fingerprint
+        if (registrations, invariants) != (checkpoint.registrations, checkpoint.invariants):
+            raise InvalidResumeError(
+                f"run {checkpoint.run_id} was paused with registrations "
+                f"{list(checkpoint.registrations)} and invariants {list(checkpoint.invariants)}; "
+                f"this engine has {list(registrations)} and {list(invariants)}"
+            )
+        chosen = self._check_decisions(checkpoint, tuple(decisions))
+        snapshot = restore_snapshot(checkpoint)
+        state = RunState(
+            run_id=checkpoint.run_id,
+            snapshot=snapshot,
+            initial_root=checkpoint.initial_root,
+            inputs=checkpoint.inputs,
+            cycle=checkpoint.cycle,
+            dirty=frozenset(checkpoint.dirty),
+            tokens=checkpoint.tokens,
+            elapsed_before=checkpoint.elapsed_seconds,
+            refused=frozenset(_parse_ref(ref) for ref in checkpoint.refused),
+            decisions=list(checkpoint.decisions),
+            rejections=list(checkpoint.rejections),
+            cycles=list(checkpoint.cycles),
+            input_violations=checkpoint.input_violations,
+        )
+        loop = RunLoop(self._config, view, state)
+        loop.apply_decisions(checkpoint.pending, chosen)
+        return await loop.loop()
+
+    def _check_decisions(
+        self, checkpoint: Checkpoint, decisions: tuple[GateDecision, ...]
+    ) -> tuple[GateDecision, ...]:
+        """One decision per live gate, plus timeout decisions for the expired ones."""
+        now = self._config.clock()
+        policy = self._config.hitl
+        on_timeout = "reject" if policy is None else policy.on_timeout
+        pending = {request.gate_id: request for request in checkpoint.pending}
+        given: dict[str, GateDecision] = {}
+        for decision in decisions:
+            if not isinstance(decision, GateDecision):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise InvalidResumeError(
+                    f"decisions must be GateDecision, got {type(decision).__name__}"
+                )
+            request = pending.get(decision.gate_id)
+            if request is None:
+                raise InvalidResumeError(
+                    f"run {checkpoint.run_id} has no pending gate {decision.gate_id!r}; "
+                    f"pending: {sorted(pending)}"
+                )
+            if decision.gate_id in given:
+                raise InvalidResumeError(f"gate {decision.gate_id!r} has more than one decision")
+            if request.deadline is not None and request.deadline <= now:
+                raise InvalidResumeError(
+                    f"gate {decision.gate_id!r} expired at {request.deadline.isoformat()}; "
+                    f"it is decided by its timeout ({on_timeout})"
+                )
+            given[decision.gate_id] = decision
+        chosen: list[GateDecision] = []
+        missing: list[str] = []
+        for gate_id, request in pending.items():
+            if request.deadline is not None and request.deadline <= now:
+                reason = f"deadline {request.deadline.isoformat()} passed"
+                chosen.append(
+                    GateDecision.approve(gate_id, by="timeout")
+                    if on_timeout == "approve"
+                    else GateDecision.reject(gate_id, by="timeout", reason=reason)
+                )
+            elif gate_id in given:
+                chosen.append(given[gate_id])
+            else:
+                missing.append(gate_id)
+        if missing:
+            raise InvalidResumeError(f"run {checkpoint.run_id}: no decision for gates {missing}")
+        return tuple(chosen)
 
     def run_sync(
         self,
@@ -151,3 +292,8 @@ class Engine:
             return await self.run(context, inputs=given)
 
         return anyio.run(main, backend=backend)
+
+
+def _parse_ref(ref: str) -> tuple[ContextKey, str]:
+    key, _, ident = ref.partition("/")
+    return ContextKey(key), ident

@@ -3,6 +3,8 @@
 ```
 ConvergeError                        root: `except ConvergeError` catches everything converge raises
 ├── ConfigurationError (ValueError)  set up wrongly; raised before the first cycle
+│   ├── InvalidResumeError           decisions that do not fit a checkpoint's pending gates
+│   └── InvalidCheckpointError       a checkpoint that is tampered, unsigned or foreign
 └── RunError                         raised by `ConvergeResult.raise_for_status()`; has `.result`
     ├── BudgetExhaustedError         `.result.stop_reason` says which budget
     ├── InvariantViolationError      `.violations`
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._fact import Fact
+    from ._hitl import GateRequest
     from ._invariant import Violation
     from ._proposal import ProposedFact
     from ._result import ConvergeResult
@@ -27,6 +30,8 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "ConvergeError",
+    "InvalidCheckpointError",
+    "InvalidResumeError",
     "InvariantViolationError",
     "RunError",
 ]
@@ -38,6 +43,14 @@ class ConvergeError(Exception):
 
 class ConfigurationError(ConvergeError, ValueError):
     """The engine or a registration is set up wrongly; raised before anything runs."""
+
+
+class InvalidResumeError(ConfigurationError):
+    """`Engine.resume` got decisions or registrations that do not fit the checkpoint."""
+
+
+class InvalidCheckpointError(ConfigurationError):
+    """A checkpoint failed verification: a changed fact or root, a missing or bad signature."""
 
 
 class RunError(ConvergeError):
@@ -61,7 +74,7 @@ class InvariantViolationError(RunError):
     @property
     def violations(self) -> tuple[Violation, ...]:
         """Every violation recorded in the run, in the order found."""
-        return tuple(v for cycle in self.result.trace.cycles for v in cycle.violations)
+        return self.result.violations
 
 
 class ConflictError(RunError):
@@ -84,3 +97,8 @@ class ConflictError(RunError):
 
 class AwaitingHumanError(RunError):
     """The run paused for human decisions."""
+
+    @property
+    def pending(self) -> tuple[GateRequest, ...]:
+        """The gates awaiting decisions."""
+        return self.result.pending

@@ -102,9 +102,11 @@ class Executor:
         self._timeout = timeout
         self._mode = mode
 
-    async def run(self, eligible: Sequence[Registration], snapshot: ContextSnapshot) -> list[Slot]:
-        """Execute every eligible suggestor against `snapshot`; slots in registration order."""
-        slots = [Slot(reg) for reg in eligible]
+    async def run(self, slots: Sequence[Slot], snapshot: ContextSnapshot) -> None:
+        """Execute each slot's suggestor against `snapshot`, filling the slots in place.
+
+        Slots stay in registration order; a slot whose call was cancelled keeps no execution.
+        """
         if len(slots) == 1:
             await self._run_one(slots[0], snapshot)  # a lone suggestor needs no task group
         elif slots:
@@ -115,7 +117,6 @@ class Executor:
             for slot in slots:
                 if slot.error is not None:
                     raise slot.error
-        return slots
 
     async def _run_one(self, slot: Slot, snapshot: ContextSnapshot) -> None:
         limiter = self._limiter

@@ -2,7 +2,8 @@
 
 Only the kernel creates facts. Every public route that could build or change one raises
 `TypeError`: the constructor, `model_validate*`, `model_construct`, `model_copy`, pickling,
-attribute assignment, a `TypeAdapter(Fact)` and a `Fact` field inside another model. The
+attribute assignment, validation through a `TypeAdapter(Fact)`, and a `Fact` field inside
+another model. The
 kernel builds them through `promote` (a proposal crossing the gate) and `restore` (a
 verified record coming back from JSON).
 """
@@ -24,6 +25,7 @@ __all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "promote"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 GateKind = Literal["engine", "human", "input"]
+"""Which gate promoted a fact: the engine's, a human's, or the input gate."""
 
 _SEALED_MESSAGE = (
     "Fact cannot be built or changed directly: only the engine promotes proposals into facts. "
@@ -61,7 +63,9 @@ class Fact(BaseModel, frozen=True):
     """A promoted proposal: read-only, with its provenance and promotion record.
 
     !!! note
-        Facts cannot be constructed by user code; see the module docs on the promotion boundary.
+        Only the engine creates facts. The constructor, `model_validate*`, `model_construct`,
+        `model_copy`, pickling, attribute assignment, validation through a `TypeAdapter(Fact)`
+        and a `Fact` field inside another model all raise `TypeError`.
     """
 
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")

@@ -5,25 +5,38 @@ from __future__ import annotations
 import math
 from typing import final
 
-from pydantic import Field, JsonValue, field_validator
+from pydantic import Field, JsonValue, ValidationInfo, field_validator
 
 from ._key import ContextKey
 from ._model import FrozenModel
 
-__all__ = ["ProposedFact", "check_finite"]
+__all__ = ["ProposedFact", "check_json", "check_text"]
 
 
-def check_finite(value: JsonValue, path: str = "payload") -> None:
-    """Raise `ValueError` naming the place of the first NaN or infinity in a JSON value."""
+def check_text(text: str, path: str) -> None:
+    """Raise `ValueError` if `text` cannot be UTF-8 (a lone surrogate), which hashing needs."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{path} holds a lone surrogate at position {error.start}; text must be valid UTF-8"
+        ) from None
+
+
+def check_json(value: JsonValue, path: str = "payload") -> None:
+    """Raise `ValueError` naming the first NaN, infinity or lone surrogate in a JSON value."""
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{path} holds a non-finite number ({value!r}); JSON has none")
+    elif isinstance(value, str):
+        check_text(value, path)
     elif isinstance(value, dict):
         for key, item in value.items():
-            check_finite(item, f"{path}.{key}")
+            check_text(key, f"{path} key {key!r}")
+            check_json(item, f"{path}.{key}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            check_finite(item, f"{path}[{index}]")
+            check_json(item, f"{path}[{index}]")
 
 
 @final
@@ -53,9 +66,22 @@ class ProposedFact(FrozenModel, frozen=True):
 
     @field_validator("payload")
     @classmethod
-    def _payload_is_finite(cls, value: JsonValue | None) -> JsonValue | None:
+    def _payload_is_json(cls, value: JsonValue | None) -> JsonValue | None:
         if value is not None:
-            check_finite(value)
+            check_json(value)
+        return value
+
+    @field_validator("id", "content", "provenance")
+    @classmethod
+    def _text_is_utf8(cls, value: str, info: ValidationInfo) -> str:
+        check_text(value, str(info.field_name))
+        return value
+
+    @field_validator("evidence")
+    @classmethod
+    def _evidence_is_utf8(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for index, ref in enumerate(value):
+            check_text(ref, f"evidence[{index}]")
         return value
 
     @property

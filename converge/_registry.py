@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import final
 
 from ._exceptions import ConfigurationError
+from ._invariant import Invariant, InvariantClass
 from ._key import ContextKey
 from ._suggestor import Suggestor, SuggestorId, describe_suggestor
 
@@ -27,16 +28,56 @@ class Registration:
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class InvariantRegistration:
+    """One registered invariant."""
+
+    invariant: Invariant
+    name: str
+    invariant_class: InvariantClass
+    pack: str | None
+
+
+@final
 class RegistryView:
     """A frozen view for one run: the active suggestors, indexed by dependency key."""
 
-    __slots__ = ("_always", "_by_key", "registrations")
+    __slots__ = (
+        "_always",
+        "_by_key",
+        "acceptance",
+        "fingerprint",
+        "registrations",
+        "semantic",
+        "structural",
+    )
 
-    def __init__(self, registrations: tuple[Registration, ...], active: frozenset[str] | None):
+    def __init__(
+        self,
+        registrations: tuple[Registration, ...],
+        invariants: tuple[InvariantRegistration, ...],
+        active: frozenset[str] | None,
+    ):
         self.registrations = registrations
-        live = [
-            reg for reg in registrations if reg.pack is None or active is None or reg.pack in active
-        ]
+
+        def on(pack: str | None) -> bool:
+            return pack is None or active is None or pack in active
+
+        live = [reg for reg in registrations if on(reg.pack)]
+        checks = [inv for inv in invariants if on(inv.pack)]
+        self.structural: tuple[Invariant, ...] = tuple(
+            i.invariant for i in checks if i.invariant_class is InvariantClass.STRUCTURAL
+        )
+        self.semantic: tuple[Invariant, ...] = tuple(
+            i.invariant for i in checks if i.invariant_class is InvariantClass.SEMANTIC
+        )
+        self.acceptance: tuple[Invariant, ...] = tuple(
+            i.invariant for i in checks if i.invariant_class is InvariantClass.ACCEPTANCE
+        )
+        self.fingerprint: tuple[tuple[str, ...], tuple[str, ...]] = (
+            tuple(f"{r.id}:{r.name}:{r.pack or ''}" for r in registrations),
+            tuple(f"{i.name}:{i.invariant_class.value}:{i.pack or ''}" for i in invariants),
+        )
         self._always: tuple[Registration, ...] = tuple(r for r in live if not r.dependencies)
         by_key: dict[ContextKey, list[Registration]] = {}
         for reg in live:
@@ -61,9 +102,19 @@ class RegistryView:
 class Registry:
     """The engine's registrations; builds a cached `RegistryView` for each run."""
 
-    __slots__ = ("_active", "_names", "_packs", "_registrations", "_view")
+    __slots__ = (
+        "_active",
+        "_invariant_names",
+        "_invariants",
+        "_names",
+        "_packs",
+        "_registrations",
+        "_view",
+    )
 
     def __init__(self) -> None:
+        self._invariants: list[InvariantRegistration] = []
+        self._invariant_names: set[str] = set()
         self._registrations: list[Registration] = []
         self._names: set[str] = set()
         self._packs: set[str] = set()
@@ -93,6 +144,34 @@ class Registry:
         self._view = None
         return sid
 
+    def add_invariant(self, invariant: Invariant, pack: str | None) -> None:
+        kind = type(invariant).__name__
+        for member in ("name", "invariant_class", "check"):
+            if not hasattr(invariant, member):
+                raise ConfigurationError(
+                    f"{kind} does not satisfy Invariant: missing member {member!r}"
+                )
+        name: object = getattr(invariant, "name")  # noqa: B009
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(
+                f"{kind} does not satisfy Invariant: 'name' must be a non-blank str"
+            )
+        try:
+            invariant_class = InvariantClass(getattr(invariant, "invariant_class"))  # noqa: B009
+        except ValueError:
+            raise ConfigurationError(
+                f"invariant {name!r}: invariant_class must be an InvariantClass"
+            ) from None
+        if not callable(getattr(invariant, "check")):  # noqa: B009
+            raise ConfigurationError(f"invariant {name!r}: 'check' must be callable")
+        if name in self._invariant_names:
+            raise ConfigurationError(f"an invariant named {name!r} is already registered")
+        self._invariants.append(InvariantRegistration(invariant, name, invariant_class, pack))
+        self._invariant_names.add(name)
+        if pack is not None:
+            self._packs.add(pack)
+        self._view = None
+
     def set_active(self, packs: Iterable[str] | None) -> None:
         if packs is None:
             self._active = None
@@ -112,5 +191,7 @@ class Registry:
     def view(self) -> RegistryView:
         view = self._view
         if view is None:
-            view = self._view = RegistryView(tuple(self._registrations), self._active)
+            view = self._view = RegistryView(
+                tuple(self._registrations), tuple(self._invariants), self._active
+            )
         return view

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import final
 
+from ._checkpoint import Checkpoint
 from ._context import ContextSnapshot
 from ._exceptions import (
     AwaitingHumanError,
@@ -14,7 +15,9 @@ from ._exceptions import (
     InvariantViolationError,
     RunError,
 )
+from ._hitl import GateRequest
 from ._integrity import IntegrityProof
+from ._invariant import Violation
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._trace import Rejection, RunTrace
@@ -101,6 +104,16 @@ class ConvergeResult:
     """The run's id."""
     conflict: Conflict | None = None
     """The conflict that stopped the run, for `StopReason.CONFLICT`."""
+    pending: tuple[GateRequest, ...] = ()
+    """Proposals awaiting a human, for `StopReason.AWAITING_HUMAN`."""
+    checkpoint: Checkpoint | None = None
+    """What `Engine.resume` needs, for `StopReason.AWAITING_HUMAN`."""
+
+    @property
+    def violations(self) -> tuple[Violation, ...]:
+        """Every invariant violation recorded in the run, in the order found."""
+        trace = self.trace
+        return trace.input_violations + tuple(v for c in trace.cycles for v in c.violations)
 
     @property
     def converged(self) -> bool:

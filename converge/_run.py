@@ -1,24 +1,28 @@
 """One run of the loop: inputs at cycle 0, then cycles until a stop reason.
 
-`Engine` builds a `RunLoop` per run from its configuration and a frozen view of its
-registrations, so registering more suggestors never disturbs a run in progress.
+`Engine` builds a `RunLoop` per run (or resume) from its configuration and a frozen view of
+its registrations, so registering more suggestors never disturbs a run in progress. The
+state a pause must keep lives in `RunState`, which a `Checkpoint` serialises.
 """
 
 from __future__ import annotations
 
-import math
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from time import perf_counter
 from typing import final
 
 import anyio
 
 from ._budget import Budget
+from ._checkpoint import Checkpoint, FactRecord, sign
 from ._context import ContextSnapshot
 from ._executor import ErrorMode, Executor, Slot, failure
+from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._integrity import IntegrityProof
+from ._invariant import Violation, check_invariants
 from ._key import ContextKey
 from ._log import run_logger
 from ._merge import ConflictMode, Merger
@@ -29,7 +33,10 @@ from ._registry import Registration, RegistryView
 from ._result import Conflict, ConvergeResult, StopReason
 from ._trace import CycleTrace, Execution, Rejection, RunTrace
 
-__all__ = ["RunConfig", "RunLoop"]
+__all__ = ["HUMAN_SUGGESTOR_ID", "RunConfig", "RunLoop", "RunState"]
+
+HUMAN_SUGGESTOR_ID = -2
+"""The `suggestor_id` of facts written by human decisions (rejection diagnostics)."""
 
 
 @final
@@ -43,75 +50,163 @@ class RunConfig:
     on_suggestor_error: ErrorMode
     max_concurrency: int | None
     suggestor_timeout: float | None
+    hitl: HitlPolicy | None
+    clock: Callable[[], datetime]
+    signing_key: bytes | None
+
+
+@final
+@dataclass(slots=True)
+class RunState:
+    """What a run carries from cycle to cycle, and across a pause."""
+
+    run_id: str
+    snapshot: ContextSnapshot
+    initial_root: str
+    inputs: tuple[ProposedFact, ...]
+    cycle: int = 0
+    dirty: frozenset[ContextKey] = frozenset()
+    tokens: int = 0
+    elapsed_before: float = 0.0
+    refused: frozenset[tuple[ContextKey, str]] = frozenset()
+    decisions: list[GateDecision] = field(default_factory=list[GateDecision])
+    rejections: list[Rejection] = field(default_factory=list[Rejection])
+    cycles: list[CycleTrace] = field(default_factory=list[CycleTrace])
+    input_violations: tuple[Violation, ...] = ()
 
 
 @final
 class RunLoop:
-    """The state of one run, from cycle 0 to its stop reason."""
+    """Drives one run (or one resumed stretch of it) to a stop reason."""
 
-    def __init__(self, config: RunConfig, view: RegistryView) -> None:
+    def __init__(self, config: RunConfig, view: RegistryView, state: RunState) -> None:
         self._config = config
         self._view = view
+        self._state = state
         self._executor = Executor(
             max_concurrency=config.max_concurrency,
             timeout=config.suggestor_timeout,
             mode=config.on_suggestor_error,
         )
-        self.run_id = uuid.uuid4().hex
-        self._log = run_logger(run_id=self.run_id)
-        self._cycles: list[CycleTrace] = []
-        self._rejections: list[Rejection] = []
-        self._tokens = 0
-        self._started = 0.0
-        self._inputs: tuple[ProposedFact, ...] = ()
-        self._initial_root = ""
-
-    # -- the loop ------------------------------------------------------------------------------
-
-    async def run(
-        self, context: ContextSnapshot, inputs: tuple[ProposedFact, ...]
-    ) -> ConvergeResult:
+        self._log = run_logger(run_id=state.run_id)
         self._started = perf_counter()
-        self._inputs = inputs
-        self._initial_root = context.merkle_root()
-        budget = self._config.budget
+
+    @staticmethod
+    def new_state(context: ContextSnapshot, inputs: tuple[ProposedFact, ...]) -> RunState:
+        """The state of a run that has not started."""
+        return RunState(uuid.uuid4().hex, context, context.merkle_root(), inputs)
+
+    @property
+    def state(self) -> RunState:
+        """The live state."""
+        return self._state
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    async def start(self) -> ConvergeResult:
+        """Merge the inputs at cycle 0, then loop."""
+        state = self._state
         self._log.info(
             "run_started",
             suggestors=len(self._view.registrations),
-            inputs=len(inputs),
-            facts=len(context),
+            inputs=len(state.inputs),
+            facts=len(state.snapshot),
         )
-
-        merger = self._merger(context, 0, gate="input")
-        conflict = merger.merge("input", -1, None, inputs)
-        snapshot = merger.snapshot()
-        self._rejections.extend(merger.rejections)
+        merger = self._merger(state.snapshot, 0, gate="input", hitl=False)
+        conflict = merger.merge("input", -1, None, state.inputs)
+        state.snapshot = merger.snapshot()
+        state.rejections.extend(merger.rejections)
+        state.input_violations = tuple(merger.violations)
         if conflict is not None:
-            return self._finish(snapshot, StopReason.CONFLICT, conflict.describe(), 0, conflict)
-        dirty = merger.added_keys or frozenset(snapshot.keys())
+            return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
+        stop = self._budget_stop()
+        if stop is not None:
+            return self._finish(*stop)
+        state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
+        return await self.loop()
 
-        cycle = 0
-        while True:
-            cycle += 1
-            if cycle > budget.max_cycles:
-                detail = f"max_cycles ({budget.max_cycles})"
-                return self._finish(
-                    snapshot, StopReason.CYCLE_BUDGET_EXHAUSTED, detail, budget.max_cycles
+    def apply_decisions(
+        self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
+    ) -> None:
+        """Merge the humans' decisions as the paused cycle's last effects."""
+        state = self._state
+        cycle = state.cycle
+        refused = set(state.refused)
+        approvals = self._merger(state.snapshot, cycle, gate="human", hitl=False)
+        by_gate = {decision.gate_id: decision for decision in decisions}
+        for request in pending:
+            decision = by_gate[request.gate_id]
+            state.decisions.append(decision)
+            proposal = request.proposal
+            if decision.approved:
+                approvals.merge(
+                    request.suggestor,
+                    request.suggestor_id,
+                    None,
+                    (proposal,),
+                    approved_by=decision.by,
                 )
+            else:
+                refused.add((proposal.key, proposal.id))
+                reason = decision.reason or "no reason provided"
+                note = ProposedFact(
+                    key=ContextKey.DIAGNOSTIC,
+                    id=f"hitl-rejected:{proposal.id}",
+                    content=(
+                        f"HITL gate rejected proposal '{proposal.id}' by {decision.by}: {reason}"
+                    ),
+                    provenance=f"human:{decision.by}",
+                    evidence=tuple(proposal.evidence),
+                )
+                approvals.merge("human", HUMAN_SUGGESTOR_ID, None, (note,), approved_by=decision.by)
+            self._log.info(
+                "gate_decided",
+                gate_id=request.gate_id,
+                approved=decision.approved,
+                by=decision.by,
+            )
+        state.snapshot = approvals.snapshot()
+        state.rejections.extend(approvals.rejections)
+        state.refused = frozenset(refused)
+        state.dirty = state.dirty | approvals.added_keys
+        if state.cycles:
+            last = state.cycles[-1]
+            state.cycles[-1] = last.model_copy(
+                update={
+                    "promoted": last.promoted + tuple(f.ref for f in approvals.promoted),
+                    "rejected": last.rejected + tuple(approvals.rejections),
+                    "violations": last.violations + tuple(approvals.violations),
+                }
+            )
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def loop(self) -> ConvergeResult:
+        """Cycles from `state.cycle + 1` until a stop reason."""
+        state = self._state
+        budget = self._config.budget
+        view = self._view
+        while True:
+            state.cycle += 1
+            cycle = state.cycle
+            if cycle > budget.max_cycles:
+                state.cycle = budget.max_cycles
+                detail = f"max_cycles ({budget.max_cycles})"
+                return self._finish(StopReason.CYCLE_BUDGET_EXHAUSTED, detail)
+            dirty = state.dirty
+            snapshot = state.snapshot
             self._log.debug("cycle_started", cycle=cycle, dirty=sorted(dirty))
-            eligible, refused = self._eligible(self._view.candidates(dirty), snapshot)
+            eligible, refused = self._eligible(view.candidates(dirty), snapshot)
             if not eligible:
-                self._record(cycle, dirty, eligible, refused, (), ())
-                return self._fixed_point(snapshot, cycle)
+                self._record(cycle, dirty, eligible, self._executions(refused, ()), None)
+                return self._fixed_point()
 
             slots, timed_out = await self._execute(eligible, snapshot)
             if timed_out:
-                self._tokens += sum(slot.effect.tokens for slot in slots if slot.effect is not None)
+                state.tokens += sum(s.effect.tokens for s in slots if s.effect is not None)
                 executions = self._executions(refused, slots, cancelled=True)
-                self._record_trace(cycle, dirty, eligible, executions, (), ())
-                return self._finish(
-                    snapshot, StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail(), cycle
-                )
+                self._record(cycle, dirty, eligible, executions, None)
+                return self._finish(StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail())
 
             merger = self._merger(snapshot, cycle)
             conflict: Conflict | None = None
@@ -119,35 +214,53 @@ class RunLoop:
                 effect = slot.effect
                 if effect is None:
                     continue
-                self._tokens += effect.tokens
+                state.tokens += effect.tokens
                 reg = slot.reg
                 conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
                 if conflict is not None:
                     break
-            snapshot = merger.snapshot()
-            self._rejections.extend(merger.rejections)
-            self._record(cycle, dirty, eligible, refused, slots, merger)
+            state.snapshot = merger.snapshot()
+            state.rejections.extend(merger.rejections)
+            executions = self._executions(refused, slots)
             if conflict is not None:
-                return self._finish(
-                    snapshot, StopReason.CONFLICT, conflict.describe(), cycle, conflict
-                )
+                self._record(cycle, dirty, eligible, executions, merger)
+                return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
 
-            stop = self._budget_stop(snapshot)
+            stop = self._budget_stop()
             if stop is not None:
-                return self._finish(snapshot, stop[0], stop[1], cycle)
+                self._record(cycle, dirty, eligible, executions, merger)
+                return self._finish(*stop)
+            if merger.held:
+                state.dirty = merger.added_keys
+                self._record(cycle, dirty, eligible, executions, merger)
+                return self._pause(merger.held)
             if not merger.promoted:
-                return self._fixed_point(snapshot, cycle)
-            dirty = merger.added_keys
+                self._record(cycle, dirty, eligible, executions, merger)
+                return self._fixed_point()
+            semantic = check_invariants(view.semantic, state.snapshot, cycle)
+            self._record(cycle, dirty, eligible, executions, merger, semantic)
+            state.dirty = merger.added_keys
 
     # -- phases ------------------------------------------------------------------------------------
 
-    def _merger(self, snapshot: ContextSnapshot, cycle: int, *, gate: str = "engine") -> Merger:
+    def _merger(
+        self, snapshot: ContextSnapshot, cycle: int, *, gate: str = "engine", hitl: bool = True
+    ) -> Merger:
+        config = self._config
+        policy = config.hitl if hitl else None
+        deadline = None
+        if policy is not None and policy.timeout is not None:
+            deadline = config.clock() + policy.timeout
         return Merger(
             snapshot,
             cycle=cycle,
-            policy=self._config.policy,
-            mode=self._config.on_conflict,
-            gate="input" if gate == "input" else "engine",
+            policy=config.policy,
+            mode=config.on_conflict,
+            gate="input" if gate == "input" else "human" if gate == "human" else "engine",
+            refused=self._state.refused,
+            structural=self._view.structural,
+            hitl=policy,
+            deadline=deadline,
         )
 
     def _eligible(
@@ -165,9 +278,6 @@ class RunLoop:
                 if raise_errors:
                     raise
                 refused.append(failure(reg, "failed", started, error, phase="accepts"))
-                self._log.warning(
-                    "suggestor_failed", suggestor=reg.name, phase="accepts", error=str(error)
-                )
                 continue
             if verdict is True:
                 eligible.append(reg)
@@ -184,29 +294,32 @@ class RunLoop:
         self, eligible: Sequence[Registration], snapshot: ContextSnapshot
     ) -> tuple[list[Slot], bool]:
         """Run the eligible suggestors; report whether the time budget cancelled them."""
+        slots = [Slot(reg) for reg in eligible]
         remaining = self._remaining_seconds()
         if remaining is None:
-            return await self._executor.run(eligible, snapshot), False
-        slots: list[Slot] = [Slot(reg) for reg in eligible]
+            await self._executor.run(slots, snapshot)
+            return slots, False
         with anyio.move_on_after(max(remaining, 0.0)) as scope:
-            slots = await self._executor.run(eligible, snapshot)
+            await self._executor.run(slots, snapshot)
         return slots, scope.cancelled_caught
+
+    def _elapsed(self) -> float:
+        return self._state.elapsed_before + (perf_counter() - self._started)
 
     def _remaining_seconds(self) -> float | None:
         limit = self._config.budget.max_seconds
-        if limit is None:
-            return None
-        return limit - (perf_counter() - self._started)
+        return None if limit is None else limit - self._elapsed()
 
-    def _budget_stop(self, snapshot: ContextSnapshot) -> tuple[StopReason, str] | None:
+    def _budget_stop(self) -> tuple[StopReason, str] | None:
         budget = self._config.budget
-        facts = len(snapshot)
+        state = self._state
+        facts = len(state.snapshot)
         if facts > budget.max_facts:
             return StopReason.FACT_BUDGET_EXHAUSTED, f"max_facts ({facts} > {budget.max_facts})"
-        if budget.max_tokens is not None and self._tokens > budget.max_tokens:
+        if budget.max_tokens is not None and state.tokens > budget.max_tokens:
             return (
                 StopReason.TOKEN_BUDGET_EXHAUSTED,
-                f"max_tokens ({self._tokens} > {budget.max_tokens})",
+                f"max_tokens ({state.tokens} > {budget.max_tokens})",
             )
         remaining = self._remaining_seconds()
         if remaining is not None and remaining < 0:
@@ -214,11 +327,74 @@ class RunLoop:
         return None
 
     def _time_detail(self) -> str:
-        elapsed = perf_counter() - self._started
-        return f"max_seconds ({elapsed:.3f} > {self._config.budget.max_seconds})"
+        return f"max_seconds ({self._elapsed():.3f} > {self._config.budget.max_seconds})"
 
-    def _fixed_point(self, snapshot: ContextSnapshot, cycle: int) -> ConvergeResult:
-        return self._finish(snapshot, StopReason.CONVERGED, "fixed point reached", cycle)
+    def _fixed_point(self) -> ConvergeResult:
+        """Acceptance and semantic invariants decide between converged and violated."""
+        state = self._state
+        view = self._view
+        checks = (*view.semantic, *view.acceptance)
+        if not checks:
+            return self._finish(StopReason.CONVERGED, "fixed point reached")
+        violations = check_invariants(checks, state.snapshot, state.cycle)
+        if not violations:
+            return self._finish(StopReason.CONVERGED, "fixed point reached")
+        if state.cycles and state.cycles[-1].cycle == state.cycle:
+            last = state.cycles[-1]
+            known = set(last.violations)
+            fresh = tuple(v for v in violations if v not in known)
+            state.cycles[-1] = last.model_copy(update={"violations": last.violations + fresh})
+        for violation in violations:
+            self._log.warning(
+                "invariant_violated",
+                invariant=violation.invariant,
+                invariant_class=violation.invariant_class.value,
+                cycle=violation.cycle,
+                reason=violation.reason,
+            )
+        detail = "; ".join(f"{v.invariant}: {v.reason}" for v in violations)
+        return self._finish(StopReason.INVARIANT_VIOLATED, detail)
+
+    def _pause(self, held: list[GateRequest]) -> ConvergeResult:
+        state = self._state
+        for request in held:
+            self._log.info(
+                "gate_requested",
+                gate_id=request.gate_id,
+                suggestor=request.suggestor,
+                cycle=request.cycle,
+            )
+        snapshot = state.snapshot
+        registrations, invariants = self._view.fingerprint
+        checkpoint = Checkpoint(
+            run_id=state.run_id,
+            registrations=registrations,
+            invariants=invariants,
+            facts=tuple(FactRecord.of(fact) for fact in snapshot.facts()),
+            merkle_root=snapshot.merkle_root(),
+            clock=snapshot.clock,
+            version=snapshot.version,
+            cycle=state.cycle,
+            dirty=tuple(key for key in ContextKey if key in state.dirty),
+            tokens=state.tokens,
+            elapsed_seconds=self._elapsed(),
+            refused=tuple(f"{key.value}/{ident}" for key, ident in sorted(state.refused)),
+            pending=tuple(held),
+            decisions=tuple(state.decisions),
+            rejections=tuple(state.rejections),
+            cycles=tuple(state.cycles),
+            inputs=state.inputs,
+            input_violations=state.input_violations,
+            initial_root=state.initial_root,
+        )
+        checkpoint = sign(checkpoint, self._config.signing_key)
+        gates = ", ".join(request.gate_id for request in held)
+        return self._finish(
+            StopReason.AWAITING_HUMAN,
+            f"{len(held)} proposal(s) awaiting a human: {gates}",
+            pending=tuple(held),
+            checkpoint=checkpoint,
+        )
 
     # -- records -----------------------------------------------------------------------------------
 
@@ -235,12 +411,14 @@ class RunLoop:
                         slot.reg, "timed_out", self._started, "cancelled: time budget exhausted"
                     )
                 )
-        done.sort(key=lambda execution: execution.suggestor_id)
+        if refused:
+            done.sort(key=lambda execution: execution.suggestor_id)
         for execution in done:
-            if execution.outcome != "ok" and execution.phase == "execute":
+            if execution.outcome != "ok":
                 self._log.warning(
                     "suggestor_failed",
                     suggestor=execution.suggestor,
+                    phase=execution.phase,
                     outcome=execution.outcome,
                     error=execution.error,
                 )
@@ -251,28 +429,29 @@ class RunLoop:
         cycle: int,
         dirty: frozenset[ContextKey],
         eligible: Sequence[Registration],
-        refused: list[Execution],
-        slots: Sequence[Slot],
-        merger: Merger | tuple[()],
+        executions: tuple[Execution, ...],
+        merger: Merger | None,
+        semantic: Sequence[Violation] = (),
     ) -> None:
-        executions = self._executions(refused, slots)
-        if isinstance(merger, Merger):
+        if merger is None:
+            promoted: tuple[str, ...] = ()
+            rejected: tuple[Rejection, ...] = ()
+            held: tuple[str, ...] = ()
+            violations: tuple[Violation, ...] = tuple(semantic)
+        else:
             promoted = tuple(fact.ref for fact in merger.promoted)
             rejected = tuple(merger.rejections)
-        else:
-            promoted, rejected = (), ()
-        self._record_trace(cycle, dirty, eligible, executions, promoted, rejected)
-
-    def _record_trace(
-        self,
-        cycle: int,
-        dirty: frozenset[ContextKey],
-        eligible: Sequence[Registration],
-        executions: tuple[Execution, ...],
-        promoted: tuple[str, ...],
-        rejected: tuple[Rejection, ...],
-    ) -> None:
-        self._cycles.append(
+            held = tuple(request.gate_id for request in merger.held)
+            violations = (*merger.violations, *semantic)
+        for violation in violations:
+            self._log.warning(
+                "invariant_violated",
+                invariant=violation.invariant,
+                invariant_class=violation.invariant_class.value,
+                cycle=cycle,
+                reason=violation.reason,
+            )
+        self._state.cycles.append(
             trusted(
                 CycleTrace,
                 {
@@ -282,8 +461,8 @@ class RunLoop:
                     "executions": executions,
                     "promoted": promoted,
                     "rejected": rejected,
-                    "held": (),
-                    "violations": (),
+                    "held": held,
+                    "violations": violations,
                 },
             )
         )
@@ -297,42 +476,48 @@ class RunLoop:
 
     def _finish(
         self,
-        snapshot: ContextSnapshot,
         reason: StopReason,
         detail: str,
-        cycles: int,
         conflict: Conflict | None = None,
+        *,
+        pending: tuple[GateRequest, ...] = (),
+        checkpoint: Checkpoint | None = None,
     ) -> ConvergeResult:
+        state = self._state
+        snapshot = state.snapshot
         proof = IntegrityProof.of(snapshot)
         trace = trusted(
             RunTrace,
             {
-                "run_id": self.run_id,
-                "inputs": self._inputs,
-                "initial_root": self._initial_root,
-                "cycles": tuple(self._cycles),
+                "run_id": state.run_id,
+                "inputs": state.inputs,
+                "initial_root": state.initial_root,
+                "cycles": tuple(state.cycles),
+                "decisions": tuple(state.decisions),
+                "input_violations": state.input_violations,
             },
         )
-        elapsed_ms = (perf_counter() - self._started) * 1000.0
         self._log.info(
             "run_finished",
             stop_reason=reason.value,
             detail=detail,
-            cycles=cycles,
+            cycles=state.cycle,
             facts=proof.fact_count,
-            tokens=self._tokens,
+            tokens=state.tokens,
             merkle_root=proof.merkle_root,
-            elapsed_ms=round(elapsed_ms, 3) if math.isfinite(elapsed_ms) else None,
+            elapsed_ms=round(self._elapsed() * 1000.0, 3),
         )
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
-            cycles=cycles,
+            cycles=state.cycle,
             context=snapshot,
             integrity=proof,
             trace=trace,
-            rejections=tuple(self._rejections),
-            tokens=self._tokens,
-            run_id=self.run_id,
+            rejections=tuple(state.rejections),
+            tokens=state.tokens,
+            run_id=state.run_id,
             conflict=conflict,
+            pending=pending,
+            checkpoint=checkpoint,
         )

@@ -6,6 +6,7 @@ from typing import Literal, final
 
 from pydantic import Field
 
+from ._hitl import GateDecision
 from ._invariant import Violation
 from ._key import ContextKey
 from ._model import FrozenModel
@@ -14,6 +15,7 @@ from ._proposal import ProposedFact
 __all__ = ["CycleTrace", "Execution", "Outcome", "Rejection", "RunTrace"]
 
 Outcome = Literal["ok", "failed", "timed_out"]
+"""How an execution ended."""
 
 
 @final
@@ -88,3 +90,7 @@ class RunTrace(FrozenModel, frozen=True):
     """Merkle root of the starting context."""
     cycles: tuple[CycleTrace, ...] = Field(default=())
     """One entry per cycle started, from cycle 1."""
+    decisions: tuple[GateDecision, ...] = ()
+    """Human (and timeout) decisions applied on resume, in order."""
+    input_violations: tuple[Violation, ...] = ()
+    """Structural violations that rolled the inputs back."""

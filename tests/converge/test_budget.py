@@ -144,3 +144,46 @@ def test_budget_refuses_out_of_range_limits(fields: dict[str, object]) -> None:
 
     with pytest.raises(ValidationError):
         Budget.model_validate(fields)
+
+
+async def test_time_budget_keeps_the_records_of_suggestors_that_finished() -> None:
+    class Quick:
+        name = "quick"
+        dependencies = ()
+
+        def accepts(self, ctx: Context, /) -> bool:
+            return ctx.cycle == 0
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            return AgentEffect(tokens=5)
+
+    class Slow(Quick):
+        name = "slow"
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            await anyio.sleep(30)
+            return AgentEffect.empty()
+
+    engine = Engine(budget=Budget(max_seconds=0.2))
+    engine.register_suggestor(Quick())
+    engine.register_suggestor(Slow())
+    with anyio.fail_after(5):
+        result = await engine.run()
+    assert result.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    quick, slow = result.trace.cycles[0].executions
+    assert (quick.suggestor, quick.outcome) == ("quick", "ok")
+    assert (slow.suggestor, slow.outcome) == ("slow", "timed_out")
+    assert result.tokens == 5
+
+
+async def test_fact_budget_is_checked_after_the_inputs() -> None:
+    engine = Engine(budget=Budget(max_facts=2))
+    inputs = [
+        ProposedFact(key=ContextKey.SEEDS, id=f"s{i}", content="c", provenance="t")
+        for i in range(5)
+    ]
+    result = await engine.run(inputs=inputs)
+    assert result.stop_reason is StopReason.FACT_BUDGET_EXHAUSTED
+    assert result.detail == "max_facts (5 > 2)"
+    assert result.cycles == 0
+    assert len(result.context) == 5

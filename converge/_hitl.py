@@ -1,0 +1,101 @@
+"""Human in the loop: which proposals wait for a person, the requests, and the decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import ClassVar, Literal, final
+
+from pydantic import ConfigDict, Field
+
+from ._key import ContextKey
+from ._model import FrozenModel
+from ._proposal import ProposedFact
+
+__all__ = ["GateDecision", "GateRequest", "HitlPolicy", "TimeoutAction"]
+
+TimeoutAction = Literal["reject", "approve"]
+
+
+@final
+class HitlPolicy(FrozenModel, frozen=True):
+    """Which proposals are held for a human, and what happens when nobody decides in time.
+
+    A proposal is gated when its key is in `gated_keys`, its confidence is strictly below
+    `confidence_below`, or `predicate` returns true (a predicate that raises gates too).
+    Inputs are never gated.
+    """
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(
+        frozen=True, extra="forbid", strict=True, arbitrary_types_allowed=True
+    )
+
+    gated_keys: frozenset[ContextKey] = Field(default=frozenset(), strict=False)
+    """Keys whose every proposal waits for a human."""
+    confidence_below: float | None = Field(default=None, ge=0.0, le=1.0, strict=False)
+    """Gate proposals with a confidence strictly below this."""
+    predicate: Callable[[ProposedFact], bool] | None = None
+    """Gate proposals for which this returns true."""
+    timeout: timedelta | None = None
+    """How long a gate may wait; `None` waits forever."""
+    on_timeout: TimeoutAction = "reject"
+    """What an expired gate becomes, decided by `"timeout"`."""
+
+    def gates(self, proposal: ProposedFact) -> bool:
+        """Whether `proposal` must wait for a human."""
+        if proposal.key in self.gated_keys:
+            return True
+        threshold = self.confidence_below
+        if threshold is not None and proposal.confidence < threshold:
+            return True
+        predicate = self.predicate
+        if predicate is None:
+            return False
+        try:
+            return bool(predicate(proposal))
+        except Exception:  # fail closed: an undecidable proposal waits for a human
+            return True
+
+
+@final
+class GateRequest(FrozenModel, frozen=True):
+    """A proposal held for a human decision."""
+
+    gate_id: str
+    """`"gate:{cycle}:{key}/{id}"`, unique within a run."""
+    proposal: ProposedFact
+    """The held proposal."""
+    suggestor: str
+    """The suggestor that proposed it."""
+    suggestor_id: int
+    """Its registration id."""
+    cycle: int
+    """The cycle that held it."""
+    summary: str
+    """What to show a reviewer: the proposal's content."""
+    deadline: datetime | None = None
+    """When the gate expires (UTC), or `None`."""
+
+
+@final
+class GateDecision(FrozenModel, frozen=True):
+    """A human's answer to one gate: build with `approve` or `reject`."""
+
+    gate_id: str
+    """The gate decided."""
+    approved: bool
+    """Whether the proposal becomes a fact."""
+    by: str = Field(min_length=1)
+    """Who decided (`"timeout"` for an expired gate)."""
+    reason: str | None = None
+    """Why, for a rejection."""
+
+    @classmethod
+    def approve(cls, gate_id: str, *, by: str) -> GateDecision:
+        """Let the proposal through."""
+        return cls(gate_id=gate_id, approved=True, by=by)
+
+    @classmethod
+    def reject(cls, gate_id: str, *, by: str, reason: str | None = None) -> GateDecision:
+        """Refuse the proposal; it cannot be proposed again in this run."""
+        return cls(gate_id=gate_id, approved=False, by=by, reason=reason)
