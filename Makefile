@@ -29,11 +29,11 @@ typecheck: $(STAMP)
 	$(BIN)/python tools/check_type_completeness.py
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test: lint typecheck
 	$(BIN)/python -m pytest
-	$(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
