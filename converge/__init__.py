@@ -31,6 +31,15 @@ from ._log import get_logger
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult, StopReason
+from ._store import (
+    PostgresRunStore,
+    RunNotFoundError,
+    RunRecord,
+    RunStore,
+    RunSummary,
+    SqliteRunStore,
+    StoreError,
+)
 from ._suggestor import Suggestor, SuggestorId
 from ._trace import CycleTrace, Execution, Outcome, Rejection, RunTrace
 
@@ -66,13 +75,20 @@ __all__ = [
     "InvariantResult",
     "InvariantViolationError",
     "Outcome",
+    "PostgresRunStore",
     "PromotionPolicy",
     "PromotionRecord",
     "ProposedFact",
     "Rejection",
     "RunError",
+    "RunNotFoundError",
+    "RunRecord",
+    "RunStore",
+    "RunSummary",
     "RunTrace",
+    "SqliteRunStore",
     "StopReason",
+    "StoreError",
     "Suggestor",
     "SuggestorFunction",
     "SuggestorId",

@@ -22,6 +22,7 @@ from ._proposal import ProposedFact
 from ._registry import Registry
 from ._result import ConvergeResult
 from ._run import RunConfig, RunLoop, RunState
+from ._store import RunRecord, RunStore, StoreError
 from ._suggestor import Suggestor, SuggestorId
 
 
@@ -50,6 +51,7 @@ class Engine:
         clock: Returns the current aware `datetime`, for gate deadlines (default: now in UTC).
         signing_key: Signs checkpoints with HMAC-SHA256 and refuses unsigned or mis-signed
             ones on resume.
+        store: Saves every finished or paused run before `run`/`resume` returns.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class Engine:
         hitl: HitlPolicy | None = None,
         clock: Callable[[], datetime] | None = None,
         signing_key: bytes | str | None = None,
+        store: RunStore | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -89,6 +92,7 @@ class Engine:
         if self._config.signing_key is not None and not self._config.signing_key:
             raise ConfigurationError("signing_key must not be empty")
         self._registry = Registry()
+        self._store = store
 
     def __repr__(self) -> str:
         return f"Engine(suggestors={len(self._registry.names)}, budget={self._config.budget!r})"
@@ -171,6 +175,7 @@ class Engine:
         Raises:
             ConfigurationError: `context` is not a `ContextSnapshot`, or an input is not a
                 `ProposedFact`.
+            StoreError: The engine has a store and saving failed (`error.result` keeps the run).
         """
         start = ContextSnapshot.empty() if context is None else context
         if not isinstance(start, ContextSnapshot):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -184,7 +189,28 @@ class Engine:
                     f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
                 )
         state = RunLoop.new_state(start._at_cycle(0), given)  # pyright: ignore[reportPrivateUsage]
-        return await RunLoop(self._config, self._registry.view(), state).start()
+        result = await RunLoop(self._config, self._registry.view(), state).start()
+        return await self._save(result)
+
+    @property
+    def store(self) -> RunStore | None:
+        """Where runs are saved, if anywhere."""
+        return self._store
+
+    async def _save(self, result: ConvergeResult) -> ConvergeResult:
+        store = self._store
+        if store is None:
+            return result
+        try:
+            with anyio.CancelScope(shield=True):
+                await store.save(RunRecord.of(result))
+        except Exception as error:
+            raise StoreError(
+                f"run {result.run_id} ({result.stop_reason.value}) could not be saved: "
+                f"{type(error).__name__}: {error}",
+                result=result,
+            ) from error
+        return result
 
     async def resume(
         self, checkpoint: Checkpoint, decisions: Iterable[GateDecision] = ()
@@ -201,6 +227,7 @@ class Engine:
             InvalidCheckpointError: A fact, the Merkle root or the signature does not verify.
             InvalidResumeError: The decisions do not fit the pending gates, or this engine's
                 registrations differ from the paused run's; nothing changes.
+            StoreError: The engine has a store and saving failed (`error.result` keeps the run).
         """
         view = self._registry.view()
         verify_signature(checkpoint, self._config.signing_key)
@@ -230,7 +257,7 @@ class Engine:
         )
         loop = RunLoop(self._config, view, state)
         loop.apply_decisions(checkpoint.pending, chosen)
-        return await loop.loop()
+        return await self._save(await loop.loop())
 
     def _check_decisions(
         self, checkpoint: Checkpoint, decisions: tuple[GateDecision, ...]

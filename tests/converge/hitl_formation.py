@@ -18,6 +18,7 @@ from converge import (
     GateDecision,
     HitlPolicy,
     ProposedFact,
+    RunStore,
 )
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 
@@ -61,12 +62,14 @@ def build_engine(
     clock: Callable[[], datetime] | None = None,
     policy: HitlPolicy | None = None,
     signing_key: str | None = SIGNING_KEY,
+    store: RunStore | None = None,
 ) -> Engine:
     """Seed → recommender (one proposal gated below 0.5 confidence) → a reaction to strategies."""
     engine = Engine(
         hitl=policy or HitlPolicy(confidence_below=0.5),
         clock=clock,
         signing_key=signing_key,
+        store=store,
     )
     engine.register_suggestor(SeedSuggestor("budget", "Pick a plan within budget"))
     engine.register_suggestor(Recommender())

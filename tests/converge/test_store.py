@@ -1,0 +1,220 @@
+"""Run stores: SQLite always; PostgreSQL against a real server when DATABASE_URL is set."""
+
+import json
+import os
+import sqlite3
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from hitl_formation import build_engine
+
+from converge import (
+    ContextKey,
+    Engine,
+    GateDecision,
+    PostgresRunStore,
+    ProposedFact,
+    RunNotFoundError,
+    RunRecord,
+    RunStore,
+    SqliteRunStore,
+    StopReason,
+    StoreError,
+    verify,
+)
+
+HERE = Path(__file__).resolve().parent
+GATE = "gate:2:strategies/costly"
+DATABASE_URL = os.environ.get("DATABASE_URL")
+REQUIRE = os.environ.get("CONVERGE_REQUIRE_SERVICES") == "1"
+
+
+def postgres_or_skip() -> str:
+    if DATABASE_URL:
+        return DATABASE_URL
+    if REQUIRE:
+        pytest.fail("CONVERGE_REQUIRE_SERVICES=1 but DATABASE_URL is not set")
+    pytest.skip(
+        "PostgreSQL store tests need a server: set DATABASE_URL=postgresql://... "
+        "(`bash .ci/run` starts one on 127.0.0.1)"
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    kind: str = request.param
+    if kind == "sqlite":
+        yield kind, str(tmp_path / "runs.db")
+    else:
+        yield kind, postgres_or_skip()
+
+
+def open_store(kind: str, target: str) -> RunStore:
+    return SqliteRunStore(target) if kind == "sqlite" else PostgresRunStore(target)
+
+
+@pytest.fixture
+def store(store_target: tuple[str, str]) -> RunStore:
+    return open_store(*store_target)
+
+
+def seed(ident: str) -> ProposedFact:
+    return ProposedFact(key=ContextKey.SEEDS, id=ident, content="c", provenance="t")
+
+
+async def test_store_saves_and_loads_a_run(store: RunStore) -> None:
+    result = await Engine().run(inputs=[seed("a"), seed("b")])
+    await store.save(RunRecord.of(result))
+    loaded = await store.load(result.run_id)
+    assert loaded == RunRecord.of(result)
+    context = loaded.restore_context()
+    assert context.merkle_root() == result.integrity.merkle_root
+    assert verify(context, loaded.integrity)
+
+
+async def test_store_load_of_an_unknown_run_raises(store: RunStore) -> None:
+    with pytest.raises(RunNotFoundError, match="no run 'missing-"):
+        await store.load(f"missing-{uuid.uuid4().hex}")
+
+
+async def test_store_lists_the_latest_runs_first(store: RunStore) -> None:
+    ids: list[str] = []
+    for name in ("a", "b", "c"):
+        result = await Engine().run(inputs=[seed(name)])
+        await store.save(RunRecord.of(result))
+        ids.append(result.run_id)
+    listed = [summary.run_id for summary in await store.list_runs(limit=3)]
+    assert listed == ids[::-1]
+    [latest] = await store.list_runs(limit=1)
+    assert (latest.stop_reason, latest.fact_count) == (StopReason.CONVERGED, 1)
+
+
+async def test_engine_saves_a_paused_run_before_returning(store: RunStore) -> None:
+    paused = await build_engine(store=store).run()
+    assert paused.stop_reason is StopReason.AWAITING_HUMAN
+    checkpoint = await store.load_checkpoint(paused.run_id)
+    assert checkpoint == paused.checkpoint
+    record = await store.load(paused.run_id)
+    assert record.pending == paused.pending
+
+
+async def test_resuming_from_the_store_replaces_the_record(store: RunStore) -> None:
+    paused = await build_engine(store=store).run()
+    checkpoint = await store.load_checkpoint(paused.run_id)
+    assert checkpoint is not None
+    resumed = await build_engine(store=store).resume(
+        checkpoint, [GateDecision.approve(GATE, by="jane")]
+    )
+    assert resumed.converged
+    assert await store.load_checkpoint(paused.run_id) is None
+    record = await store.load(paused.run_id)
+    assert record.stop_reason is StopReason.CONVERGED
+    assert record.integrity == resumed.integrity
+
+
+async def test_store_refuses_a_tampered_fact_on_restore(store: RunStore) -> None:
+    result = await Engine().run(inputs=[seed("a")])
+    data = json.loads(RunRecord.of(result).model_dump_json())
+    data["facts"][0]["content"] = "forged"
+    await store.save(RunRecord.model_validate_json(json.dumps(data)))
+    loaded = await store.load(result.run_id)
+    with pytest.raises(StoreError, match=r"facts\[0\]: fact seeds/a: digest"):
+        loaded.restore_context()
+
+
+async def test_store_under_eight_concurrent_writer_processes(
+    store_target: tuple[str, str],
+) -> None:
+    kind, target = store_target
+    before = {s.run_id for s in await open_store(kind, target).list_runs(limit=100_000)}
+
+    async def writer(worker: int) -> None:
+        await anyio.run_process(
+            [sys.executable, str(HERE / "store_worker.py"), "write", kind, target, str(worker), "5"]
+        )
+
+    async with anyio.create_task_group() as group:
+        for worker in range(8):
+            group.start_soon(writer, worker)
+    after = await open_store(kind, target).list_runs(limit=100_000)
+    new = [s for s in after if s.run_id not in before]
+    assert len(new) == 40
+    assert all(s.stop_reason is StopReason.CONVERGED for s in new)
+
+
+async def test_a_run_killed_right_after_pausing_resumes_from_the_store_with_nothing_lost(
+    store_target: tuple[str, str],
+) -> None:
+    kind, target = store_target
+    process = await anyio.open_process(
+        [sys.executable, str(HERE / "store_worker.py"), "crash", kind, target]
+    )
+    assert process.stdout is not None
+    output = b""
+    async for chunk in process.stdout:
+        output += chunk
+    code = await process.wait()
+    assert code == -9
+    run_id = output.decode().strip()
+    store = open_store(kind, target)
+    checkpoint = await store.load_checkpoint(run_id)
+    assert checkpoint is not None
+    decision = [GateDecision.approve(GATE, by="jane")]
+    resumed = await build_engine(store=store).resume(checkpoint, decision)
+
+    uninterrupted = build_engine()
+    paused = await uninterrupted.run()
+    assert paused.checkpoint is not None
+    reference = await uninterrupted.resume(paused.checkpoint, decision)
+    assert resumed.converged
+    assert resumed.integrity == reference.integrity
+    assert [f.model_dump() for f in resumed.context.facts()] == [
+        f.model_dump() for f in reference.context.facts()
+    ]
+
+
+async def test_sqlite_store_refuses_another_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    await SqliteRunStore(path).list_runs()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE converge_meta SET value = '99'")
+    with pytest.raises(StoreError, match="schema version 99"):
+        await SqliteRunStore(path).list_runs()
+
+
+async def test_sqlite_store_uses_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    await SqliteRunStore(path).list_runs()
+    with sqlite3.connect(path) as connection:
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+    assert mode == "wal"
+
+
+async def test_a_failing_store_raises_store_error_keeping_the_result() -> None:
+    class Broken:
+        async def save(self, record: RunRecord, /) -> None:
+            raise OSError("disk full")
+
+        async def load(self, run_id: str, /) -> RunRecord:
+            raise NotImplementedError
+
+        async def list_runs(self, *, limit: int = 50) -> tuple[()]:
+            return ()
+
+        async def load_checkpoint(self, run_id: str, /) -> None:
+            return None
+
+    with pytest.raises(StoreError, match="could not be saved: OSError: disk full") as caught:
+        await Engine(store=Broken()).run(inputs=[seed("a")])
+    assert caught.value.result is not None
+    assert caught.value.result.context.find(ContextKey.SEEDS, "a") is not None
+
+
+def test_postgres_store_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(ImportError, match=r"install the 'postgres' extra"):
+        PostgresRunStore("postgresql://127.0.0.1:1/x")
