@@ -11,6 +11,22 @@ from ._context import Context, ContextSnapshot
 from ._decorator import FunctionSuggestor, SuggestorFunction, suggestor
 from ._effect import AgentEffect
 from ._engine import Engine
+from ._events import (
+    CycleFinished,
+    CycleStarted,
+    EngineEvent,
+    FactPromoted,
+    GateDecided,
+    GateRequested,
+    InvariantViolated,
+    Observer,
+    ProposalRejected,
+    RunFinished,
+    RunStarted,
+    SuggestorFailed,
+    SuggestorFinished,
+    event_adapter,
+)
 from ._exceptions import (
     AwaitingHumanError,
     BudgetExhaustedError,
@@ -20,6 +36,7 @@ from ._exceptions import (
     InvalidCheckpointError,
     InvalidResumeError,
     InvariantViolationError,
+    ReplayError,
     RunError,
 )
 from ._fact import Fact, GateKind, PromotionRecord
@@ -30,7 +47,8 @@ from ._key import ContextKey
 from ._log import get_logger
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
-from ._result import Conflict, ConvergeResult, StopReason
+from ._result import Conflict, ConvergeResult
+from ._stop import StopReason
 from ._store import (
     PostgresRunStore,
     RunNotFoundError,
@@ -57,15 +75,21 @@ __all__ = [
     "ContextSnapshot",
     "ConvergeError",
     "ConvergeResult",
+    "CycleFinished",
+    "CycleStarted",
     "CycleTrace",
     "Engine",
+    "EngineEvent",
     "Execution",
     "Fact",
+    "FactPromoted",
     "FactRecord",
     "FunctionSuggestor",
+    "GateDecided",
     "GateDecision",
     "GateKind",
     "GateRequest",
+    "GateRequested",
     "HitlPolicy",
     "IntegrityProof",
     "InvalidCheckpointError",
@@ -73,16 +97,22 @@ __all__ = [
     "Invariant",
     "InvariantClass",
     "InvariantResult",
+    "InvariantViolated",
     "InvariantViolationError",
+    "Observer",
     "Outcome",
     "PostgresRunStore",
     "PromotionPolicy",
     "PromotionRecord",
+    "ProposalRejected",
     "ProposedFact",
     "Rejection",
+    "ReplayError",
     "RunError",
+    "RunFinished",
     "RunNotFoundError",
     "RunRecord",
+    "RunStarted",
     "RunStore",
     "RunSummary",
     "RunTrace",
@@ -90,10 +120,13 @@ __all__ = [
     "StopReason",
     "StoreError",
     "Suggestor",
+    "SuggestorFailed",
+    "SuggestorFinished",
     "SuggestorFunction",
     "SuggestorId",
     "TimeoutAction",
     "Violation",
+    "event_adapter",
     "get_logger",
     "suggestor",
     "verify",

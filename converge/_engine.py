@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Literal, final
 
@@ -11,6 +12,7 @@ import anyio
 from ._budget import Budget
 from ._checkpoint import Checkpoint, restore_snapshot, verify_signature
 from ._context import ContextSnapshot
+from ._events import EngineEvent, Observer
 from ._exceptions import ConfigurationError, InvalidResumeError
 from ._executor import ErrorMode
 from ._hitl import GateDecision, HitlPolicy
@@ -24,6 +26,7 @@ from ._result import ConvergeResult
 from ._run import RunConfig, RunLoop, RunState
 from ._store import RunRecord, RunStore, StoreError
 from ._suggestor import Suggestor, SuggestorId
+from ._trace import RunTrace
 
 
 def _utc_now() -> datetime:
@@ -52,6 +55,8 @@ class Engine:
         signing_key: Signs checkpoints with HMAC-SHA256 and refuses unsigned or mis-signed
             ones on resume.
         store: Saves every finished or paused run before `run`/`resume` returns.
+        observers: Receive every event of every run (see `EngineEvent`).
+        record_effects: Keep each execution's `AgentEffect` in the trace, for `replay`.
     """
 
     def __init__(
@@ -67,7 +72,14 @@ class Engine:
         clock: Callable[[], datetime] | None = None,
         signing_key: bytes | str | None = None,
         store: RunStore | None = None,
+        observers: Sequence[Observer] = (),
+        record_effects: bool = False,
     ) -> None:
+        for index, observer in enumerate(observers):
+            if not callable(getattr(observer, "on_event", None)):
+                raise ConfigurationError(
+                    f"observers[{index}] ({type(observer).__name__}) has no on_event method"
+                )
         if max_concurrency is not None and max_concurrency < 1:
             raise ConfigurationError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if suggestor_timeout is not None and not suggestor_timeout > 0:
@@ -88,6 +100,8 @@ class Engine:
             hitl=hitl,
             clock=clock or _utc_now,
             signing_key=signing_key.encode() if isinstance(signing_key, str) else signing_key,
+            observers=tuple(observers),
+            record_effects=record_effects,
         )
         if self._config.signing_key is not None and not self._config.signing_key:
             raise ConfigurationError("signing_key must not be empty")
@@ -177,6 +191,14 @@ class Engine:
                 `ProposedFact`.
             StoreError: The engine has a store and saving failed (`error.result` keeps the run).
         """
+        return await self._run(self._config, context, inputs)
+
+    async def _run(
+        self,
+        config: RunConfig,
+        context: ContextSnapshot | None,
+        inputs: Iterable[ProposedFact],
+    ) -> ConvergeResult:
         start = ContextSnapshot.empty() if context is None else context
         if not isinstance(start, ContextSnapshot):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ConfigurationError(
@@ -189,7 +211,7 @@ class Engine:
                     f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
                 )
         state = RunLoop.new_state(start._at_cycle(0), given)  # pyright: ignore[reportPrivateUsage]
-        result = await RunLoop(self._config, self._registry.view(), state).start()
+        result = await RunLoop(config, self._registry.view(), state).start()
         return await self._save(result)
 
     @property
@@ -304,6 +326,73 @@ class Engine:
         if missing:
             raise InvalidResumeError(f"run {checkpoint.run_id}: no decision for gates {missing}")
         return tuple(chosen)
+
+    async def replay(
+        self, trace: RunTrace, context: ContextSnapshot | None = None
+    ) -> ConvergeResult:
+        """Re-merge a recorded run without calling any suggestor; reproduce its Merkle root.
+
+        The trace must come from an engine with `record_effects=True` and the same
+        registrations; `context` must be the run's starting context (empty by default). The
+        inputs, effects and human decisions in the trace go through the same gate, invariants
+        and conflict rules. Time is not replayed: a run stopped by its time budget replays to
+        the same facts and reports the recorded stop reason.
+
+        Raises:
+            ReplayError: An effect is missing, a suggestor differs, the starting context does
+                not match, or the replayed root differs from the recorded one.
+        """
+        start = ContextSnapshot.empty() if context is None else context
+        state = RunState(
+            run_id=trace.run_id,
+            snapshot=start._at_cycle(0),  # pyright: ignore[reportPrivateUsage]
+            initial_root=start.merkle_root(),
+            inputs=trace.inputs,
+        )
+        return await RunLoop(self._config, self._registry.view(), state).replay(trace)
+
+    async def stream(
+        self,
+        context: ContextSnapshot | None = None,
+        *,
+        inputs: Iterable[ProposedFact] = (),
+        buffer: int = 16,
+    ) -> AsyncGenerator[EngineEvent | ConvergeResult, None]:
+        """Run like `run`, yielding every event as it happens and the result last.
+
+        The run waits for the consumer at phase boundaries (a slow consumer slows it; nothing
+        is dropped). To stop early, break out inside `contextlib.aclosing(engine.stream())`:
+        closing the stream cancels the run.
+        """
+        send, receive = anyio.create_memory_object_stream[EngineEvent | ConvergeResult](buffer)
+
+        class Channel:
+            async def on_event(self, event: EngineEvent, /) -> None:
+                await send.send(event)
+
+        config = replace(self._config, observers=(*self._config.observers, Channel()))
+
+        async def produce() -> None:
+            try:
+                async with send:
+                    result = await self._run(config, context, inputs)
+                    await send.send(result)
+            except anyio.BrokenResourceError:  # the consumer went away
+                pass
+
+        closed = False
+        async with anyio.create_task_group() as group:
+            group.start_soon(produce)
+            try:
+                async for item in receive:
+                    yield item
+            except GeneratorExit:
+                closed = True
+                group.cancel_scope.cancel()
+            finally:
+                receive.close()
+        if closed:
+            raise GeneratorExit
 
     def run_sync(
         self,

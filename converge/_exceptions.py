@@ -4,7 +4,8 @@
 ConvergeError                        root: `except ConvergeError` catches everything converge raises
 ├── ConfigurationError (ValueError)  set up wrongly; raised before the first cycle
 │   ├── InvalidResumeError           decisions that do not fit a checkpoint's pending gates
-│   └── InvalidCheckpointError       a checkpoint that is tampered, unsigned or foreign
+│   ├── InvalidCheckpointError       a checkpoint that is tampered, unsigned or foreign
+│   └── ReplayError                  a trace that does not replay to its recorded root
 └── RunError                         raised by `ConvergeResult.raise_for_status()`; has `.result`
     ├── BudgetExhaustedError         `.result.stop_reason` says which budget
     ├── InvariantViolationError      `.violations`
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidCheckpointError",
     "InvalidResumeError",
     "InvariantViolationError",
+    "ReplayError",
     "RunError",
 ]
 
@@ -51,6 +53,10 @@ class InvalidResumeError(ConfigurationError):
 
 class InvalidCheckpointError(ConfigurationError):
     """A checkpoint failed verification: a changed fact or root, a missing or bad signature."""
+
+
+class ReplayError(ConfigurationError):
+    """A trace cannot be replayed, or replaying it does not reproduce its recorded root."""
 
 
 class RunError(ConvergeError):

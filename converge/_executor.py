@@ -57,11 +57,12 @@ def failure(
             "error": text,
             "phase": phase,
             "traceback": formatted,
+            "effect": None,
         },
     )
 
 
-def _ok(reg: Registration, started: float, effect: AgentEffect) -> Execution:
+def _ok(reg: Registration, started: float, effect: AgentEffect, record: bool) -> Execution:
     return trusted(
         Execution,
         {
@@ -74,6 +75,7 @@ def _ok(reg: Registration, started: float, effect: AgentEffect) -> Execution:
             "error": None,
             "phase": "execute",
             "traceback": None,
+            "effect": effect if record else None,
         },
     )
 
@@ -93,11 +95,17 @@ class Slot:
 class Executor:
     """Calls `execute` on each eligible suggestor, at most `max_concurrency` at once."""
 
-    __slots__ = ("_limiter", "_mode", "_timeout")
+    __slots__ = ("_limiter", "_mode", "_record", "_timeout")
 
     def __init__(
-        self, *, max_concurrency: int | None, timeout: float | None, mode: ErrorMode
+        self,
+        *,
+        max_concurrency: int | None,
+        timeout: float | None,
+        mode: ErrorMode,
+        record_effects: bool = False,
     ) -> None:
+        self._record = record_effects
         self._limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
         self._timeout = timeout
         self._mode = mode
@@ -153,4 +161,4 @@ class Executor:
             slot.error = error
             return
         slot.effect = effect
-        slot.execution = _ok(reg, started, effect)
+        slot.execution = _ok(reg, started, effect, self._record)

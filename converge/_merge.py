@@ -30,6 +30,10 @@ __all__ = ["ConflictMode", "Merger", "identical"]
 ConflictMode = Literal["stop", "reject"]
 
 
+def _unhashable(error: ValueError) -> str:
+    return f"cannot be hashed as canonical JSON ({type(error).__name__}: {error})"
+
+
 def identical(fact: Fact, proposal: ProposedFact) -> bool:
     """Whether `proposal` restates `fact`: same key, id, content and canonical payload."""
     if fact.content != proposal.content:
@@ -129,7 +133,12 @@ class Merger:
             if existing is None:
                 existing = self._find(*slot)
             if existing is not None:
-                if identical(existing, proposal):
+                try:
+                    same = identical(existing, proposal)
+                except ValueError as error:  # an unvalidated copy holding unhashable text
+                    rejected.append(self._rejection(proposal, suggestor, _unhashable(error)))
+                    continue
+                if same:
                     continue
                 if self._mode == "stop":
                     self.rejections.extend(rejected)
@@ -161,7 +170,12 @@ class Merger:
                     "approved_by": approved_by,
                 },
             )
-            fact = promote(proposal, record)
+            try:
+                fact = promote(proposal, record)
+            except ValueError as error:  # model_copy/model_construct skip validation
+                clock -= 1
+                rejected.append(self._rejection(proposal, suggestor, _unhashable(error)))
+                continue
             accepted.append(fact)
             local[slot] = fact
         self.rejections.extend(rejected)

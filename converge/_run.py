@@ -19,7 +19,25 @@ import anyio
 from ._budget import Budget
 from ._checkpoint import Checkpoint, FactRecord, sign
 from ._context import ContextSnapshot
+from ._events import (
+    CycleFinished,
+    CycleStarted,
+    EngineEvent,
+    FactPromoted,
+    GateDecided,
+    GateRequested,
+    InvariantViolated,
+    Observer,
+    ProposalRejected,
+    RunFinished,
+    RunStarted,
+    SuggestorFailed,
+    SuggestorFinished,
+    deliver,
+)
+from ._exceptions import ReplayError
 from ._executor import ErrorMode, Executor, Slot, failure
+from ._fact import Fact
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
@@ -30,7 +48,8 @@ from ._model import trusted
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._registry import Registration, RegistryView
-from ._result import Conflict, ConvergeResult, StopReason
+from ._result import Conflict, ConvergeResult
+from ._stop import StopReason
 from ._trace import CycleTrace, Execution, Rejection, RunTrace
 
 __all__ = ["HUMAN_SUGGESTOR_ID", "RunConfig", "RunLoop", "RunState"]
@@ -53,6 +72,8 @@ class RunConfig:
     hitl: HitlPolicy | None
     clock: Callable[[], datetime]
     signing_key: bytes | None
+    observers: tuple[Observer, ...] = ()
+    record_effects: bool = False
 
 
 @final
@@ -87,9 +108,12 @@ class RunLoop:
             max_concurrency=config.max_concurrency,
             timeout=config.suggestor_timeout,
             mode=config.on_suggestor_error,
+            record_effects=config.record_effects,
         )
         self._log = run_logger(run_id=state.run_id)
         self._started = perf_counter()
+        self._observers = config.observers
+        self._events: list[EngineEvent] = []
 
     @staticmethod
     def new_state(context: ContextSnapshot, inputs: tuple[ProposedFact, ...]) -> RunState:
@@ -105,25 +129,146 @@ class RunLoop:
 
     async def start(self) -> ConvergeResult:
         """Merge the inputs at cycle 0, then loop."""
+        self._started_event()
+        result = self._merge_inputs()
+        if result is None:
+            result = await self._loop()
+        await self._flush()
+        return result
+
+    async def loop(self) -> ConvergeResult:
+        """Cycles from `state.cycle + 1` until a stop reason (after a resume)."""
+        result = await self._loop()
+        await self._flush()
+        return result
+
+    async def replay(self, trace: RunTrace) -> ConvergeResult:
+        """Re-merge a trace's recorded effects and decisions; call no suggestor."""
         state = self._state
+        if state.initial_root != trace.initial_root:
+            raise ReplayError(
+                f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
+                f"given context has root {state.initial_root}"
+            )
+        self._started_event()
+        result = self._merge_inputs()
+        if result is None:
+            result = self._replay_cycles(trace)
+        await self._flush()
+        if trace.final_root is not None and result.integrity.merkle_root != trace.final_root:
+            raise ReplayError(
+                f"replaying run {trace.run_id} gives root {result.integrity.merkle_root}, not "
+                f"the recorded {trace.final_root}: the trace or the registrations differ"
+            )
+        return result
+
+    def _replay_cycles(self, trace: RunTrace) -> ConvergeResult:
+        state = self._state
+        registrations = self._view.registrations
+        decisions = {decision.gate_id: decision for decision in trace.decisions}
+        for recorded in trace.cycles:
+            state.cycle = cycle = recorded.cycle
+            merger = self._merger(state.snapshot, cycle)
+            eligible: list[Registration] = []
+            conflict: Conflict | None = None
+            for execution in recorded.executions:
+                sid = execution.suggestor_id
+                reg = registrations[sid] if 0 <= sid < len(registrations) else None
+                if reg is None or reg.name != execution.suggestor:
+                    raise ReplayError(
+                        f"cycle {cycle}: the trace ran {execution.suggestor!r} as id {sid}, "
+                        "which this engine does not have"
+                    )
+                if execution.phase == "execute":
+                    eligible.append(reg)
+                if execution.outcome != "ok" or conflict is not None:
+                    continue
+                effect = execution.effect
+                if effect is None:
+                    raise ReplayError(
+                        f"cycle {cycle}: no recorded effect for {reg.name!r}; record the run "
+                        "with Engine(record_effects=True)"
+                    )
+                state.tokens += effect.tokens
+                conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
+            state.snapshot = merger.snapshot()
+            state.rejections.extend(merger.rejections)
+            dirty = frozenset(recorded.dirty)
+            if conflict is not None:
+                self._record(cycle, dirty, eligible, recorded.executions, merger)
+                return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
+            if merger.held:
+                self._record(cycle, dirty, eligible, recorded.executions, merger)
+                state.dirty = merger.added_keys
+                chosen = [decisions.get(request.gate_id) for request in merger.held]
+                if any(decision is None for decision in chosen):
+                    return self._pause(merger.held)
+                self.apply_decisions(merger.held, [d for d in chosen if d is not None])
+                continue
+            semantic = (
+                check_invariants(self._view.semantic, state.snapshot, cycle)
+                if merger.promoted
+                else ()
+            )
+            self._record(cycle, dirty, eligible, recorded.executions, merger, semantic)
+            state.dirty = merger.added_keys
+        reason = trace.stop_reason or StopReason.CONVERGED
+        if reason in (StopReason.CONVERGED, StopReason.INVARIANT_VIOLATED):
+            return self._fixed_point()
+        return self._finish(reason, trace.detail)
+
+    def _started_event(self) -> None:
+        state = self._state
+        suggestors = len(self._view.registrations)
         self._log.info(
             "run_started",
-            suggestors=len(self._view.registrations),
+            suggestors=suggestors,
             inputs=len(state.inputs),
             facts=len(state.snapshot),
         )
+        if self._observers:
+            self._events.append(
+                RunStarted(
+                    run_id=state.run_id,
+                    cycle=state.cycle,
+                    suggestors=suggestors,
+                    inputs=len(state.inputs),
+                    facts=len(state.snapshot),
+                )
+            )
+
+    def _merge_inputs(self) -> ConvergeResult | None:
+        state = self._state
         merger = self._merger(state.snapshot, 0, gate="input", hitl=False)
         conflict = merger.merge("input", -1, None, state.inputs)
         state.snapshot = merger.snapshot()
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
+        self._merge_events(0, merger.promoted, merger.rejections, (), merger.violations)
+        for violation in merger.violations:
+            self._log_violation(violation)
         if conflict is not None:
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
         stop = self._budget_stop()
         if stop is not None:
             return self._finish(*stop)
         state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
-        return await self.loop()
+        return None
+
+    async def _flush(self) -> None:
+        """Deliver buffered events; the run waits for its observers here, between phases."""
+        if not self._events:
+            return
+        events, self._events = self._events, []
+        await deliver(self._observers, events, self._observer_failed)
+
+    def _observer_failed(self, observer: Observer, event: EngineEvent, error: Exception) -> None:
+        self._log.warning(
+            "observer_failed",
+            observer=type(observer).__name__,
+            event_type=event.type,
+            error=f"{type(error).__name__}: {error}",
+        )
 
     def apply_decisions(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
@@ -165,6 +310,19 @@ class RunLoop:
                 approved=decision.approved,
                 by=decision.by,
             )
+            if self._observers:
+                self._events.append(
+                    GateDecided(
+                        run_id=state.run_id,
+                        cycle=cycle,
+                        gate_id=request.gate_id,
+                        approved=decision.approved,
+                        by=decision.by,
+                    )
+                )
+        self._merge_events(
+            cycle, approvals.promoted, approvals.rejections, (), approvals.violations
+        )
         state.snapshot = approvals.snapshot()
         state.rejections.extend(approvals.rejections)
         state.refused = frozenset(refused)
@@ -181,12 +339,12 @@ class RunLoop:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    async def loop(self) -> ConvergeResult:
-        """Cycles from `state.cycle + 1` until a stop reason."""
+    async def _loop(self) -> ConvergeResult:
         state = self._state
         budget = self._config.budget
         view = self._view
         while True:
+            await self._flush()
             state.cycle += 1
             cycle = state.cycle
             if cycle > budget.max_cycles:
@@ -196,6 +354,10 @@ class RunLoop:
             dirty = state.dirty
             snapshot = state.snapshot
             self._log.debug("cycle_started", cycle=cycle, dirty=sorted(dirty))
+            if self._observers:
+                ordered = tuple(key for key in ContextKey if key in dirty)
+                self._events.append(CycleStarted(run_id=state.run_id, cycle=cycle, dirty=ordered))
+                await self._flush()
             eligible, refused = self._eligible(view.candidates(dirty), snapshot)
             if not eligible:
                 self._record(cycle, dirty, eligible, self._executions(refused, ()), None)
@@ -345,13 +507,8 @@ class RunLoop:
             fresh = tuple(v for v in violations if v not in known)
             state.cycles[-1] = last.model_copy(update={"violations": last.violations + fresh})
         for violation in violations:
-            self._log.warning(
-                "invariant_violated",
-                invariant=violation.invariant,
-                invariant_class=violation.invariant_class.value,
-                cycle=violation.cycle,
-                reason=violation.reason,
-            )
+            self._log_violation(violation)
+        self._merge_events(state.cycle, (), (), (), violations)
         detail = "; ".join(f"{v.invariant}: {v.reason}" for v in violations)
         return self._finish(StopReason.INVARIANT_VIOLATED, detail)
 
@@ -444,12 +601,25 @@ class RunLoop:
             held = tuple(request.gate_id for request in merger.held)
             violations = (*merger.violations, *semantic)
         for violation in violations:
-            self._log.warning(
-                "invariant_violated",
-                invariant=violation.invariant,
-                invariant_class=violation.invariant_class.value,
-                cycle=cycle,
-                reason=violation.reason,
+            self._log_violation(violation)
+        if self._observers:
+            self._execution_events(cycle, executions)
+            if merger is not None:
+                self._merge_events(
+                    cycle, merger.promoted, merger.rejections, merger.held, violations
+                )
+            else:
+                self._merge_events(cycle, (), (), (), violations)
+            self._events.append(
+                CycleFinished(
+                    run_id=self._state.run_id,
+                    cycle=cycle,
+                    eligible=len(eligible),
+                    promoted=len(promoted),
+                    rejected=len(rejected),
+                    held=len(held),
+                    facts=len(self._state.snapshot),
+                )
             )
         self._state.cycles.append(
             trusted(
@@ -474,6 +644,99 @@ class RunLoop:
             rejected=len(rejected),
         )
 
+    def _log_violation(self, violation: Violation) -> None:
+        self._log.warning(
+            "invariant_violated",
+            invariant=violation.invariant,
+            invariant_class=violation.invariant_class.value,
+            cycle=violation.cycle,
+            reason=violation.reason,
+        )
+
+    def _execution_events(self, cycle: int, executions: Sequence[Execution]) -> None:
+        run_id = self._state.run_id
+        for execution in executions:
+            if execution.outcome == "ok":
+                self._events.append(
+                    SuggestorFinished(
+                        run_id=run_id,
+                        cycle=cycle,
+                        suggestor=execution.suggestor,
+                        suggestor_id=execution.suggestor_id,
+                        duration_ms=execution.duration_ms,
+                        proposals=execution.proposals,
+                        tokens=execution.tokens,
+                    )
+                )
+            else:
+                self._events.append(
+                    SuggestorFailed(
+                        run_id=run_id,
+                        cycle=cycle,
+                        suggestor=execution.suggestor,
+                        suggestor_id=execution.suggestor_id,
+                        phase=execution.phase,
+                        outcome=execution.outcome,
+                        error=execution.error or "",
+                    )
+                )
+
+    def _merge_events(
+        self,
+        cycle: int,
+        promoted: Sequence[Fact],
+        rejected: Sequence[Rejection],
+        held: Sequence[GateRequest],
+        violations: Sequence[Violation],
+    ) -> None:
+        if not self._observers:
+            return
+        run_id = self._state.run_id
+        events = self._events
+        for fact in promoted:
+            record = fact.promotion
+            events.append(
+                FactPromoted(
+                    run_id=run_id,
+                    cycle=cycle,
+                    ref=fact.ref,
+                    suggestor=record.suggestor,
+                    clock=record.clock,
+                    gate=record.gate,
+                    digest=fact.digest,
+                )
+            )
+        for rejection in rejected:
+            events.append(
+                ProposalRejected(
+                    run_id=run_id,
+                    cycle=cycle,
+                    ref=rejection.proposal.ref,
+                    suggestor=rejection.suggestor,
+                    reason=rejection.reason,
+                )
+            )
+        for request in held:
+            events.append(
+                GateRequested(
+                    run_id=run_id,
+                    cycle=cycle,
+                    gate_id=request.gate_id,
+                    ref=request.proposal.ref,
+                    suggestor=request.suggestor,
+                )
+            )
+        for violation in violations:
+            events.append(
+                InvariantViolated(
+                    run_id=run_id,
+                    cycle=violation.cycle,
+                    invariant=violation.invariant,
+                    invariant_class=violation.invariant_class,
+                    reason=violation.reason,
+                )
+            )
+
     def _finish(
         self,
         reason: StopReason,
@@ -495,6 +758,9 @@ class RunLoop:
                 "cycles": tuple(state.cycles),
                 "decisions": tuple(state.decisions),
                 "input_violations": state.input_violations,
+                "stop_reason": reason,
+                "detail": detail,
+                "final_root": proof.merkle_root,
             },
         )
         self._log.info(
@@ -507,6 +773,18 @@ class RunLoop:
             merkle_root=proof.merkle_root,
             elapsed_ms=round(self._elapsed() * 1000.0, 3),
         )
+        if self._observers:
+            self._events.append(
+                RunFinished(
+                    run_id=state.run_id,
+                    cycle=state.cycle,
+                    stop_reason=reason.value,
+                    detail=detail,
+                    facts=proof.fact_count,
+                    merkle_root=proof.merkle_root,
+                    tokens=state.tokens,
+                )
+            )
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,

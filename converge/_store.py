@@ -23,7 +23,8 @@ from ._fact import Fact, restore
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._model import FrozenModel
-from ._result import Conflict, ConvergeResult, StopReason
+from ._result import Conflict, ConvergeResult
+from ._stop import StopReason
 from ._trace import Rejection, RunTrace
 
 if TYPE_CHECKING:

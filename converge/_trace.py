@@ -6,11 +6,13 @@ from typing import Literal, final
 
 from pydantic import Field
 
+from ._effect import AgentEffect
 from ._hitl import GateDecision
 from ._invariant import Violation
 from ._key import ContextKey
 from ._model import FrozenModel
 from ._proposal import ProposedFact
+from ._stop import StopReason
 
 __all__ = ["CycleTrace", "Execution", "Outcome", "Rejection", "RunTrace"]
 
@@ -54,6 +56,8 @@ class Execution(FrozenModel, frozen=True):
     """Which call this records: `accepts` appears only when it failed."""
     traceback: str | None = None
     """The formatted traceback of a failure."""
+    effect: AgentEffect | None = None
+    """The effect itself, when the engine records effects (`record_effects=True`)."""
 
 
 @final
@@ -94,3 +98,9 @@ class RunTrace(FrozenModel, frozen=True):
     """Human (and timeout) decisions applied on resume, in order."""
     input_violations: tuple[Violation, ...] = ()
     """Structural violations that rolled the inputs back."""
+    stop_reason: StopReason | None = None
+    """How the run (so far) ended."""
+    detail: str = ""
+    """The stop detail."""
+    final_root: str | None = None
+    """The Merkle root of the context it ended with; `Engine.replay` must reproduce it."""

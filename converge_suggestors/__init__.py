@@ -1,4 +1,4 @@
-"""Ready-made suggestors for converge: reference seeds and reactions, validation, and LLMs."""
+"""Ready-made suggestors for converge: seeds and reactions, validation, LLMs, and telemetry."""
 
 from ._chat import (
     ChatMessage,
@@ -10,6 +10,7 @@ from ._chat import (
 )
 from ._llm import LlmOutputError, LlmSuggestor
 from ._openai import OpenAIChatProvider
+from ._otel import OpenTelemetryObserver
 from ._react import ReactOnceSuggestor
 from ._seed import SeedSuggestor
 from ._validation import ValidationAgent, ValidationConfig, ValidationResult
@@ -22,6 +23,7 @@ __all__ = [
     "LlmOutputError",
     "LlmSuggestor",
     "OpenAIChatProvider",
+    "OpenTelemetryObserver",
     "ProviderError",
     "ReactOnceSuggestor",
     "ScriptedChatProvider",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import anyio
@@ -17,6 +17,7 @@ from converge import (
     Engine,
     GateDecision,
     HitlPolicy,
+    Observer,
     ProposedFact,
     RunStore,
 )
@@ -63,6 +64,8 @@ def build_engine(
     policy: HitlPolicy | None = None,
     signing_key: str | None = SIGNING_KEY,
     store: RunStore | None = None,
+    observers: Sequence[Observer] = (),
+    record_effects: bool = False,
 ) -> Engine:
     """Seed → recommender (one proposal gated below 0.5 confidence) → a reaction to strategies."""
     engine = Engine(
@@ -70,6 +73,8 @@ def build_engine(
         clock=clock,
         signing_key=signing_key,
         store=store,
+        observers=observers,
+        record_effects=record_effects,
     )
     engine.register_suggestor(SeedSuggestor("budget", "Pick a plan within budget"))
     engine.register_suggestor(Recommender())

@@ -92,3 +92,17 @@ def test_gate_rejections_appear_in_the_cycle_trace() -> None:
         "provenance is blank",
     )
     assert result.rejections == (rejection,)
+
+
+def test_gate_rejects_an_unvalidated_copy_that_cannot_be_hashed() -> None:
+    """`model_copy(update=...)` skips validation; the merge still refuses what it cannot hash."""
+    surrogate = proposal(id="a").model_copy(update={"content": "\ud800"})
+    not_finite = proposal(id="b").model_copy(update={"payload": {"x": float("nan")}})
+    result = Engine().run_sync(inputs=[surrogate, not_finite, proposal(id="c")])
+    assert result.converged
+    assert [f.id for f in result.context.facts()] == ["c"]
+    reasons = [r.reason for r in result.rejections]
+    assert reasons[0].startswith("cannot be hashed as canonical JSON (UnicodeEncodeError")
+    assert reasons[1].startswith("cannot be hashed as canonical JSON (ValueError")
+    assert result.context.find(SEEDS, "c") is not None
+    assert result.integrity.clock == 1

@@ -1,0 +1,256 @@
+"""Engine events: typed records of what really happened, for observers and `Engine.stream`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Literal, Protocol, final
+
+from pydantic import Field, TypeAdapter
+
+from ._fact import GateKind
+from ._invariant import InvariantClass
+from ._key import ContextKey
+from ._model import FrozenModel
+
+__all__ = [
+    "CycleFinished",
+    "CycleStarted",
+    "EngineEvent",
+    "FactPromoted",
+    "GateDecided",
+    "GateRequested",
+    "InvariantViolated",
+    "Observer",
+    "ProposalRejected",
+    "RunFinished",
+    "RunStarted",
+    "SuggestorFailed",
+    "SuggestorFinished",
+    "deliver",
+    "event_adapter",
+]
+
+
+class _Event(FrozenModel, frozen=True):
+    run_id: str
+    """The run it belongs to."""
+    cycle: int
+    """The cycle it happened in (0 for the inputs)."""
+
+
+@final
+class RunStarted(_Event, frozen=True):
+    """A run (or a resumed stretch of one) began."""
+
+    type: Literal["run_started"] = "run_started"
+    """Discriminator."""
+    suggestors: int
+    """Registered suggestors."""
+    inputs: int
+    """Inputs given."""
+    facts: int
+    """Facts in the starting context."""
+
+
+@final
+class CycleStarted(_Event, frozen=True):
+    """A cycle began."""
+
+    type: Literal["cycle_started"] = "cycle_started"
+    """Discriminator."""
+    dirty: tuple[ContextKey, ...]
+    """Keys that gained facts since the last cycle."""
+
+
+@final
+class SuggestorFinished(_Event, frozen=True):
+    """A suggestor's `execute` returned an effect."""
+
+    type: Literal["suggestor_finished"] = "suggestor_finished"
+    """Discriminator."""
+    suggestor: str
+    """Its name."""
+    suggestor_id: int
+    """Its id."""
+    duration_ms: float
+    """How long `execute` took."""
+    proposals: int
+    """Proposals in its effect."""
+    tokens: int
+    """Tokens it reported."""
+
+
+@final
+class SuggestorFailed(_Event, frozen=True):
+    """A suggestor's `accepts` or `execute` raised, returned the wrong type, or timed out."""
+
+    type: Literal["suggestor_failed"] = "suggestor_failed"
+    """Discriminator."""
+    suggestor: str
+    """Its name."""
+    suggestor_id: int
+    """Its id."""
+    phase: Literal["accepts", "execute"]
+    """Which call failed."""
+    outcome: Literal["failed", "timed_out"]
+    """How."""
+    error: str
+    """`"ExceptionType: message"`."""
+
+
+@final
+class FactPromoted(_Event, frozen=True):
+    """A proposal became a fact (an idempotent re-proposal is not a promotion)."""
+
+    type: Literal["fact_promoted"] = "fact_promoted"
+    """Discriminator."""
+    ref: str
+    """`"key/id"` of the new fact."""
+    suggestor: str
+    """Who proposed it."""
+    clock: int
+    """Its Lamport time."""
+    gate: GateKind
+    """Which gate let it through."""
+    digest: str
+    """Its leaf digest."""
+
+
+@final
+class ProposalRejected(_Event, frozen=True):
+    """A proposal was refused by the gate or as a conflict."""
+
+    type: Literal["proposal_rejected"] = "proposal_rejected"
+    """Discriminator."""
+    ref: str
+    """`"key/id"` it asked for."""
+    suggestor: str
+    """Who proposed it."""
+    reason: str
+    """Why it was refused."""
+
+
+@final
+class GateRequested(_Event, frozen=True):
+    """A proposal was held for a human."""
+
+    type: Literal["gate_requested"] = "gate_requested"
+    """Discriminator."""
+    gate_id: str
+    """The gate."""
+    ref: str
+    """`"key/id"` of the held proposal."""
+    suggestor: str
+    """Who proposed it."""
+
+
+@final
+class GateDecided(_Event, frozen=True):
+    """A human (or a timeout) decided a gate."""
+
+    type: Literal["gate_decided"] = "gate_decided"
+    """Discriminator."""
+    gate_id: str
+    """The gate."""
+    approved: bool
+    """Whether the proposal was let through."""
+    by: str
+    """Who decided."""
+
+
+@final
+class InvariantViolated(_Event, frozen=True):
+    """An invariant did not hold."""
+
+    type: Literal["invariant_violated"] = "invariant_violated"
+    """Discriminator."""
+    invariant: str
+    """Its name."""
+    invariant_class: InvariantClass
+    """Its class."""
+    reason: str
+    """Why."""
+
+
+@final
+class CycleFinished(_Event, frozen=True):
+    """A cycle's merge is done."""
+
+    type: Literal["cycle_finished"] = "cycle_finished"
+    """Discriminator."""
+    eligible: int
+    """Suggestors that ran."""
+    promoted: int
+    """Facts promoted."""
+    rejected: int
+    """Proposals refused."""
+    held: int
+    """Proposals held for a human."""
+    facts: int
+    """Facts in the context afterwards."""
+
+
+@final
+class RunFinished(_Event, frozen=True):
+    """The run stopped (converged, paused, or for another reason)."""
+
+    type: Literal["run_finished"] = "run_finished"
+    """Discriminator."""
+    stop_reason: str
+    """The `StopReason` value."""
+    detail: str
+    """The stop detail."""
+    facts: int
+    """Facts in the final context."""
+    merkle_root: str
+    """Its Merkle root."""
+    tokens: int
+    """Tokens spent."""
+
+
+EngineEvent = Annotated[
+    RunStarted
+    | CycleStarted
+    | SuggestorFinished
+    | SuggestorFailed
+    | FactPromoted
+    | ProposalRejected
+    | GateRequested
+    | GateDecided
+    | InvariantViolated
+    | CycleFinished
+    | RunFinished,
+    Field(discriminator="type"),
+]
+"""Any engine event, discriminated by its `type`."""
+
+event_adapter: TypeAdapter[EngineEvent] = TypeAdapter(EngineEvent)
+"""Validates and serialises any `EngineEvent` (e.g. `event_adapter.validate_json(text)`)."""
+
+
+class Observer(Protocol):
+    """Receives every event of every run, in order. Sync or async `on_event` both work.
+
+    An observer that raises is isolated and logged; it never breaks a run.
+    """
+
+    def on_event(self, event: EngineEvent, /) -> Awaitable[None] | None:
+        """Handle one event."""
+        ...
+
+
+async def deliver(
+    observers: Sequence[Observer],
+    events: Sequence[EngineEvent],
+    on_error: Callable[[Observer, EngineEvent, Exception], None],
+) -> None:
+    """Hand `events` to every observer in order; report failures through `on_error`."""
+    for event in events:
+        for observer in observers:
+            try:
+                outcome = observer.on_event(event)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as error:
+                on_error(observer, event, error)

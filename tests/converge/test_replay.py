@@ -1,0 +1,134 @@
+"""Replay: recorded effects re-merged without calling suggestors reproduce the root."""
+
+import json
+
+import anyio
+import pytest
+from hitl_formation import build_engine
+
+from converge import (
+    AgentEffect,
+    Budget,
+    Context,
+    ContextKey,
+    Engine,
+    GateDecision,
+    ProposedFact,
+    ReplayError,
+    RunTrace,
+    StopReason,
+)
+from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
+
+GATE = "gate:2:strategies/costly"
+
+
+class Counting:
+    """Proposes one new fact per cycle until it has three; counts its calls."""
+
+    name = "counting"
+    dependencies = ()
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(ContextKey.HYPOTHESES) < 3
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        self.calls += 1
+        await anyio.sleep(0.001 * (3 - ctx.count(ContextKey.HYPOTHESES)))
+        n = ctx.count(ContextKey.HYPOTHESES)
+        return AgentEffect.with_proposal(
+            ProposedFact(key=ContextKey.HYPOTHESES, id=f"h{n}", content=f"n={n}", provenance="c"),
+            tokens=3,
+        )
+
+
+def engine_with(counting: Counting) -> Engine:
+    engine = Engine(record_effects=True)
+    engine.register_suggestor(SeedSuggestor("s", "x"))
+    engine.register_suggestor(counting)
+    engine.register_suggestor(ReactOnceSuggestor("r", "y"))
+    return engine
+
+
+async def test_replay_reproduces_the_root_without_calling_suggestors() -> None:
+    original = await engine_with(Counting()).run(
+        inputs=[ProposedFact(key=ContextKey.SIGNALS, id="i", content="in", provenance="t")]
+    )
+    fresh = Counting()
+    replayed = await engine_with(fresh).replay(original.trace)
+    assert fresh.calls == 0
+    assert replayed.integrity == original.integrity
+    assert replayed.stop_reason is original.stop_reason
+    assert replayed.tokens == original.tokens
+    assert [f.model_dump() for f in replayed.context.facts()] == [
+        f.model_dump() for f in original.context.facts()
+    ]
+
+
+async def test_replay_works_from_the_trace_json() -> None:
+    original = await engine_with(Counting()).run()
+    trace = RunTrace.model_validate_json(original.trace.model_dump_json())
+    replayed = await engine_with(Counting()).replay(trace)
+    assert replayed.integrity.merkle_root == original.integrity.merkle_root
+
+
+async def test_replay_of_a_paused_then_resumed_run() -> None:
+    engine = build_engine(record_effects=True)
+    paused = await engine.run()
+    assert paused.checkpoint is not None
+    resumed = await engine.resume(paused.checkpoint, [GateDecision.approve(GATE, by="jane")])
+    replayed = await build_engine(record_effects=True).replay(resumed.trace)
+    assert replayed.integrity == resumed.integrity
+    assert replayed.converged
+
+
+async def test_replay_of_a_paused_run_pauses_again() -> None:
+    paused = await build_engine(record_effects=True).run()
+    replayed = await build_engine(record_effects=True).replay(paused.trace)
+    assert replayed.stop_reason is StopReason.AWAITING_HUMAN
+    assert replayed.integrity == paused.integrity
+    assert replayed.pending == paused.pending
+
+
+async def test_replay_of_an_edited_effect_is_refused() -> None:
+    original = await engine_with(Counting()).run()
+    data = json.loads(original.trace.model_dump_json())
+    data["cycles"][0]["executions"][1]["effect"]["proposals"][0]["content"] = "edited"
+    edited = RunTrace.model_validate_json(json.dumps(data))
+    with pytest.raises(ReplayError, match="not the recorded"):
+        await engine_with(Counting()).replay(edited)
+
+
+async def test_replay_without_recorded_effects_is_refused() -> None:
+    engine = Engine()
+    engine.register_suggestor(SeedSuggestor("s", "x"))
+    original = await engine.run()
+    with pytest.raises(ReplayError, match="record the run with Engine\\(record_effects=True\\)"):
+        await engine.replay(original.trace)
+
+
+async def test_replay_with_other_registrations_is_refused() -> None:
+    original = await engine_with(Counting()).run()
+    other = Engine(record_effects=True)
+    other.register_suggestor(SeedSuggestor("other", "x"))
+    with pytest.raises(ReplayError, match="which this engine does not have"):
+        await other.replay(original.trace)
+
+
+async def test_replay_from_another_starting_context_is_refused() -> None:
+    original = await engine_with(Counting()).run()
+    with pytest.raises(ReplayError, match="starts from root"):
+        await engine_with(Counting()).replay(original.trace, original.context)
+
+
+async def test_replay_keeps_a_budget_stop_reason() -> None:
+    limited = Engine(record_effects=True, budget=Budget(max_cycles=2))
+    limited.register_suggestor(Counting())
+    original = await limited.run()
+    assert original.stop_reason is StopReason.CYCLE_BUDGET_EXHAUSTED
+    replayed = await limited.replay(original.trace)
+    assert replayed.stop_reason is StopReason.CYCLE_BUDGET_EXHAUSTED
+    assert replayed.integrity == original.integrity
