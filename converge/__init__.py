@@ -2,7 +2,8 @@
 
 Suggestors read one immutable context and propose facts; the engine alone decides what
 becomes a fact, merges deterministically in registration order, and runs cycles until
-nothing changes, a budget runs out, or a conflict stops it.
+nothing changes, a budget runs out, an invariant fails, a conflict stops it, or a human
+must decide.
 """
 
 from ._budget import Budget
@@ -45,6 +46,7 @@ from ._integrity import IntegrityProof, verify
 from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
 from ._key import ContextKey
 from ._log import get_logger
+from ._pack import GateVerdict, Pack
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult
@@ -90,6 +92,7 @@ __all__ = [
     "GateKind",
     "GateRequest",
     "GateRequested",
+    "GateVerdict",
     "HitlPolicy",
     "IntegrityProof",
     "InvalidCheckpointError",
@@ -101,6 +104,7 @@ __all__ = [
     "InvariantViolationError",
     "Observer",
     "Outcome",
+    "Pack",
     "PostgresRunStore",
     "PromotionPolicy",
     "PromotionRecord",

@@ -40,9 +40,13 @@ def failure(
     phase: Literal["accepts", "execute"] = "execute",
 ) -> Execution:
     """An `Execution` record for a call that did not produce an effect."""
+    tokens = 0
     if isinstance(error, BaseException):
         text = describe_error(error)
         formatted = "".join(traceback.format_exception(error))
+        spent = getattr(error, "tokens", 0)
+        if isinstance(spent, int) and spent > 0:
+            tokens = spent  # a failure may still have cost model tokens
     else:
         text, formatted = error, None
     return trusted(
@@ -53,7 +57,7 @@ def failure(
             "outcome": outcome,
             "duration_ms": (perf_counter() - started) * 1000.0,
             "proposals": 0,
-            "tokens": 0,
+            "tokens": tokens,
             "error": text,
             "phase": phase,
             "traceback": formatted,

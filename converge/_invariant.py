@@ -108,7 +108,7 @@ def check_invariants(invariants: Sequence[Invariant], ctx: Context, cycle: int) 
                 Violation,
                 {
                     "invariant": invariant.name,
-                    "invariant_class": invariant.invariant_class,
+                    "invariant_class": InvariantClass(invariant.invariant_class),
                     "cycle": cycle,
                     "reason": reason,
                 },

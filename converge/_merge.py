@@ -151,12 +151,12 @@ class Merger:
                 reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
                 rejected.append(self._rejection(proposal, suggestor, reason))
                 continue
+            if slot in self._held_slots or any(g.proposal.ref == proposal.ref for g in held):
+                reason = f"{proposal.ref} is already held for a human decision"
+                rejected.append(self._rejection(proposal, suggestor, reason))
+                continue
             if hitl is not None and hitl.gates(proposal):
-                if slot in self._held_slots or any(g.proposal.ref == proposal.ref for g in held):
-                    reason = f"{proposal.ref} is already held for a human decision"
-                    rejected.append(self._rejection(proposal, suggestor, reason))
-                else:
-                    held.append(self._request(proposal, suggestor, suggestor_id))
+                held.append(self._request(proposal, suggestor, suggestor_id))
                 continue
             clock += 1
             record = trusted(

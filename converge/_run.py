@@ -277,7 +277,7 @@ class RunLoop:
         state = self._state
         cycle = state.cycle
         refused = set(state.refused)
-        approvals = self._merger(state.snapshot, cycle, gate="human", hitl=False)
+        approvals = self._merger(state.snapshot, cycle, gate="human", hitl=False, mode="reject")
         by_gate = {decision.gate_id: decision for decision in decisions}
         for request in pending:
             decision = by_gate[request.gate_id]
@@ -375,6 +375,8 @@ class RunLoop:
             for slot in slots:
                 effect = slot.effect
                 if effect is None:
+                    if slot.execution is not None:
+                        state.tokens += slot.execution.tokens
                     continue
                 state.tokens += effect.tokens
                 reg = slot.reg
@@ -406,7 +408,13 @@ class RunLoop:
     # -- phases ------------------------------------------------------------------------------------
 
     def _merger(
-        self, snapshot: ContextSnapshot, cycle: int, *, gate: str = "engine", hitl: bool = True
+        self,
+        snapshot: ContextSnapshot,
+        cycle: int,
+        *,
+        gate: str = "engine",
+        hitl: bool = True,
+        mode: ConflictMode | None = None,
     ) -> Merger:
         config = self._config
         policy = config.hitl if hitl else None
@@ -417,7 +425,7 @@ class RunLoop:
             snapshot,
             cycle=cycle,
             policy=config.policy,
-            mode=config.on_conflict,
+            mode=config.on_conflict if mode is None else mode,
             gate="input" if gate == "input" else "human" if gate == "human" else "engine",
             refused=self._state.refused,
             structural=self._view.structural,

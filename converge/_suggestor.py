@@ -50,6 +50,9 @@ class SuggestorId(int):
     def __repr__(self) -> str:
         return f"SuggestorId({int(self)})"
 
+    def __str__(self) -> str:
+        return int.__repr__(self)
+
 
 _REQUIRED = ("name", "dependencies", "accepts", "execute")
 

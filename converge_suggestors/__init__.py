@@ -11,7 +11,9 @@ from ._chat import (
 from ._llm import LlmOutputError, LlmSuggestor
 from ._openai import OpenAIChatProvider
 from ._otel import OpenTelemetryObserver
+from ._pack import PackSuggestor
 from ._react import ReactOnceSuggestor
+from ._rule import RuleSuggestor
 from ._seed import SeedSuggestor
 from ._validation import ValidationAgent, ValidationConfig, ValidationResult
 
@@ -24,8 +26,10 @@ __all__ = [
     "LlmSuggestor",
     "OpenAIChatProvider",
     "OpenTelemetryObserver",
+    "PackSuggestor",
     "ProviderError",
     "ReactOnceSuggestor",
+    "RuleSuggestor",
     "ScriptedChatProvider",
     "SeedSuggestor",
     "ValidationAgent",

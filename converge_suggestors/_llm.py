@@ -26,7 +26,17 @@ _FORMAT: Final = (
 
 
 class LlmOutputError(ValueError):
-    """A model's reply was not the JSON the suggestor asked for."""
+    """A model's reply was not the JSON the suggestor asked for.
+
+    `tokens` holds what the call cost, so the engine still counts it against the budget.
+    """
+
+    tokens: int
+    """Prompt plus completion tokens of the failed call."""
+
+    def __init__(self, message: str, *, tokens: int = 0) -> None:
+        super().__init__(message)
+        self.tokens = tokens
 
 
 class _ReplyProposal(BaseModel):
@@ -107,7 +117,6 @@ class LlmSuggestor:
         self._model = model
         self._temperature = temperature
         self._max_context_facts = max_context_facts
-        self._prefix = f"{name}:"
 
     def __repr__(self) -> str:
         return f"LlmSuggestor({self._name!r}, target={self._target.value!r})"
@@ -153,54 +162,68 @@ class LlmSuggestor:
             temperature=self._temperature,
         )
         response = await self._provider.complete(request)
-        reply = self._parse(response.content)
+        tokens = response.prompt_tokens + response.completion_tokens
+        reply = self._parse(response.content, tokens)
         provenance = f"{self._name}:{response.model or self._model or 'default'}"
         evidence = tuple(fact.ref for fact in shown)
-        return AgentEffect.with_proposals(
-            (
-                ProposedFact(
-                    key=ContextKey.PROPOSALS,
-                    id=item.id,
-                    content=item.content,
-                    payload=item.payload,
-                    confidence=item.confidence,
-                    provenance=provenance,
-                    target=self._target,
-                    evidence=evidence,
+        proposals: list[ProposedFact] = []
+        for index, item in enumerate(reply.proposals):
+            try:
+                proposals.append(
+                    ProposedFact(
+                        key=ContextKey.PROPOSALS,
+                        id=item.id,
+                        content=item.content,
+                        payload=item.payload,
+                        confidence=item.confidence,
+                        provenance=provenance,
+                        target=self._target,
+                        evidence=evidence,
+                    )
                 )
-                for item in reply.proposals
-            ),
-            tokens=response.prompt_tokens + response.completion_tokens,
-        )
+            except ValidationError as error:
+                raise LlmOutputError(
+                    f"{self._name}: proposals[{index}] of the model's reply is not a valid "
+                    f"proposal ({_describe_error(error)})",
+                    tokens=tokens,
+                ) from None
+        return AgentEffect.with_proposals(proposals, tokens=tokens)
 
     def _facts(self, ctx: Context) -> list[Fact]:
         return [fact for key in self._shown_keys for fact in ctx.get(key)]
 
     def _seen(self, ctx: Context) -> set[str]:
-        prefix = self._prefix
+        name = self._name
         return {
             ref
             for staged in ctx.get(ContextKey.PROPOSALS)
-            if staged.provenance.startswith(prefix)
+            if staged.promotion.suggestor == name
             for ref in staged.evidence
         }
 
     def _unseen(self, ctx: Context, seen: set[str]) -> list[Fact]:
         return [fact for fact in self._facts(ctx) if fact.ref not in seen]
 
-    def _parse(self, text: str) -> _Reply:
+    def _parse(self, text: str, tokens: int) -> _Reply:
         try:
             return _Reply.model_validate(_extract_json(text))
-        except (ValueError, ValidationError) as error:
-            excerpt = text if len(text) <= 200 else text[:199] + "…"
-            raise LlmOutputError(
-                f"{self._name}: the model's reply is not the expected JSON "
-                f'{{"proposals": [...]}} ({_first_line(error)}); reply: {excerpt!r}'
-            ) from None
+        except ValidationError as error:
+            reason = _describe_error(error)
+        except ValueError as error:
+            reason = str(error)
+        excerpt = text if len(text) <= 200 else text[:199] + "…"
+        raise LlmOutputError(
+            f"{self._name}: the model's reply is not the expected JSON "
+            f'{{"proposals": [...]}} ({reason}); reply: {excerpt!r}',
+            tokens=tokens,
+        )
 
 
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+def _describe_error(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in detail['loc']) or 'reply'}: {detail['msg']}"
+        for detail in error.errors()[:3]
+    )
 
 
 def _describe(facts: Sequence[Fact]) -> str:

@@ -128,3 +128,9 @@ async def test_a_checkpoint_from_other_registrations_is_refused() -> None:
     engine.register_suggestor(SeedSuggestor("extra", "x"))
     with pytest.raises(InvalidResumeError, match="was paused with registrations"):
         await engine.resume(checkpoint, [GateDecision.approve(GATE, by="jane")])
+
+
+async def test_checkpoint_registrations_read_id_name_pack() -> None:
+    checkpoint = await paused_checkpoint()
+    assert checkpoint.registrations[0] == "0:seed:seeds/budget:"
+    assert checkpoint.registrations[1] == "1:recommender:"

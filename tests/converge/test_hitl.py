@@ -229,3 +229,28 @@ async def test_a_second_proposal_of_a_held_fact_is_dropped() -> None:
     assert len(result.pending) == 1
     assert result.pending[0].proposal.content == "x"
     assert result.rejections[0].reason == "seeds/s is already held for a human decision"
+
+
+async def test_an_ungated_proposal_for_a_held_fact_is_dropped_too() -> None:
+    """The held version stays the only candidate, so approving it cannot silently conflict."""
+
+    @suggestor(name="shy", accepts=lambda ctx: ctx.cycle == 0)
+    async def shy(ctx: Context) -> list[ProposedFact]:
+        return [ProposedFact(key=S, id="x", content="low", provenance="a", confidence=0.3)]
+
+    @suggestor(name="bold", accepts=lambda ctx: ctx.cycle == 0)
+    async def bold(ctx: Context) -> list[ProposedFact]:
+        return [ProposedFact(key=S, id="x", content="high", provenance="b", confidence=0.9)]
+
+    engine = Engine(hitl=HitlPolicy(confidence_below=0.5))
+    engine.register_suggestor(shy)
+    engine.register_suggestor(bold)
+    paused = await engine.run()
+    assert paused.context.find(S, "x") is None
+    assert paused.rejections[0].reason == "strategies/x is already held for a human decision"
+    assert paused.checkpoint is not None
+    gate = paused.pending[0].gate_id
+    result = await engine.resume(paused.checkpoint, [GateDecision.approve(gate, by="jane")])
+    approved = result.context.find(S, "x")
+    assert approved is not None
+    assert approved.content == "low"

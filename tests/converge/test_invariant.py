@@ -189,3 +189,18 @@ async def test_pack_invariants_apply_only_while_the_pack_is_active() -> None:
     result = await engine.run()
     assert result.converged
     assert [f.id for f in result.context.get(H)] == ["b"]
+
+
+async def test_an_invariant_class_given_as_its_string_value_works() -> None:
+    class Loose:
+        name = "loose"
+        invariant_class = "acceptance"
+
+        def check(self, ctx: Context, /) -> InvariantResult:
+            return InvariantResult.violated("always")
+
+    engine = Engine()
+    engine.register_invariant(Loose())  # pyright: ignore[reportArgumentType]
+    result = await engine.run()
+    assert result.stop_reason is StopReason.INVARIANT_VIOLATED
+    assert result.violations[0].invariant_class is InvariantClass.ACCEPTANCE

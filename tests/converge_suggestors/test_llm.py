@@ -223,3 +223,53 @@ async def test_llm_and_validation_pipeline_against_a_real_http_server(
     assert len(chat_server.received) == 1
     sent = chat_server.received[0].body
     assert sent["model"] == "test-model"
+
+
+async def test_tokens_of_an_unparseable_reply_still_count() -> None:
+    provider = ScriptedChatProvider(
+        [ChatResponse(content="no json here", prompt_tokens=70, completion_tokens=5)]
+    )
+    engine = Engine()
+    engine.register_suggestor(analyst(provider))
+    result = await engine.run(inputs=[seed("q")])
+    [execution] = result.trace.cycles[0].executions
+    assert execution.outcome == "failed"
+    assert execution.tokens == 75
+    assert result.tokens == 75
+
+
+async def test_a_reply_item_that_is_not_a_valid_proposal_is_an_llm_output_error() -> None:
+    text = '{"proposals": [{"id": "h", "content": "x", "confidence": 0.9, "payload": NaN}]}'
+    engine = Engine()
+    engine.register_suggestor(analyst(ScriptedChatProvider([text])))
+    result = await engine.run(inputs=[seed("q")])
+    error = result.trace.cycles[0].executions[0].error
+    assert error is not None
+    assert error.startswith("LlmOutputError: analyst: proposals[0] of the model's reply")
+    assert "payload" in error
+
+
+async def test_llm_suggestor_counts_only_its_own_staged_facts_as_seen() -> None:
+    first = LlmSuggestor(
+        "a",
+        ScriptedChatProvider([reply({"id": "h1", "content": "x", "confidence": 0.9})]),
+        dependencies=[SEEDS],
+        target=HYPOTHESES,
+        instructions="i",
+    )
+    second = LlmSuggestor(
+        "a:b",
+        ScriptedChatProvider([reply({"id": "h2", "content": "y", "confidence": 0.9})]),
+        dependencies=[SEEDS],
+        target=HYPOTHESES,
+        instructions="i",
+    )
+    alone = Engine()
+    alone.register_suggestor(second)
+    earlier = await alone.run(inputs=[seed("q")])
+    assert earlier.context.find(PROPOSALS, "h2") is not None
+    engine = Engine()
+    engine.register_suggestor(second)
+    engine.register_suggestor(first)
+    result = await engine.run(earlier.context)
+    assert result.context.find(PROPOSALS, "h1") is not None
