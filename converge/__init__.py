@@ -41,6 +41,7 @@ from ._exceptions import (
     RunError,
 )
 from ._fact import Fact, GateKind, PromotionRecord
+from ._formation import EngineOptions, Formation
 from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
 from ._integrity import IntegrityProof, verify
 from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
@@ -82,10 +83,12 @@ __all__ = [
     "CycleTrace",
     "Engine",
     "EngineEvent",
+    "EngineOptions",
     "Execution",
     "Fact",
     "FactPromoted",
     "FactRecord",
+    "Formation",
     "FunctionSuggestor",
     "GateDecided",
     "GateDecision",
