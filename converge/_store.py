@@ -80,6 +80,8 @@ class RunSummary(FrozenModel, frozen=True):
     """Its context's Merkle root."""
     saved_at: datetime
     """When it was last saved (UTC)."""
+    name: str | None = None
+    """The formation's name, if recorded."""
 
 
 @final
@@ -110,11 +112,19 @@ class RunRecord(FrozenModel, frozen=True):
     """The checkpoint of a paused run."""
     conflict: Conflict | None = None
     """The conflict that stopped it, if one did."""
+    name: str | None = None
+    """The formation's name, when it came from one."""
+    formation: str | None = None
+    """Where the formation can be loaded from again (a file path or module name)."""
 
     @classmethod
-    def of(cls, result: ConvergeResult) -> RunRecord:
-        """The record of a run's result."""
+    def of(
+        cls, result: ConvergeResult, *, name: str | None = None, formation: str | None = None
+    ) -> RunRecord:
+        """The record of a run's result, optionally naming the formation it came from."""
         return cls(
+            name=name,
+            formation=formation,
             run_id=result.run_id,
             stop_reason=result.stop_reason,
             detail=result.detail,
@@ -157,6 +167,7 @@ class RunRecord(FrozenModel, frozen=True):
             fact_count=self.integrity.fact_count,
             merkle_root=self.integrity.merkle_root,
             saved_at=saved_at,
+            name=self.name,
         )
 
 
@@ -180,7 +191,7 @@ class RunStore(Protocol):
         ...
 
 
-_COLUMNS: Final = "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at"
+_COLUMNS: Final = "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, name"
 
 
 def _row(record: RunRecord, saved_at: datetime) -> tuple[object, ...]:
@@ -193,14 +204,16 @@ def _row(record: RunRecord, saved_at: datetime) -> tuple[object, ...]:
         record.integrity.fact_count,
         record.integrity.merkle_root,
         saved_at.isoformat(),
+        record.name,
         record.model_dump_json(),
         checkpoint,
     )
 
 
 def _summary(row: Sequence[object]) -> RunSummary:
-    run_id, stop_reason, detail, cycles, fact_count, root, saved_at = row
+    run_id, stop_reason, detail, cycles, fact_count, root, saved_at, name = row
     return RunSummary(
+        name=None if name is None else str(name),
         run_id=str(run_id),
         stop_reason=StopReason(str(stop_reason)),
         detail=str(detail),
@@ -249,7 +262,7 @@ class SqliteRunStore:
                     "CREATE TABLE IF NOT EXISTS converge_runs (run_id TEXT PRIMARY KEY, "
                     "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, cycles INTEGER NOT NULL, "
                     "fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
-                    "saved_at TEXT NOT NULL, record TEXT NOT NULL, checkpoint TEXT)"
+                    "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT)"
                 )
                 connection.execute(
                     "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
@@ -295,11 +308,12 @@ class SqliteRunStore:
             try:
                 connection.execute(
                     f"INSERT INTO converge_runs ({_COLUMNS}, record, checkpoint) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
                     "stop_reason = excluded.stop_reason, detail = excluded.detail, "
                     "cycles = excluded.cycles, fact_count = excluded.fact_count, "
                     "merkle_root = excluded.merkle_root, saved_at = excluded.saved_at, "
-                    "record = excluded.record, checkpoint = excluded.checkpoint",
+                    "name = excluded.name, record = excluded.record, "
+                    "checkpoint = excluded.checkpoint",
                     row,
                 )
                 connection.execute("COMMIT")
@@ -408,7 +422,7 @@ class PostgresRunStore:
                         "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, "
                         "cycles INTEGER NOT NULL, fact_count INTEGER NOT NULL, "
                         "merkle_root TEXT NOT NULL, saved_at TIMESTAMPTZ NOT NULL, "
-                        "record TEXT NOT NULL, checkpoint TEXT)"
+                        "name TEXT, record TEXT NOT NULL, checkpoint TEXT)"
                     )
                     connection.execute(
                         "INSERT INTO converge_meta VALUES ('schema_version', %s) "
@@ -441,18 +455,21 @@ class PostgresRunStore:
     async def save(self, record: RunRecord, /) -> None:
         """Insert or replace the record, in one transaction."""
         saved_at = self._clock()
-        run_id, stop, detail, cycles, count, root, _, body, checkpoint = _row(record, saved_at)
+        run_id, stop, detail, cycles, count, root, _, name, body, checkpoint = _row(
+            record, saved_at
+        )
 
         def work(connection: psycopg.Connection[tuple[object, ...]]) -> None:
             with connection.transaction():
                 connection.execute(
                     f"INSERT INTO converge_runs ({_COLUMNS}, record, checkpoint) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO UPDATE "
-                    "SET stop_reason = EXCLUDED.stop_reason, detail = EXCLUDED.detail, "
-                    "cycles = EXCLUDED.cycles, fact_count = EXCLUDED.fact_count, "
-                    "merkle_root = EXCLUDED.merkle_root, saved_at = EXCLUDED.saved_at, "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) "
+                    "DO UPDATE SET stop_reason = EXCLUDED.stop_reason, "
+                    "detail = EXCLUDED.detail, cycles = EXCLUDED.cycles, "
+                    "fact_count = EXCLUDED.fact_count, merkle_root = EXCLUDED.merkle_root, "
+                    "saved_at = EXCLUDED.saved_at, name = EXCLUDED.name, "
                     "record = EXCLUDED.record, checkpoint = EXCLUDED.checkpoint",
-                    (run_id, stop, detail, cycles, count, root, saved_at, body, checkpoint),
+                    (run_id, stop, detail, cycles, count, root, saved_at, name, body, checkpoint),
                 )
 
         await self._run(work)
@@ -487,7 +504,9 @@ class PostgresRunStore:
 
         rows = await self._run(work)
         return tuple(
-            _summary((*row[:6], row[6].isoformat() if isinstance(row[6], datetime) else row[6]))
+            _summary(
+                (*row[:6], row[6].isoformat() if isinstance(row[6], datetime) else row[6], row[7])
+            )
             for row in rows
         )
 
