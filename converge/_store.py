@@ -247,10 +247,11 @@ class SqliteRunStore:
         return self._path
 
     def _connect(self) -> sqlite3.Connection:
+        if not self._ready:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self._path, timeout=30.0, isolation_level=None)
         connection.execute("PRAGMA busy_timeout = 30000")
         if not self._ready:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute("BEGIN IMMEDIATE")
             try:

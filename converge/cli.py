@@ -1,0 +1,359 @@
+"""The `converge` command: run formations, watch them converge, review, verify, replay, report.
+
+```
+converge run PATH_OR_MODULE [--max-cycles N] [--store PATH] [--json]
+converge demo [NAME]
+converge runs | show RUN_ID | review RUN_ID
+converge resume RUN_ID --approve GATE... --reject GATE... --by NAME [--reason TEXT]
+converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
+```
+
+Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
+was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+
+from ._cli_support import (
+    EXIT_CODES,
+    CliError,
+    Progress,
+    load_formation,
+    locate,
+    open_store,
+    summary_lines,
+)
+from ._exceptions import ConvergeError, ReplayError
+from ._formation import EngineOptions, Formation
+from ._hitl import GateDecision
+from ._integrity import verify
+from ._result import ConvergeResult
+from ._store import RunNotFoundError, RunRecord, RunStore, StoreError
+
+__all__ = ["main"]
+
+DEMO_PACKAGE = "converge_suggestors.demos"
+DEFAULT_DEMO = "loan_application"
+VERIFY_FAILED = 7
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="converge",
+        description="Run converge formations; review, verify, replay and report stored runs.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument(
+        "--store",
+        help="run store: a SQLite file or a PostgreSQL DSN (env CONVERGE_STORE; "
+        "default .converge/runs.db)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a formation file or module")
+    run.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
+    for sub in (run, commands.add_parser("demo", help="run a bundled demo")):
+        sub.add_argument("--max-cycles", type=int, help="override the formation's cycle budget")
+        sub.add_argument("--json", action="store_true", help="print the run record as JSON")
+    commands.choices["demo"].add_argument("name", nargs="?", default=DEFAULT_DEMO)
+
+    commands.add_parser("runs", help="list stored runs").add_argument(
+        "--limit", type=int, default=20
+    )
+    commands.add_parser("show", help="show a stored run").add_argument("run_id")
+    commands.add_parser("review", help="show the gates a paused run waits on").add_argument(
+        "run_id"
+    )
+    resume = commands.add_parser("resume", help="decide a paused run's gates and continue")
+    resume.add_argument("run_id")
+    resume.add_argument("--approve", nargs="*", default=[], metavar="GATE")
+    resume.add_argument("--reject", nargs="*", default=[], metavar="GATE")
+    resume.add_argument("--by", required=True, help="who decides")
+    resume.add_argument("--reason", help="why, for rejections")
+    resume.add_argument("--json", action="store_true", help="print the run record as JSON")
+    commands.add_parser("verify", help="check a run's facts against its proof").add_argument(
+        "target", metavar="RUN_ID|FILE"
+    )
+    commands.add_parser("replay", help="re-merge a run's recorded effects").add_argument("run_id")
+    report = commands.add_parser("report", help="write a run's HTML report")
+    report.add_argument("run_id")
+    report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Run the command line; return the exit status."""
+    stream = out or sys.stdout
+    args = _parser().parse_args(argv)
+    command: Callable[[argparse.Namespace, TextIO], Awaitable[int]] = _COMMANDS[args.command]
+    try:
+        return anyio.run(command, args, stream)
+    except CliError as error:
+        return _fail(str(error), error.hint, args.debug)
+    except RunNotFoundError as error:
+        return _fail(str(error), "`converge runs` lists the stored runs", args.debug)
+    except ConvergeError as error:
+        return _fail(f"{type(error).__name__}: {error}", None, args.debug)
+    except Exception as error:
+        return _fail(
+            f"{type(error).__name__}: {error}", "rerun with --debug for a traceback", args.debug
+        )
+
+
+def _fail(message: str, hint: str | None, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    return 1
+
+
+def _engine_options(args: argparse.Namespace, formation: Formation, out: TextIO) -> EngineOptions:
+    options: EngineOptions = {}
+    if getattr(args, "max_cycles", None) is not None:
+        if args.max_cycles < 1:
+            raise CliError("--max-cycles must be at least 1")
+        options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
+    if not getattr(args, "json", False):
+        options["observers"] = (Progress(out),)
+    key = os.environ.get("CONVERGE_SIGNING_KEY")
+    if key:
+        options["signing_key"] = key
+    return options
+
+
+def _report_path(store_label: str, run_id: str) -> Path:
+    folder = Path(store_label).parent if store_label.endswith(".db") else Path(".converge")
+    return folder / "reports" / f"{run_id}.html"
+
+
+def _write_report(record: RunRecord, path: Path) -> Path | None:
+    try:
+        report = importlib.import_module("converge._report")
+    except ImportError:
+        return None
+    render: Callable[[RunRecord], str] = report.render_report
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(record), encoding="utf-8")
+    return path
+
+
+async def _finish(
+    result: ConvergeResult,
+    formation: Formation,
+    locator: str,
+    args: argparse.Namespace,
+    out: TextIO,
+) -> int:
+    store, label = open_store(args.store)
+    record = RunRecord.of(result, name=formation.name, formation=locate(locator))
+    await store.save(record)
+    report = _write_report(record, _report_path(label, result.run_id))
+    if args.json:
+        out.write(record.model_dump_json(indent=2) + "\n")
+        return EXIT_CODES[result.stop_reason]
+    out.write("\n".join(summary_lines(record)) + "\n")
+    out.write(f"saved run    {result.run_id} to {label}\n")
+    if report is not None:
+        out.write(f"report       {report}\n")
+    if record.pending:
+        gates = " ".join(gate.gate_id for gate in record.pending)
+        out.write(
+            f"next         converge review {result.run_id}\n"
+            f"             converge resume {result.run_id} --approve {gates} --by NAME\n"
+        )
+    return EXIT_CODES[result.stop_reason]
+
+
+async def _run_formation(locator: str, args: argparse.Namespace, out: TextIO) -> int:
+    formation = load_formation(locator)
+    engine = formation.engine(**_engine_options(args, formation, out))
+    if not args.json:
+        out.write(f"converge: running {formation.name}")
+        out.write(f" ({formation.description})\n" if formation.description else "\n")
+    result = await engine.run(inputs=formation.inputs)
+    return await _finish(result, formation, locator, args, out)
+
+
+async def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    return await _run_formation(args.formation, args, out)
+
+
+async def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        demos: tuple[str, ...] = importlib.import_module(DEMO_PACKAGE).DEMOS
+    except ImportError:
+        raise CliError(f"the demos package {DEMO_PACKAGE} is not installed") from None
+    if args.name not in demos:
+        raise CliError(f"no demo named {args.name!r}", f"demos: {', '.join(demos)}")
+    return await _run_formation(f"{DEMO_PACKAGE}.{args.name}", args, out)
+
+
+async def _load(args: argparse.Namespace, run_id: str) -> tuple[RunStore, RunRecord]:
+    store, _ = open_store(args.store)
+    return store, await store.load(run_id)
+
+
+async def _cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
+    store, label = open_store(args.store)
+    runs = await store.list_runs(limit=args.limit)
+    if not runs:
+        out.write(f"no runs in {label}\n")
+        return 0
+    for run in runs:
+        out.write(
+            f"{run.run_id}  {run.saved_at:%Y-%m-%d %H:%M:%S}  {run.stop_reason.value:<22} "
+            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {run.name or ''}\n"
+        )
+    return 0
+
+
+async def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    _, record = await _load(args, args.run_id)
+    out.write(f"run {record.run_id}" + (f" ({record.name})" if record.name else "") + "\n")
+    out.write("\n".join(summary_lines(record)) + "\n")
+    key = None
+    for fact in record.facts:
+        if fact.key is not key:
+            key = fact.key
+            out.write(f"\n{key.value}:\n")
+        promotion = fact.promotion
+        approved = f", approved by {promotion.approved_by}" if promotion.approved_by else ""
+        out.write(
+            f"  {fact.id}: {fact.content}\n"
+            f"    by {fact.provenance}, confidence {fact.confidence}, cycle {promotion.cycle}, "
+            f"gate {promotion.gate}{approved}\n"
+        )
+    if record.rejections:
+        out.write("\nrejections:\n")
+        for rejection in record.rejections:
+            out.write(
+                f"  {rejection.proposal.ref} from {rejection.suggestor} "
+                f"(cycle {rejection.cycle}): {rejection.reason}\n"
+            )
+    return 0
+
+
+async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
+    _, record = await _load(args, args.run_id)
+    if not record.pending:
+        out.write(f"run {record.run_id} is not waiting for anyone ({record.stop_reason.value})\n")
+        return 0
+    for gate in record.pending:
+        proposal = gate.proposal
+        deadline = gate.deadline.isoformat() if gate.deadline else "none"
+        out.write(
+            f"gate {gate.gate_id}\n"
+            f"  proposal   {proposal.ref}: {gate.summary}\n"
+            f"  from       {gate.suggestor} (cycle {gate.cycle}), "
+            f"confidence {proposal.confidence}\n"
+            f"  evidence   {', '.join(proposal.evidence) or 'none'}\n"
+            f"  payload    {proposal.payload if proposal.payload is not None else 'none'}\n"
+            f"  deadline   {deadline}\n"
+        )
+    gates = " ".join(gate.gate_id for gate in record.pending)
+    out.write(f"decide with: converge resume {record.run_id} --approve {gates} --by NAME\n")
+    return EXIT_CODES[record.stop_reason]
+
+
+async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    store, record = await _load(args, args.run_id)
+    checkpoint = await store.load_checkpoint(args.run_id)
+    if checkpoint is None:
+        raise CliError(f"run {args.run_id} is not paused ({record.stop_reason.value})")
+    if record.formation is None:
+        raise CliError(f"run {args.run_id} does not say which formation it came from")
+    formation = load_formation(record.formation)
+    decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
+    decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
+    engine = formation.engine(**_engine_options(args, formation, out))
+    result = await engine.resume(checkpoint, decisions)
+    return await _finish(result, formation, record.formation, args, out)
+
+
+async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
+    path = anyio.Path(target)
+    if await path.is_file():
+        return RunRecord.model_validate_json(await path.read_text(encoding="utf-8"))
+    return (await _load(args, target))[1]
+
+
+async def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    record = await _record_for(args, args.target)
+    try:
+        context = record.restore_context()
+    except StoreError as error:
+        out.write(f"FAILED: {error}\n")
+        return VERIFY_FAILED
+    if not verify(context, record.integrity):
+        out.write(f"FAILED: run {record.run_id} does not match its integrity proof\n")
+        return VERIFY_FAILED
+    proof = record.integrity
+    out.write(
+        f"verified: run {record.run_id}, {proof.fact_count} facts, clock {proof.clock}, "
+        f"root {proof.merkle_root}\n"
+    )
+    return 0
+
+
+async def _cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    _, record = await _load(args, args.run_id)
+    if record.formation is None:
+        raise CliError(f"run {args.run_id} does not say which formation it came from")
+    engine = load_formation(record.formation).engine()
+    try:
+        replayed = await engine.replay(record.trace)
+    except ReplayError as error:
+        out.write(f"FAILED: {error}\n")
+        return VERIFY_FAILED
+    if replayed.integrity != record.integrity:
+        out.write(
+            f"FAILED: replay gives root {replayed.integrity.merkle_root}, "
+            f"the run recorded {record.integrity.merkle_root}\n"
+        )
+        return VERIFY_FAILED
+    out.write(
+        f"replayed: run {record.run_id}, {replayed.cycles} cycles, no suggestor called, "
+        f"same root {replayed.integrity.merkle_root}\n"
+    )
+    return 0
+
+
+async def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    _, label = open_store(args.store)
+    _, record = await _load(args, args.run_id)
+    path = Path(args.output) if args.output else _report_path(label, record.run_id)
+    written = _write_report(record, path)
+    if written is None:
+        raise CliError("this converge has no HTML report module")
+    out.write(f"report written to {written}\n")
+    return 0
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
+    "run": _cmd_run,
+    "demo": _cmd_demo,
+    "runs": _cmd_runs,
+    "show": _cmd_show,
+    "review": _cmd_review,
+    "resume": _cmd_resume,
+    "verify": _cmd_verify,
+    "replay": _cmd_replay,
+    "report": _cmd_report,
+}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

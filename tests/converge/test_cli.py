@@ -1,0 +1,143 @@
+"""The `converge` command: run, review, resume from another process, verify, replay, errors."""
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from converge.cli import main
+
+HERE = Path(__file__).resolve().parent
+FORMATION = str(HERE / "cli_formation.py")
+GATE = "gate:2:strategies/costly"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(args), out=out)
+    return code, out.getvalue()
+
+
+async def converge_process(*args: str) -> tuple[int, str, str]:
+    process = await anyio.run_process([sys.executable, "-m", "converge.cli", *args], check=False)
+    return process.returncode, process.stdout.decode(), process.stderr.decode()
+
+
+def run_id_of(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("saved run"):
+            return line.split()[2]
+    raise AssertionError(f"no run id in {output!r}")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return str(tmp_path / "runs.db")
+
+
+def test_run_pauses_then_review_and_resume_in_new_processes_converge(store: str) -> None:
+    code, out = cli("--store", store, "run", FORMATION)
+    assert code == 6
+    assert "cycle   2:" in out
+    assert f"pending      1 gate(s) awaiting a human:\n  {GATE}: Buy the enterprise plan" in out
+    run_id = run_id_of(out)
+
+    async def other_processes() -> None:
+        code, out, _ = await converge_process("--store", store, "review", run_id)
+        assert code == 6
+        assert f"gate {GATE}" in out
+        assert "proposal   strategies/costly: Buy the enterprise plan" in out
+        code, out, err = await converge_process(
+            "--store", store, "resume", run_id, "--approve", GATE, "--by", "jane"
+        )
+        assert (code, err) == (0, "")
+        assert "stop reason  converged" in out
+        for command in ("verify", "replay"):
+            code, out, _ = await converge_process("--store", store, command, run_id)
+            assert code == 0, out
+
+    anyio.run(other_processes)
+    code, out = cli("--store", store, "show", run_id)
+    assert code == 0
+    assert "by recommender, confidence 0.4, cycle 2, gate human, approved by jane" in out
+
+
+def test_resume_with_a_rejection_leaves_the_diagnostic(store: str) -> None:
+    run_id = run_id_of(cli("--store", store, "run", FORMATION)[1])
+    code, _ = cli(
+        "--store", store, "resume", run_id, "--reject", GATE, "--by", "bo", "--reason", "too much"
+    )
+    assert code == 0
+    _, out = cli("--store", store, "show", run_id)
+    assert "hitl-rejected:costly: HITL gate rejected proposal 'costly' by bo: too much" in out
+
+
+def test_json_output_is_the_run_record(store: str) -> None:
+    code, out = cli("--store", store, "run", FORMATION, "--json")
+    assert code == 6
+    record = json.loads(out)
+    assert record["stop_reason"] == "awaiting_human"
+    assert record["name"] == "plan-review"
+    assert record["pending"][0]["gate_id"] == GATE
+
+
+def test_budget_stop_has_its_own_exit_code(store: str) -> None:
+    code, out = cli("--store", store, "run", FORMATION, "--max-cycles", "1")
+    assert code == 3
+    assert "stop reason  cycle_budget_exhausted (max_cycles (1))" in out
+
+
+def test_runs_lists_the_stored_runs(store: str) -> None:
+    run_id = run_id_of(cli("--store", store, "run", FORMATION)[1])
+    code, out = cli("--store", store, "runs")
+    assert code == 0
+    assert out.startswith(run_id)
+    assert "awaiting_human" in out
+    assert "plan-review" in out
+
+
+def test_verify_detects_a_tampered_record_file(store: str, tmp_path: Path) -> None:
+    code, out = cli("--store", store, "run", FORMATION, "--json")
+    record = json.loads(out)
+    good = tmp_path / "good.json"
+    good.write_text(out, encoding="utf-8")
+    assert cli("verify", str(good))[0] == 0
+    record["facts"][0]["content"] = "forged"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(record), encoding="utf-8")
+    code, out = cli("verify", str(bad))
+    assert code == 7
+    assert out.startswith("FAILED:")
+
+
+async def test_errors_are_one_line_and_a_hint_without_traceback(store: str) -> None:
+    code, out, err = await converge_process("--store", store, "run", "no_such_module_xyz")
+    assert code == 1
+    assert out == ""
+    assert err.splitlines()[0].startswith("error: cannot import 'no_such_module_xyz'")
+    assert err.splitlines()[1].startswith("hint:")
+    assert "Traceback" not in err
+    code, _, err = await converge_process("--store", store, "show", "missing")
+    assert code == 1
+    assert err.splitlines() == [
+        f"error: no run 'missing' in {store}",
+        "hint: `converge runs` lists the stored runs",
+    ]
+
+
+def test_a_file_without_a_formation_is_a_clear_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n", encoding="utf-8")
+    code, _ = cli("--store", str(tmp_path / "r.db"), "run", str(empty))
+    assert code == 1
+
+
+def test_review_of_a_converged_run_says_so(store: str) -> None:
+    run_id = run_id_of(cli("--store", store, "run", FORMATION)[1])
+    cli("--store", store, "resume", run_id, "--approve", GATE, "--by", "jane")
+    code, out = cli("--store", store, "review", run_id)
+    assert code == 0
+    assert "is not waiting for anyone (converged)" in out
