@@ -122,9 +122,10 @@ class Executor:
         if len(slots) == 1:
             await self._run_one(slots[0], snapshot)  # a lone suggestor needs no task group
         elif slots:
+            call = self._call if self._limiter is None else self._run_one
             async with anyio.create_task_group() as group:
                 for slot in slots:
-                    group.start_soon(self._run_one, slot, snapshot, name=slot.reg.name)
+                    group.start_soon(call, slot, snapshot, name=slot.reg.name)
         if self._mode == "raise":
             for slot in slots:
                 if slot.error is not None:

@@ -10,6 +10,7 @@ verified record coming back from JSON).
 
 from __future__ import annotations
 
+import json.encoder
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, final
 
@@ -186,38 +187,64 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _canonical_fields(
+_quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
+
+
+def _canonical(
     proposal: ProposedFact | Fact, payload: JsonValue | None, promotion: PromotionRecord
-) -> dict[str, object]:
-    return {
-        "key": proposal.key.value,
-        "id": proposal.id,
-        "content": proposal.content,
-        "payload": payload,
-        "confidence": proposal.confidence,
-        "provenance": proposal.provenance,
-        "target": None if proposal.target is None else proposal.target.value,
-        "evidence": list(proposal.evidence),
-        "promotion": {
-            "cycle": promotion.cycle,
-            "suggestor": promotion.suggestor,
-            "suggestor_id": promotion.suggestor_id,
-            "clock": promotion.clock,
-            "gate": promotion.gate,
-            "approved_by": promotion.approved_by,
-        },
-    }
+) -> bytes:
+    """Canonical JSON of a fact, written out field by field in sorted-key order.
+
+    Byte for byte what `json.dumps(fields, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)` gives for the fact's fields, without building the dict.
+    """
+    quote = _quote
+    target = proposal.target
+    approved_by = promotion.approved_by
+    return "".join(
+        (
+            '{"confidence":',
+            float.__repr__(float(proposal.confidence)),
+            ',"content":',
+            quote(proposal.content),
+            ',"evidence":[',
+            ",".join(map(quote, proposal.evidence)),
+            '],"id":',
+            quote(proposal.id),
+            ',"key":',
+            quote(proposal.key.value),
+            ',"payload":',
+            "null" if payload is None else canonical_json(payload).decode("utf-8"),
+            ',"promotion":{"approved_by":',
+            "null" if approved_by is None else quote(approved_by),
+            ',"clock":',
+            int.__repr__(promotion.clock),
+            ',"cycle":',
+            int.__repr__(promotion.cycle),
+            ',"gate":',
+            quote(promotion.gate),
+            ',"suggestor":',
+            quote(promotion.suggestor),
+            ',"suggestor_id":',
+            int.__repr__(promotion.suggestor_id),
+            '},"provenance":',
+            quote(proposal.provenance),
+            ',"target":',
+            "null" if target is None else quote(target.value),
+            "}",
+        )
+    ).encode("utf-8")
 
 
 def fact_digest(fact: Fact) -> str:
     """Recompute a fact's leaf digest from its fields (what `verify` does)."""
-    return leaf_digest(canonical_json(_canonical_fields(fact, fact.payload, fact.promotion))).hex()
+    return leaf_digest(_canonical(fact, fact.payload, fact.promotion)).hex()
 
 
 def promote(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
     """Turn a proposal that passed the gate into a fact. Kernel use only."""
     payload = None if proposal.payload is None else copy_json(proposal.payload)
-    canonical = canonical_json(_canonical_fields(proposal, payload, promotion))
+    canonical = _canonical(proposal, payload, promotion)
     return trusted(
         Fact,
         {
