@@ -19,25 +19,9 @@ import anyio
 from ._budget import Budget
 from ._checkpoint import Checkpoint, FactRecord, sign
 from ._context import ContextSnapshot
-from ._events import (
-    CycleFinished,
-    CycleStarted,
-    EngineEvent,
-    FactPromoted,
-    GateDecided,
-    GateRequested,
-    InvariantViolated,
-    Observer,
-    ProposalRejected,
-    RunFinished,
-    RunStarted,
-    SuggestorFailed,
-    SuggestorFinished,
-    deliver,
-)
+from ._events import Observer
 from ._exceptions import ReplayError
 from ._executor import ErrorMode, Executor, Slot, failure
-from ._fact import Fact
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
@@ -49,6 +33,7 @@ from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._registry import Registration, RegistryView
 from ._result import Conflict, ConvergeResult
+from ._run_events import RunEvents
 from ._stop import StopReason
 from ._trace import CycleTrace, Execution, Rejection, RunTrace
 
@@ -112,8 +97,7 @@ class RunLoop:
         )
         self._log = run_logger(run_id=state.run_id)
         self._started = perf_counter()
-        self._observers = config.observers
-        self._events: list[EngineEvent] = []
+        self._events = RunEvents(state.run_id, config.observers, self._log)
 
     @staticmethod
     def new_state(context: ContextSnapshot, inputs: tuple[ProposedFact, ...]) -> RunState:
@@ -133,13 +117,13 @@ class RunLoop:
         result = self._merge_inputs()
         if result is None:
             result = await self._loop()
-        await self._flush()
+        await self._events.flush()
         return result
 
     async def loop(self) -> ConvergeResult:
         """Cycles from `state.cycle + 1` until a stop reason (after a resume)."""
         result = await self._loop()
-        await self._flush()
+        await self._events.flush()
         return result
 
     async def replay(self, trace: RunTrace) -> ConvergeResult:
@@ -154,7 +138,7 @@ class RunLoop:
         result = self._merge_inputs()
         if result is None:
             result = self._replay_cycles(trace)
-        await self._flush()
+        await self._events.flush()
         if trace.final_root is not None and result.integrity.merkle_root != trace.final_root:
             raise ReplayError(
                 f"replaying run {trace.run_id} gives root {result.integrity.merkle_root}, not "
@@ -226,16 +210,7 @@ class RunLoop:
             inputs=len(state.inputs),
             facts=len(state.snapshot),
         )
-        if self._observers:
-            self._events.append(
-                RunStarted(
-                    run_id=state.run_id,
-                    cycle=state.cycle,
-                    suggestors=suggestors,
-                    inputs=len(state.inputs),
-                    facts=len(state.snapshot),
-                )
-            )
+        self._events.run_started(state.cycle, suggestors, len(state.inputs), len(state.snapshot))
 
     def _merge_inputs(self) -> ConvergeResult | None:
         state = self._state
@@ -244,7 +219,7 @@ class RunLoop:
         state.snapshot = merger.snapshot()
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
-        self._merge_events(0, merger.promoted, merger.rejections, (), merger.violations)
+        self._events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
         for violation in merger.violations:
             self._log_violation(violation)
         if conflict is not None:
@@ -254,21 +229,6 @@ class RunLoop:
             return self._finish(*stop)
         state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
         return None
-
-    async def _flush(self) -> None:
-        """Deliver buffered events; the run waits for its observers here, between phases."""
-        if not self._events:
-            return
-        events, self._events = self._events, []
-        await deliver(self._observers, events, self._observer_failed)
-
-    def _observer_failed(self, observer: Observer, event: EngineEvent, error: Exception) -> None:
-        self._log.warning(
-            "observer_failed",
-            observer=type(observer).__name__,
-            event_type=event.type,
-            error=f"{type(error).__name__}: {error}",
-        )
 
     def apply_decisions(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
@@ -310,17 +270,8 @@ class RunLoop:
                 approved=decision.approved,
                 by=decision.by,
             )
-            if self._observers:
-                self._events.append(
-                    GateDecided(
-                        run_id=state.run_id,
-                        cycle=cycle,
-                        gate_id=request.gate_id,
-                        approved=decision.approved,
-                        by=decision.by,
-                    )
-                )
-        self._merge_events(
+            self._events.gate_decided(cycle, request.gate_id, decision.approved, decision.by)
+        self._events.merged(
             cycle, approvals.promoted, approvals.rejections, (), approvals.violations
         )
         state.snapshot = approvals.snapshot()
@@ -344,7 +295,7 @@ class RunLoop:
         budget = self._config.budget
         view = self._view
         while True:
-            await self._flush()
+            await self._events.flush()
             state.cycle += 1
             cycle = state.cycle
             if cycle > budget.max_cycles:
@@ -354,10 +305,9 @@ class RunLoop:
             dirty = state.dirty
             snapshot = state.snapshot
             self._log.debug("cycle_started", cycle=cycle, dirty=sorted(dirty))
-            if self._observers:
-                ordered = tuple(key for key in ContextKey if key in dirty)
-                self._events.append(CycleStarted(run_id=state.run_id, cycle=cycle, dirty=ordered))
-                await self._flush()
+            if self._events.active:
+                self._events.cycle_started(cycle, dirty)
+                await self._events.flush()
             eligible, refused = self._eligible(view.candidates(dirty), snapshot)
             if not eligible:
                 self._record(cycle, dirty, eligible, self._executions(refused, ()), None)
@@ -516,7 +466,7 @@ class RunLoop:
             state.cycles[-1] = last.model_copy(update={"violations": last.violations + fresh})
         for violation in violations:
             self._log_violation(violation)
-        self._merge_events(state.cycle, (), (), (), violations)
+        self._events.merged(state.cycle, violations=violations)
         detail = "; ".join(f"{v.invariant}: {v.reason}" for v in violations)
         return self._finish(StopReason.INVARIANT_VIOLATED, detail)
 
@@ -610,24 +560,16 @@ class RunLoop:
             violations = (*merger.violations, *semantic)
         for violation in violations:
             self._log_violation(violation)
-        if self._observers:
-            self._execution_events(cycle, executions)
+        events = self._events
+        if events.active:
+            events.executions(cycle, executions)
             if merger is not None:
-                self._merge_events(
-                    cycle, merger.promoted, merger.rejections, merger.held, violations
-                )
+                events.merged(cycle, merger.promoted, merger.rejections, merger.held, violations)
             else:
-                self._merge_events(cycle, (), (), (), violations)
-            self._events.append(
-                CycleFinished(
-                    run_id=self._state.run_id,
-                    cycle=cycle,
-                    eligible=len(eligible),
-                    promoted=len(promoted),
-                    rejected=len(rejected),
-                    held=len(held),
-                    facts=len(self._state.snapshot),
-                )
+                events.merged(cycle, violations=violations)
+            facts = len(self._state.snapshot)
+            events.cycle_finished(
+                cycle, len(eligible), len(promoted), len(rejected), len(held), facts
             )
         self._state.cycles.append(
             trusted(
@@ -660,90 +602,6 @@ class RunLoop:
             cycle=violation.cycle,
             reason=violation.reason,
         )
-
-    def _execution_events(self, cycle: int, executions: Sequence[Execution]) -> None:
-        run_id = self._state.run_id
-        for execution in executions:
-            if execution.outcome == "ok":
-                self._events.append(
-                    SuggestorFinished(
-                        run_id=run_id,
-                        cycle=cycle,
-                        suggestor=execution.suggestor,
-                        suggestor_id=execution.suggestor_id,
-                        duration_ms=execution.duration_ms,
-                        proposals=execution.proposals,
-                        tokens=execution.tokens,
-                    )
-                )
-            else:
-                self._events.append(
-                    SuggestorFailed(
-                        run_id=run_id,
-                        cycle=cycle,
-                        suggestor=execution.suggestor,
-                        suggestor_id=execution.suggestor_id,
-                        phase=execution.phase,
-                        outcome=execution.outcome,
-                        error=execution.error or "",
-                    )
-                )
-
-    def _merge_events(
-        self,
-        cycle: int,
-        promoted: Sequence[Fact],
-        rejected: Sequence[Rejection],
-        held: Sequence[GateRequest],
-        violations: Sequence[Violation],
-    ) -> None:
-        if not self._observers:
-            return
-        run_id = self._state.run_id
-        events = self._events
-        for fact in promoted:
-            record = fact.promotion
-            events.append(
-                FactPromoted(
-                    run_id=run_id,
-                    cycle=cycle,
-                    ref=fact.ref,
-                    suggestor=record.suggestor,
-                    clock=record.clock,
-                    gate=record.gate,
-                    digest=fact.digest,
-                )
-            )
-        for rejection in rejected:
-            events.append(
-                ProposalRejected(
-                    run_id=run_id,
-                    cycle=cycle,
-                    ref=rejection.proposal.ref,
-                    suggestor=rejection.suggestor,
-                    reason=rejection.reason,
-                )
-            )
-        for request in held:
-            events.append(
-                GateRequested(
-                    run_id=run_id,
-                    cycle=cycle,
-                    gate_id=request.gate_id,
-                    ref=request.proposal.ref,
-                    suggestor=request.suggestor,
-                )
-            )
-        for violation in violations:
-            events.append(
-                InvariantViolated(
-                    run_id=run_id,
-                    cycle=violation.cycle,
-                    invariant=violation.invariant,
-                    invariant_class=violation.invariant_class,
-                    reason=violation.reason,
-                )
-            )
 
     def _finish(
         self,
@@ -781,18 +639,7 @@ class RunLoop:
             merkle_root=proof.merkle_root,
             elapsed_ms=round(self._elapsed() * 1000.0, 3),
         )
-        if self._observers:
-            self._events.append(
-                RunFinished(
-                    run_id=state.run_id,
-                    cycle=state.cycle,
-                    stop_reason=reason.value,
-                    detail=detail,
-                    facts=proof.fact_count,
-                    merkle_root=proof.merkle_root,
-                    tokens=state.tokens,
-                )
-            )
+        self._events.run_finished(state.cycle, reason.value, detail, proof, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
