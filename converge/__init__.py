@@ -50,6 +50,7 @@ from ._log import get_logger
 from ._pack import GateVerdict, Pack
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
+from ._report import render_report
 from ._result import Conflict, ConvergeResult
 from ._stop import StopReason
 from ._store import (
@@ -135,6 +136,7 @@ __all__ = [
     "Violation",
     "event_adapter",
     "get_logger",
+    "render_report",
     "suggestor",
     "verify",
 ]

@@ -33,6 +33,8 @@ __all__ = [
 
 
 class _Event(FrozenModel, frozen=True):
+    """Fields every event has."""
+
     run_id: str
     """The run it belongs to."""
     cycle: int

@@ -18,6 +18,8 @@ __all__ = [
 
 
 class _Frozen(BaseModel, frozen=True):
+    """Frozen, closed models for the chat interface."""
+
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -2,8 +2,8 @@
 
 import importlib
 import inspect
-from typing import is_typeddict
 from types import ModuleType
+from typing import is_typeddict
 
 import pytest
 
