@@ -1,27 +1,15 @@
 """Hello, convergence: a seed, a reaction to it, and the result.
 
-Run it with `python examples/hello_convergence.py` (or `make demo`).
+Run it with `python examples/hello_convergence.py` (or `make demo`). The formation lives in
+`converge_suggestors.demos.hello_convergence`, so `converge demo hello_convergence` runs it too.
 """
 
 from __future__ import annotations
 
-from converge import ContextKey, ConvergeResult, Engine, verify
-from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
+import anyio
 
-
-def build_engine() -> Engine:
-    """Two suggestors: a seed, and a reaction that waits for seeds."""
-    engine = Engine()
-    engine.register_suggestor(SeedSuggestor("question", "What should we build first?"))
-    engine.register_suggestor(
-        ReactOnceSuggestor(
-            "answer",
-            "The smallest complete vertical slice.",
-            source=ContextKey.SEEDS,
-            target=ContextKey.HYPOTHESES,
-        )
-    )
-    return engine
+from converge import ConvergeResult, verify
+from converge_suggestors.demos.hello_convergence import formation
 
 
 def describe(result: ConvergeResult) -> str:
@@ -50,7 +38,7 @@ def describe(result: ConvergeResult) -> str:
 
 def main() -> ConvergeResult:
     """Run the formation and print what happened."""
-    result = build_engine().run_sync()
+    result = anyio.run(formation.run)
     print(describe(result))
     return result
 
