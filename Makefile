@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/hello_convergence.py
+	@$(BIN)/converge demo; status=$$?; \
+	if [ $$status -eq 6 ]; then echo "make demo: the run waits for a human; review and resume it with the commands above"; exit 0; fi; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PATHS)
