@@ -75,6 +75,8 @@ def load_formation(locator: str) -> Formation:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     else:
+        if "" not in sys.path and os.getcwd() not in sys.path:  # as `python -m` would
+            sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(locator)
         except ModuleNotFoundError as error:

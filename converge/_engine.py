@@ -278,8 +278,7 @@ class Engine:
             input_violations=checkpoint.input_violations,
         )
         loop = RunLoop(self._config, view, state)
-        loop.apply_decisions(checkpoint.pending, chosen)
-        return await self._save(await loop.loop())
+        return await self._save(await loop.resume(checkpoint.pending, chosen))
 
     def _check_decisions(
         self, checkpoint: Checkpoint, decisions: tuple[GateDecision, ...]
@@ -372,6 +371,8 @@ class Engine:
 
         config = replace(self._config, observers=(*self._config.observers, Channel()))
 
+        failure: list[Exception] = []
+
         async def produce() -> None:
             try:
                 async with send:
@@ -379,6 +380,8 @@ class Engine:
                     await send.send(result)
             except anyio.BrokenResourceError:  # the consumer went away
                 pass
+            except Exception as error:  # re-raised to the consumer as `run` would raise it
+                failure.append(error)
 
         closed = False
         async with anyio.create_task_group() as group:
@@ -393,6 +396,8 @@ class Engine:
                 receive.close()
         if closed:
             raise GeneratorExit
+        if failure:
+            raise failure[0]
 
     def run_sync(
         self,

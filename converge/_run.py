@@ -39,6 +39,15 @@ from ._trace import CycleTrace, Execution, Rejection, RunTrace
 
 __all__ = ["HUMAN_SUGGESTOR_ID", "RunConfig", "RunLoop", "RunState"]
 
+_BUDGET_STOPS = frozenset(
+    {
+        StopReason.CYCLE_BUDGET_EXHAUSTED,
+        StopReason.FACT_BUDGET_EXHAUSTED,
+        StopReason.TOKEN_BUDGET_EXHAUSTED,
+        StopReason.TIME_BUDGET_EXHAUSTED,
+    }
+)
+
 HUMAN_SUGGESTOR_ID = -2
 """The `suggestor_id` of facts written by human decisions (rejection diagnostics)."""
 
@@ -126,6 +135,14 @@ class RunLoop:
         await self._events.flush()
         return result
 
+    async def resume(
+        self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
+    ) -> ConvergeResult:
+        """Apply the decisions of a paused run, then continue its cycles."""
+        self._started_event()
+        self.apply_decisions(pending, decisions)
+        return await self.loop()
+
     async def replay(self, trace: RunTrace) -> ConvergeResult:
         """Re-merge a trace's recorded effects and decisions; call no suggestor."""
         state = self._state
@@ -137,7 +154,7 @@ class RunLoop:
         self._started_event()
         result = self._merge_inputs()
         if result is None:
-            result = self._replay_cycles(trace)
+            result = await self._replay_cycles(trace)
         await self._events.flush()
         if trace.final_root is not None and result.integrity.merkle_root != trace.final_root:
             raise ReplayError(
@@ -146,42 +163,60 @@ class RunLoop:
             )
         return result
 
-    def _replay_cycles(self, trace: RunTrace) -> ConvergeResult:
+    def _replayed_registrations(self, cycle: int, recorded: CycleTrace) -> list[Registration]:
+        registrations = self._view.registrations
+        eligible: list[Registration] = []
+        for execution in recorded.executions:
+            sid = execution.suggestor_id
+            reg = registrations[sid] if 0 <= sid < len(registrations) else None
+            if reg is None or reg.name != execution.suggestor:
+                raise ReplayError(
+                    f"cycle {cycle}: the trace ran {execution.suggestor!r} as id {sid}, "
+                    "which this engine does not have"
+                )
+            if execution.phase == "execute":
+                eligible.append(reg)
+        return eligible
+
+    async def _replay_cycles(self, trace: RunTrace) -> ConvergeResult:
         state = self._state
         registrations = self._view.registrations
         decisions = {decision.gate_id: decision for decision in trace.decisions}
-        for recorded in trace.cycles:
+        recorded_reason = trace.stop_reason or StopReason.CONVERGED
+        last = len(trace.cycles) - 1
+        for index, recorded in enumerate(trace.cycles):
             state.cycle = cycle = recorded.cycle
+            dirty = frozenset(recorded.dirty)
+            self._events.cycle_started(cycle, dirty)
+            await self._events.flush()
+            eligible = self._replayed_registrations(cycle, recorded)
             merger = self._merger(state.snapshot, cycle)
-            eligible: list[Registration] = []
             conflict: Conflict | None = None
             for execution in recorded.executions:
-                sid = execution.suggestor_id
-                reg = registrations[sid] if 0 <= sid < len(registrations) else None
-                if reg is None or reg.name != execution.suggestor:
-                    raise ReplayError(
-                        f"cycle {cycle}: the trace ran {execution.suggestor!r} as id {sid}, "
-                        "which this engine does not have"
-                    )
-                if execution.phase == "execute":
-                    eligible.append(reg)
-                if execution.outcome != "ok" or conflict is not None:
+                if execution.outcome != "ok":
+                    state.tokens += execution.tokens
                     continue
                 effect = execution.effect
                 if effect is None:
                     raise ReplayError(
-                        f"cycle {cycle}: no recorded effect for {reg.name!r}; record the run "
-                        "with Engine(record_effects=True)"
+                        f"cycle {cycle}: no recorded effect for {execution.suggestor!r}; "
+                        "record the run with Engine(record_effects=True)"
                     )
                 state.tokens += effect.tokens
+                if not recorded.merged or conflict is not None:
+                    continue
+                reg = registrations[execution.suggestor_id]
                 conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
+            if not recorded.merged:
+                self._record(cycle, dirty, eligible, recorded.executions, None, merged=False)
+                return self._finish(recorded_reason, trace.detail)
             state.snapshot = merger.snapshot()
             state.rejections.extend(merger.rejections)
-            dirty = frozenset(recorded.dirty)
             if conflict is not None:
                 self._record(cycle, dirty, eligible, recorded.executions, merger)
                 return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
-            if merger.held:
+            budget_stop = index == last and recorded_reason in _BUDGET_STOPS
+            if merger.held and not budget_stop:
                 self._record(cycle, dirty, eligible, recorded.executions, merger)
                 state.dirty = merger.added_keys
                 chosen = [decisions.get(request.gate_id) for request in merger.held]
@@ -191,15 +226,16 @@ class RunLoop:
                 continue
             semantic = (
                 check_invariants(self._view.semantic, state.snapshot, cycle)
-                if merger.promoted
+                if merger.promoted and not budget_stop
                 else ()
             )
             self._record(cycle, dirty, eligible, recorded.executions, merger, semantic)
             state.dirty = merger.added_keys
-        reason = trace.stop_reason or StopReason.CONVERGED
-        if reason in (StopReason.CONVERGED, StopReason.INVARIANT_VIOLATED):
+            if budget_stop:
+                return self._finish(recorded_reason, trace.detail)
+        if recorded_reason in (StopReason.CONVERGED, StopReason.INVARIANT_VIOLATED):
             return self._fixed_point()
-        return self._finish(reason, trace.detail)
+        return self._finish(recorded_reason, trace.detail)
 
     def _started_event(self) -> None:
         state = self._state
@@ -315,9 +351,13 @@ class RunLoop:
 
             slots, timed_out = await self._execute(eligible, snapshot)
             if timed_out:
-                state.tokens += sum(s.effect.tokens for s in slots if s.effect is not None)
+                for slot in slots:
+                    if slot.effect is not None:
+                        state.tokens += slot.effect.tokens
+                    elif slot.execution is not None:
+                        state.tokens += slot.execution.tokens
                 executions = self._executions(refused, slots, cancelled=True)
-                self._record(cycle, dirty, eligible, executions, None)
+                self._record(cycle, dirty, eligible, executions, None, merged=False)
                 return self._finish(StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail())
 
             merger = self._merger(snapshot, cycle)
@@ -547,6 +587,8 @@ class RunLoop:
         executions: tuple[Execution, ...],
         merger: Merger | None,
         semantic: Sequence[Violation] = (),
+        *,
+        merged: bool = True,
     ) -> None:
         if merger is None:
             promoted: tuple[str, ...] = ()
@@ -583,6 +625,7 @@ class RunLoop:
                     "rejected": rejected,
                     "held": held,
                     "violations": violations,
+                    "merged": merged,
                 },
             )
         )

@@ -80,6 +80,8 @@ class CycleTrace(FrozenModel, frozen=True):
     """Gate ids of proposals held for a human."""
     violations: tuple[Violation, ...] = ()
     """Invariant violations found in this cycle."""
+    merged: bool = True
+    """False when the time budget cancelled the cycle: none of its effects were merged."""
 
 
 @final

@@ -214,7 +214,8 @@ async def _cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     for run in runs:
         out.write(
-            f"{run.run_id}  {run.saved_at:%Y-%m-%d %H:%M:%S}  {run.stop_reason.value:<22} "
+            f"{run.run_id}  {run.saved_at.isoformat(timespec='seconds')}  "
+            f"{run.stop_reason.value:<22} "
             f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {run.name or ''}\n"
         )
     return 0

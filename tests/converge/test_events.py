@@ -215,3 +215,48 @@ async def test_breaking_out_of_a_stream_cancels_the_run() -> None:
             async for item in stream:
                 if not isinstance(item, ConvergeResult) and item.type == "cycle_started":
                     break
+
+
+async def test_resume_starts_with_run_started() -> None:
+    recorder = Recorder()
+    engine = build_engine(observers=[recorder])
+    paused = await engine.run()
+    assert paused.checkpoint is not None
+    recorder.events.clear()
+    await engine.resume(paused.checkpoint, [GateDecision.approve(GATE, by="jane")])
+    assert recorder.types[0] == "run_started"
+    assert recorder.events[0].cycle == 2
+    assert recorder.types[1] == "gate_decided"
+
+
+async def test_replay_emits_cycle_events() -> None:
+    recorder = Recorder()
+    engine = Engine(observers=[recorder], record_effects=True)
+    engine.register_suggestor(SeedSuggestor("s1", "hello"))
+    original = await engine.run()
+    first = list(recorder.types)
+    recorder.events.clear()
+    await engine.replay(original.trace)
+    assert recorder.types == first
+
+
+async def test_stream_raises_run_errors_unwrapped() -> None:
+    class Broken:
+        name = "broken"
+        dependencies = ()
+
+        def accepts(self, ctx: Context, /) -> bool:
+            return True
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            raise RuntimeError("boom")
+
+    async def drain(engine: Engine) -> None:
+        async with aclosing(engine.stream()) as stream:
+            async for _ in stream:
+                pass
+
+    engine = Engine(on_suggestor_error="raise")
+    engine.register_suggestor(Broken())
+    with pytest.raises(RuntimeError, match="boom"):
+        await drain(engine)

@@ -132,3 +132,90 @@ async def test_replay_keeps_a_budget_stop_reason() -> None:
     replayed = await limited.replay(original.trace)
     assert replayed.stop_reason is StopReason.CYCLE_BUDGET_EXHAUSTED
     assert replayed.integrity == original.integrity
+
+
+class Quick:
+    """Proposes one fact in the first cycle, reporting tokens."""
+
+    name = "quick"
+    dependencies = ()
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.cycle == 0
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        return AgentEffect.with_proposal(
+            ProposedFact(key=ContextKey.SEEDS, id="q", content="quick", provenance="q"), tokens=4
+        )
+
+
+class Slow(Quick):
+    name = "slow"
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        await anyio.sleep(30)
+        return AgentEffect.empty()
+
+
+class Failing(Quick):
+    name = "failing"
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        error = RuntimeError("model said no")
+        error.tokens = 9  # pyright: ignore[reportAttributeAccessIssue]
+        raise error
+
+
+async def test_replay_of_a_run_cancelled_by_its_time_budget() -> None:
+    engine = Engine(record_effects=True, budget=Budget(max_seconds=0.1))
+    engine.register_suggestor(Quick())
+    engine.register_suggestor(Slow())
+    with anyio.fail_after(5):
+        original = await engine.run()
+    assert original.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    assert not original.trace.cycles[-1].merged
+    assert len(original.context) == 0
+    replayed = await engine.replay(original.trace)
+    assert replayed.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    assert replayed.integrity == original.integrity
+    assert replayed.tokens == original.tokens == 4
+
+
+async def test_replay_counts_the_tokens_of_failed_executions() -> None:
+    engine = Engine(record_effects=True)
+    engine.register_suggestor(Quick())
+    engine.register_suggestor(Failing())
+    original = await engine.run()
+    assert original.tokens == 13
+    replayed = await engine.replay(original.trace)
+    assert replayed.tokens == 13
+
+
+async def test_replay_keeps_a_budget_stop_in_a_cycle_that_also_held_proposals() -> None:
+    from converge import HitlPolicy
+
+    class Gated(Quick):
+        name = "gated"
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            return AgentEffect.with_proposals(
+                [
+                    ProposedFact(key=ContextKey.SEEDS, id="a", content="a", provenance="g"),
+                    ProposedFact(
+                        key=ContextKey.SEEDS, id="b", content="b", provenance="g", confidence=0.1
+                    ),
+                ],
+                tokens=50,
+            )
+
+    engine = Engine(
+        record_effects=True,
+        budget=Budget(max_tokens=10),
+        hitl=HitlPolicy(confidence_below=0.5),
+    )
+    engine.register_suggestor(Gated())
+    original = await engine.run()
+    assert original.stop_reason is StopReason.TOKEN_BUDGET_EXHAUSTED
+    replayed = await engine.replay(original.trace)
+    assert replayed.stop_reason is StopReason.TOKEN_BUDGET_EXHAUSTED
+    assert replayed.integrity == original.integrity
