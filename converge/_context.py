@@ -1,21 +1,24 @@
 """The `Context` protocol and `ContextSnapshot`, the immutable context.
 
-A snapshot keeps, per key, a persistent vector of facts in insertion order and a persistent
-hash map from id to fact. A new snapshot shares everything it did not change with the old
-one, so taking one costs O(facts added), and `find`, `has` and `count` are O(1).
+A snapshot keeps, per key, two persistent hash maps (`immutables.Map`, a HAMT): position →
+fact for insertion order, and id → fact. A new snapshot shares every node it did not change
+with the old one, so taking one costs O(facts added), and `find`, `has` and `count` are O(1).
+Maps rather than a persistent vector: the garbage collector tracks a HAMT's nodes one by one,
+so a young snapshot costs a collection only its new nodes, whereas a new C `PVector` is
+traversed element by element by every young-generation collection (measured: 128 µs per
+collection at 10,000 facts, growing with the context).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Final, Protocol, final
+from typing import Final, Protocol, cast, final, overload
 
 import immutables
-from pyrsistent import PVector, pvector
 
 from ._canonical import merkle_root
 from ._fact import Fact
-from ._key import ContextKey
+from ._key import KEYS, ContextKey, in_key_order
 
 __all__ = ["Context", "ContextSnapshot"]
 
@@ -50,19 +53,73 @@ class Context(Protocol):
         ...
 
 
-_EMPTY_FACTS: Final[PVector[Fact]] = pvector()
+_EMPTY_ORDER: Final[immutables.Map[int, Fact]] = immutables.Map()
 _EMPTY_IDS: Final[immutables.Map[str, Fact]] = immutables.Map()
 
 
 @final
+class FactSequence(Sequence[Fact]):
+    """The facts of one key in insertion order: an immutable, O(1)-to-build view."""
+
+    __slots__ = ("_length", "_order")
+
+    def __init__(self, order: immutables.Map[int, Fact], length: int) -> None:
+        self._order = order
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Fact: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Fact, ...]: ...
+    def __getitem__(self, index: int | slice) -> Fact | tuple[Fact, ...]:
+        if isinstance(index, slice):
+            order = self._order
+            return tuple(order[i] for i in range(*index.indices(self._length)))
+        length = self._length
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError(f"fact index {index} out of range for {length} facts")
+        return self._order[index]
+
+    def __iter__(self) -> Iterator[Fact]:
+        order = self._order
+        return (order[i] for i in range(self._length))
+
+    def __repr__(self) -> str:
+        return f"FactSequence({[fact.ref for fact in self]!r})"
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another sequence of facts holding equal facts in the same order."""
+        if isinstance(other, FactSequence):
+            return self._length == other._length and tuple(self) == tuple(other)
+        if isinstance(other, tuple | list):
+            return tuple(self) == tuple(cast("Sequence[object]", other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+
+_EMPTY_FACTS: Final = FactSequence(_EMPTY_ORDER, 0)
+
+
+@final
 class _KeyStore:
-    """The facts of one key: insertion order plus an id index, both persistent."""
+    """The facts of one key: position → fact and id → fact, both persistent."""
 
-    __slots__ = ("facts", "ids")
+    __slots__ = ("count", "ids", "order", "view")
 
-    def __init__(self, facts: PVector[Fact], ids: immutables.Map[str, Fact]) -> None:
-        self.facts = facts
+    def __init__(
+        self, order: immutables.Map[int, Fact], ids: immutables.Map[str, Fact], count: int
+    ) -> None:
+        self.order = order
         self.ids = ids
+        self.count = count
+        self.view = FactSequence(order, count)
 
 
 @final
@@ -73,22 +130,29 @@ class ContextSnapshot:
     other. A snapshot from one run may start the next (`engine.run(context=...)`).
     """
 
-    __slots__ = ("__weakref__", "_clock", "_cycle", "_root", "_stores", "_version")
+    __slots__ = ("__weakref__", "_clock", "_cycle", "_root", "_size", "_stores", "_version")
 
     _stores: dict[ContextKey, _KeyStore]
     _version: int
     _cycle: int
     _clock: int
     _root: str | None
+    _size: int
 
     def __init__(self) -> None:
         raise TypeError("use ContextSnapshot.empty(); the engine derives every other snapshot")
 
     @classmethod
     def _make(
-        cls, stores: dict[ContextKey, _KeyStore], version: int, cycle: int, clock: int
+        cls,
+        stores: dict[ContextKey, _KeyStore],
+        version: int,
+        cycle: int,
+        clock: int,
+        size: int = 0,
     ) -> ContextSnapshot:
         snapshot = object.__new__(cls)
+        object.__setattr__(snapshot, "_size", size)
         object.__setattr__(snapshot, "_stores", stores)
         object.__setattr__(snapshot, "_version", version)
         object.__setattr__(snapshot, "_cycle", cycle)
@@ -122,12 +186,12 @@ class ContextSnapshot:
     def get(self, key: ContextKey, /) -> Sequence[Fact]:
         """The facts under `key`, in insertion order (a persistent vector; O(1))."""
         store = self._stores.get(key)
-        return _EMPTY_FACTS if store is None else store.facts
+        return _EMPTY_FACTS if store is None else store.view
 
     def count(self, key: ContextKey, /) -> int:
         """How many facts live under `key`."""
         store = self._stores.get(key)
-        return 0 if store is None else len(store.facts)
+        return 0 if store is None else store.count
 
     def find(self, key: ContextKey, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None`."""
@@ -152,22 +216,22 @@ class ContextSnapshot:
         return self._clock
 
     def __len__(self) -> int:
-        return sum(len(store.facts) for store in self._stores.values())
+        return self._size
 
     def __iter__(self) -> Iterator[Fact]:
         return iter(self.facts())
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{key.value}={len(self._stores[key].facts)}" for key in self.keys())
+        counts = ", ".join(f"{key.value}={self._stores[key].count}" for key in self.keys())
         return f"ContextSnapshot(cycle={self._cycle}, version={self._version}, {counts or 'empty'})"
 
     def keys(self) -> tuple[ContextKey, ...]:
         """The keys that hold facts, in key order."""
-        return tuple(key for key in ContextKey if key in self._stores)
+        return in_key_order(self._stores)
 
     def facts(self) -> tuple[Fact, ...]:
         """Every fact, in key order, then insertion order."""
-        return tuple(fact for key in self.keys() for fact in self._stores[key].facts)
+        return tuple(fact for key in self.keys() for fact in self._stores[key].view)
 
     def merkle_root(self) -> str:
         """The hex Merkle root over every fact's digest, in `facts()` order; computed once."""
@@ -182,7 +246,7 @@ class ContextSnapshot:
     def _at_cycle(self, cycle: int) -> ContextSnapshot:
         if cycle == self._cycle:
             return self
-        return ContextSnapshot._make(self._stores, self._version, cycle, self._clock)
+        return ContextSnapshot._make(self._stores, self._version, cycle, self._clock, self._size)
 
     def _extend(self, facts: Iterable[Fact], cycle: int, clock: int) -> ContextSnapshot:
         """A new snapshot with `facts` appended (ids must be new); shares everything else."""
@@ -196,14 +260,19 @@ class ContextSnapshot:
         stores = dict(self._stores)
         for key, new in grouped.items():
             store = stores.get(key)
-            old_facts, old_ids = (
-                (_EMPTY_FACTS, _EMPTY_IDS) if store is None else (store.facts, store.ids)
-            )
-            mutation = old_ids.mutate()
+            if store is None:
+                order, ids, count = _EMPTY_ORDER, _EMPTY_IDS, 0
+            else:
+                order, ids, count = store.order, store.ids, store.count
+            order_mutation = order.mutate()
+            id_mutation = ids.mutate()
             for fact in new:
-                mutation[fact.id] = fact
-            ids = mutation.finish()
-            stores[key] = _KeyStore(old_facts.extend(new), ids)
+                order_mutation[count] = fact
+                id_mutation[fact.id] = fact
+                count += 1
+            stores[key] = _KeyStore(order_mutation.finish(), id_mutation.finish(), count)
         if len(stores) != len(self._stores):
-            stores = {key: stores[key] for key in ContextKey if key in stores}
-        return ContextSnapshot._make(stores, self._version + added, cycle, clock)
+            stores = {key: stores[key] for key in KEYS if key in stores}
+        return ContextSnapshot._make(
+            stores, self._version + added, cycle, clock, self._size + added
+        )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import StrEnum
 from typing import Final, final
 
-__all__ = ["KEY_ORDER", "ContextKey"]
+__all__ = ["KEYS", "KEY_ORDER", "ContextKey", "in_key_order"]
 
 
 @final
@@ -34,3 +35,11 @@ class ContextKey(StrEnum):
 
 KEY_ORDER: Final[dict[ContextKey, int]] = {key: index for index, key in enumerate(ContextKey)}
 """The position of each key in declaration order."""
+
+KEYS: Final[tuple[ContextKey, ...]] = tuple(ContextKey)
+"""Every key in declaration order (iterating a tuple is much cheaper than the enum class)."""
+
+
+def in_key_order(keys: Collection[ContextKey]) -> tuple[ContextKey, ...]:
+    """`keys` sorted in declaration order, without duplicates."""
+    return tuple(key for key in KEYS if key in keys)

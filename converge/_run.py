@@ -25,7 +25,7 @@ from ._executor import ErrorMode, Executor, Slot, failure
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
-from ._key import ContextKey
+from ._key import ContextKey, in_key_order
 from ._log import run_logger
 from ._merge import ConflictMode, Merger
 from ._model import trusted
@@ -340,7 +340,7 @@ class RunLoop:
                 return self._finish(StopReason.CYCLE_BUDGET_EXHAUSTED, detail)
             dirty = state.dirty
             snapshot = state.snapshot
-            self._log.debug("cycle_started", cycle=cycle, dirty=sorted(dirty))
+            self._log.debug("cycle_started", cycle=cycle, dirty=dirty)
             if self._events.active:
                 self._events.cycle_started(cycle, dirty)
                 await self._events.flush()
@@ -431,13 +431,13 @@ class RunLoop:
         refused: list[Execution] = []
         raise_errors = self._config.on_suggestor_error == "raise"
         for reg in candidates:
-            started = perf_counter()
             try:
                 verdict = reg.suggestor.accepts(snapshot)
             except Exception as error:
                 if raise_errors:
                     raise
-                refused.append(failure(reg, "failed", started, error, phase="accepts"))
+                # accepts calls are not timed: timing each costs as much as a cheap accepts
+                refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
                 continue
             if verdict is True:
                 eligible.append(reg)
@@ -447,7 +447,7 @@ class RunLoop:
                 )
                 if raise_errors:
                     raise error
-                refused.append(failure(reg, "failed", started, error, phase="accepts"))
+                refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
         return eligible, refused
 
     async def _execute(
@@ -530,7 +530,7 @@ class RunLoop:
             clock=snapshot.clock,
             version=snapshot.version,
             cycle=state.cycle,
-            dirty=tuple(key for key in ContextKey if key in state.dirty),
+            dirty=in_key_order(state.dirty),
             tokens=state.tokens,
             elapsed_seconds=self._elapsed(),
             refused=tuple(f"{key.value}/{ident}" for key, ident in sorted(state.refused)),
@@ -618,7 +618,7 @@ class RunLoop:
                 CycleTrace,
                 {
                     "cycle": cycle,
-                    "dirty": tuple(key for key in ContextKey if key in dirty),
+                    "dirty": in_key_order(dirty),
                     "eligible": tuple(reg.name for reg in eligible),
                     "executions": executions,
                     "promoted": promoted,

@@ -27,7 +27,7 @@ from ._fact import Fact
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
-from ._key import ContextKey
+from ._key import ContextKey, in_key_order
 from ._trace import Execution, Rejection
 
 __all__ = ["RunEvents"]
@@ -78,7 +78,7 @@ class RunEvents:
 
     def cycle_started(self, cycle: int, dirty: frozenset[ContextKey]) -> None:
         if self.active:
-            ordered = tuple(key for key in ContextKey if key in dirty)
+            ordered = in_key_order(dirty)
             self._buffer.append(CycleStarted(run_id=self._run_id, cycle=cycle, dirty=ordered))
 
     def executions(self, cycle: int, executions: Sequence[Execution]) -> None:

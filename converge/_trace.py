@@ -45,7 +45,7 @@ class Execution(FrozenModel, frozen=True):
     outcome: Outcome
     """`"ok"`, `"failed"` (it raised or returned the wrong type) or `"timed_out"`."""
     duration_ms: float
-    """Wall time of the call in milliseconds."""
+    """Wall time of `execute` in milliseconds (0 for a failed `accepts`, which is not timed)."""
     proposals: int = 0
     """How many proposals its effect held."""
     tokens: int = 0

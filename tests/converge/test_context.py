@@ -122,3 +122,32 @@ def test_snapshot_merkle_root_of_empty_is_sha256_of_nothing() -> None:
         ContextSnapshot.empty().merkle_root()
         == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     )
+
+
+def test_snapshot_get_is_a_sequence_with_indexing_slicing_and_equality() -> None:
+    ctx = seeded("a", "b", "c")
+    facts = ctx.get(ContextKey.SEEDS)
+    assert len(facts) == 3
+    assert facts[0].id == "a"
+    assert facts[-1].id == "c"
+    assert [f.id for f in facts[1:]] == ["b", "c"]
+    assert facts == tuple(ctx.facts())
+    assert facts == list(ctx.facts())
+    assert facts.index(facts[1]) == 1
+    assert facts[1] in facts
+    with pytest.raises(IndexError, match="fact index 3 out of range for 3 facts"):
+        facts[3]
+
+
+def test_snapshot_get_of_a_later_snapshot_does_not_change_the_earlier_view() -> None:
+    first = seeded("a")
+    view = first.get(ContextKey.SEEDS)
+    second = (
+        Engine()
+        .run_sync(
+            first, inputs=[ProposedFact(key=ContextKey.SEEDS, id="b", content="b", provenance="t")]
+        )
+        .context
+    )
+    assert [f.id for f in view] == ["a"]
+    assert [f.id for f in second.get(ContextKey.SEEDS)] == ["a", "b"]
