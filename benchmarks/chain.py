@@ -1,0 +1,174 @@
+"""W1 chain: 200 suggestors sharing one dependency key, one new fact per cycle.
+
+Link `i` depends on `SEEDS`, waits for `step-(i-1)` (link 0 waits for nothing) and proposes
+`step-i` under `SEEDS`. An input fact under `SEEDS` starts the run, so every link is a
+candidate in every cycle: 200 `accepts` calls, one `execute`, one promoted fact per cycle,
+201 cycles in all (the last finds nothing eligible).
+
+The user code's share is measured by replay: one recording run keeps the snapshot of every
+cycle, then the same 200 `accepts` calls per snapshot, and the same `execute` calls, run in
+a tight loop. The engine's share is the run time minus that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from time import perf_counter
+from typing import Final, final
+
+import anyio
+
+from converge import (
+    AgentEffect,
+    Budget,
+    Context,
+    ContextKey,
+    ConvergeResult,
+    Engine,
+    ProposedFact,
+    StopReason,
+)
+
+from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+
+__all__ = ["ChainLink", "measure"]
+
+LINKS: Final = 200
+_KEY: Final = ContextKey.SEEDS
+_START: Final = ProposedFact(key=_KEY, id="start", content="start the chain", provenance="bench")
+
+
+@final
+class ChainLink:
+    """Proposes `step-{index}` once `step-{index - 1}` exists; depends on `SEEDS` alone."""
+
+    __slots__ = ("_effect", "_mine", "_name", "_record", "_wait")
+
+    def __init__(self, index: int, record: list[Context] | None = None) -> None:
+        self._name = f"link-{index}"
+        self._mine = f"step-{index}"
+        self._wait = None if index == 0 else f"step-{index - 1}"
+        self._record = record
+        self._effect = AgentEffect.with_proposal(
+            ProposedFact(key=_KEY, id=self._mine, content=f"step {index}", provenance=self._name)
+        )
+
+    @property
+    def name(self) -> str:
+        """`link-{index}`."""
+        return self._name
+
+    @property
+    def dependencies(self) -> Sequence[ContextKey]:
+        """`SEEDS`, shared by every link."""
+        return (_KEY,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        """True when the previous step exists and this link's step does not."""
+        wait = self._wait
+        if wait is not None and ctx.find(_KEY, wait) is None:
+            return False
+        return ctx.find(_KEY, self._mine) is None
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        """Propose this link's step (built once, up front)."""
+        if self._record is not None:
+            self._record.append(ctx)
+        return self._effect
+
+
+def _engine(record: list[Context] | None = None) -> tuple[Engine, list[ChainLink]]:
+    engine = Engine(budget=Budget(max_cycles=1000))
+    links = [ChainLink(index, record) for index in range(LINKS)]
+    for link in links:
+        engine.register_suggestor(link)
+    return engine, links
+
+
+def _check(result: ConvergeResult) -> int:
+    if result.stop_reason is not StopReason.CONVERGED or len(result.context) != LINKS + 1:
+        raise RuntimeError(f"W1 did not run as designed: {result!r}")
+    return result.cycles
+
+
+async def _replay(
+    links: Sequence[ChainLink], snapshots: Sequence[Context], executed: Sequence[int]
+) -> tuple[float, float]:
+    """Seconds spent in the run's `accepts` calls, and in its `execute` calls, replayed."""
+    started = perf_counter()
+    for snapshot in snapshots:
+        for link in links:
+            link.accepts(snapshot)
+    accepts = perf_counter() - started
+    started = perf_counter()
+    for index, snapshot in zip(executed, snapshots, strict=False):
+        await links[index].execute(snapshot)
+    return accepts, perf_counter() - started
+
+
+async def _record() -> list[Context]:
+    """The snapshot every cycle's `accepts` calls saw, from a separate recording run.
+
+    Each `execute` sees its cycle's snapshot; the last cycle, where nothing is eligible,
+    sees the result's context.
+    """
+    recorded: list[Context] = []
+    recorder, _ = _engine(recorded)
+    final = await recorder.run(inputs=[_START])
+    cycles = _check(final)
+    if len(recorded) + 1 != cycles:
+        raise RuntimeError(f"W1 recorded {len(recorded) + 1} snapshots for {cycles} cycles")
+    return [*recorded, final.context]
+
+
+async def _measure(settings: Settings) -> Figures:
+    engine, links = _engine()
+    snapshots = await _record()
+    executed = range(LINKS)  # link i executes in cycle i + 1, on snapshot i
+    cycles = len(snapshots)
+    for _ in range(settings.warmups):
+        _check(await engine.run(inputs=[_START]))
+        await _replay(links, snapshots, executed)
+    totals: list[float] = []
+    accepts_times: list[float] = []
+    execute_times: list[float] = []
+    engine_times: list[float] = []
+    for _ in range(settings.runs):  # each run paired with a replay: machine drift hits both
+        prepare()
+        started = perf_counter()
+        result = await engine.run(inputs=[_START])
+        total = perf_counter() - started
+        _check(result)
+        prepare()
+        accepts, execute = await _replay(links, snapshots, executed)
+        totals.append(total)
+        accepts_times.append(accepts)
+        execute_times.append(execute)
+        engine_times.append(total - accepts - execute)
+
+    per_cycle = 1e6 / cycles
+    accepts = median(accepts_times) * per_cycle
+    execute = median(execute_times) * per_cycle
+    return {
+        "suggestors": LINKS,
+        "cycles": cycles,
+        "accepts_calls_per_cycle": LINKS,
+        "runs": settings.runs,
+        "run_ms": rounded(median(totals) * 1e3, 3),
+        "us_per_cycle": rounded(median(totals) * per_cycle),
+        "us_per_cycle_quartiles": quartiles(totals, per_cycle),
+        "user_accepts_us_per_cycle": rounded(accepts),
+        "user_execute_us_per_cycle": rounded(execute),
+        "user_us_per_cycle": rounded(accepts + execute),
+        "engine_us_per_cycle": rounded(median(engine_times) * per_cycle),
+        "engine_us_per_cycle_quartiles": quartiles(engine_times, per_cycle),
+        "method": (
+            "engine = median over runs of (run time - replayed accepts/execute time) / cycles"
+        ),
+    }
+
+
+def measure(settings: Settings) -> Figures:
+    """Run W1 and return its figures."""
+    progress(f"W1 chain: {LINKS} suggestors, {settings.runs} runs")
+    return anyio.run(_measure, settings, backend="asyncio")
