@@ -44,7 +44,7 @@ from ._store import RunNotFoundError, RunRecord, RunStore, StoreError
 __all__ = ["main"]
 
 DEMO_PACKAGE = "converge_suggestors.demos"
-DEFAULT_DEMO = "loan_application"
+DEFAULT_DEMO = "vendor_selection"
 VERIFY_FAILED = 7
 
 

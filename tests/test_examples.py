@@ -3,9 +3,11 @@
 import dataclasses
 import importlib
 import pkgutil
+import re
 import runpy
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 from types import ModuleType
 
@@ -20,13 +22,18 @@ from converge import (
     GateDecision,
     ProposedFact,
     StopReason,
+    verify,
 )
+from converge.cli import DEFAULT_DEMO
+from converge_suggestors import AssignmentPlan, AssignmentProblem
 from converge_suggestors.demos import (
     DEMOS,
     adaptive_gap_loop,
     fixed_point_vs_budget,
     hello_convergence,
     loan_application,
+    reconciliation,
+    vendor_selection,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -90,8 +97,10 @@ async def test_demo_run_is_deterministic(name: str) -> None:
 async def test_demo_run_replays_to_the_same_root(name: str) -> None:
     formation: Formation = demo(name).formation
     result = await formation.run()
+    assert verify(result.context, result.integrity)
     replayed = await formation.engine().replay(result.trace)
     assert replayed.integrity.merkle_root == result.integrity.merkle_root
+    assert verify(replayed.context, result.integrity)
 
 
 # hello_convergence
@@ -320,6 +329,362 @@ async def test_adaptive_gap_loop_fails_acceptance_while_a_gap_stays_open() -> No
     assert [v.invariant for v in result.trace.cycles[-1].violations] == ["no-open-gap"]
 
 
+# reconciliation
+
+EXPECTED_MATCHES = [
+    "match:B-01:INV-1001",
+    "match:B-02:INV-1002",
+    "match:B-03:INV-1003",
+    "match:B-04:INV-1004",
+    "match:B-05:INV-1007",
+    "match:B-06:INV-1005",
+]
+
+
+async def test_reconciliation_matches_six_pairs_and_reports_both_leftovers() -> None:
+    result = await reconciliation.formation.run()
+    assert result.stop_reason is StopReason.CONVERGED
+    assert result.cycles == 4
+    assert [cycle.eligible for cycle in result.trace.cycles] == [
+        ("cost-matrix",),
+        ("assignment",),
+        ("match-reporter",),
+        (),
+    ]
+    assert refs(result, ContextKey.EVALUATIONS) == EXPECTED_MATCHES
+    assert refs(result, ContextKey.SIGNALS) == ["unmatched:bank:B-07", "unmatched:invoice:INV-1006"]
+    assert refs(result, ContextKey.DIAGNOSTIC) == []
+    b02 = result.context.find(ContextKey.EVALUATIONS, "match:B-02:INV-1002")
+    assert b02 is not None
+    assert b02.payload == {
+        "bank": "B-02",
+        "invoice": "INV-1002",
+        "cost": 0.455,
+        "amount_difference_cents": -500,
+        "days": 2,
+    }
+    assert b02.evidence == (
+        "strategies/assignment:ledger-costs",
+        "seeds/bank:B-02",
+        "seeds/invoice:INV-1002",
+    )
+    leftover = result.context.find(ContextKey.SIGNALS, "unmatched:invoice:INV-1006")
+    assert leftover is not None
+    assert leftover.payload == {"ledger": "invoice", "line": "INV-1006"}
+    assert leftover.content == (
+        "invoice INV-1006 (Wayne Enterprises, 2,200.00 issued 2024-03-10) has no payment"
+    )
+
+
+async def test_reconciliation_assignment_is_optimal_where_greedy_is_not() -> None:
+    result = await reconciliation.formation.run()
+    problem_fact = result.context.find(ContextKey.HYPOTHESES, "ledger-costs")
+    plan_fact = result.context.find(ContextKey.STRATEGIES, "assignment:ledger-costs")
+    assert problem_fact is not None
+    assert plan_fact is not None
+    problem = problem_fact.payload_as(AssignmentProblem)
+    plan = plan_fact.payload_as(AssignmentPlan)
+    assert len(problem.rows) == len(problem.columns) == 14
+    b01 = problem.costs[problem.rows.index("B-01")]
+    # B-01's cheapest pair is INV-1007, but only INV-1007 fits B-05: the exact solution
+    # gives B-01 to INV-1001, which a greedy cheapest-first matcher would leave unpaid.
+    assert (b01[problem.columns.index("INV-1001")], b01[problem.columns.index("INV-1007")]) == (
+        1.0,
+        0.1,
+    )
+    b05 = problem.costs[problem.rows.index("B-05")]
+    assert b05[problem.columns.index("INV-1001")] is None
+    assert plan.total_cost == pytest.approx(5.891)
+    assert plan.unassigned_rows == plan.unassigned_columns == ()
+
+
+def test_reconciliation_costs_combine_amount_date_and_name() -> None:
+    bank = {line.id: line for line in reconciliation.BANK_LINES}
+    invoices = {invoice.number: invoice for invoice in reconciliation.INVOICES}
+    assert reconciliation.name_dissimilarity("GLOBEX LIMITED", "Globex Ltd") == 0.0
+    assert reconciliation.name_dissimilarity("UMBRELA HEALTH", "Umbrella Health") == 0.034
+    assert reconciliation.match_cost(bank["B-04"], invoices["INV-1004"]) == 0.168
+    assert reconciliation.match_cost(bank["B-06"], invoices["INV-1005"]) == 1.468
+    assert reconciliation.match_cost(bank["B-07"], invoices["INV-1006"]) is None  # amount
+    assert reconciliation.match_cost(bank["B-05"], invoices["INV-1001"]) is None  # 13 days
+    assert reconciliation.match_cost(bank["B-03"], invoices["INV-1006"]) is None  # payee
+
+
+@pytest.mark.parametrize(
+    ("bank_lines", "invoices", "leftovers"),
+    [
+        (2, 0, ["unmatched:bank:B-01", "unmatched:bank:B-02"]),
+        (0, 2, ["unmatched:invoice:INV-1001", "unmatched:invoice:INV-1002"]),
+        (7, 5, ["unmatched:bank:B-05", "unmatched:bank:B-07"]),
+    ],
+)
+async def test_reconciliation_reports_every_leftover_when_the_ledgers_differ_in_length(
+    bank_lines: int, invoices: int, leftovers: list[str]
+) -> None:
+    formation = reconciliation.build_formation(
+        reconciliation.BANK_LINES[:bank_lines], reconciliation.INVOICES[:invoices]
+    )
+    result = await formation.run()
+    assert result.stop_reason is StopReason.CONVERGED
+    assert result.cycles == 4
+    assert refs(result, ContextKey.SIGNALS) == leftovers
+
+
+async def test_reconciliation_with_no_lines_has_nothing_to_do() -> None:
+    result = await reconciliation.build_formation((), ()).run()
+    assert (result.stop_reason, result.cycles) == (StopReason.CONVERGED, 1)
+
+
+async def test_reconciliation_prefers_leaving_a_line_over_a_costly_match() -> None:
+    line = reconciliation.BankLine(
+        id="B-1", booked=date(2024, 3, 10), amount_cents=101_900, payee="NORTHWIND"
+    )
+    invoice = reconciliation.Invoice(
+        number="I-1", issued=date(2024, 3, 1), amount_cents=100_000, customer="Northwind Traders"
+    )
+    cost = reconciliation.match_cost(line, invoice)
+    assert cost is not None
+    assert cost > 2 * reconciliation.UNMATCHED_COST
+    result = await reconciliation.build_formation([line], [invoice]).run()
+    assert refs(result, ContextKey.EVALUATIONS) == []
+    assert refs(result, ContextKey.SIGNALS) == ["unmatched:bank:B-1", "unmatched:invoice:I-1"]
+
+
+async def test_reconciliation_fails_acceptance_when_lines_go_unreported() -> None:
+    formation = reconciliation.formation
+    without_reporter = dataclasses.replace(
+        formation, suggestors=tuple(s for s in formation.suggestors if s.name != "match-reporter")
+    )
+    result = await without_reporter.run()
+    assert result.stop_reason is StopReason.INVARIANT_VIOLATED
+    [violation] = result.trace.cycles[-1].violations
+    assert violation.invariant == "every-line-accounted-for"
+    assert violation.reason is not None
+    assert violation.reason.startswith("not accounted for exactly once: bank:B-01, ")
+
+
+# vendor_selection
+
+COMMITMENT_GATE = "gate:6:strategies/commitment"
+EVALUATORS = ("price-evaluator", "compliance-evaluator", "risk-evaluator", "timeline-evaluator")
+
+
+def test_vendor_selection_is_the_default_demo() -> None:
+    assert DEFAULT_DEMO == "vendor_selection"
+    assert DEMOS[-1] == DEFAULT_DEMO
+
+
+async def test_vendor_selection_evaluates_in_parallel_and_pauses_on_the_commitment() -> None:
+    paused = await vendor_selection.formation.run()
+    assert paused.stop_reason is StopReason.AWAITING_HUMAN
+    assert paused.cycles == 6
+    assert [cycle.eligible for cycle in paused.trace.cycles] == [
+        EVALUATORS,
+        ("consensus",),
+        ("policy-gate",),
+        ("consensus",),
+        ("policy-gate",),
+        ("commitment",),
+    ]
+    vendors = ("acme", "birch", "cobalt", "dune")
+    assert refs(paused, ContextKey.EVALUATIONS) == [
+        f"{criterion}:{vendor}" for criterion in vendor_selection.CRITERIA for vendor in vendors
+    ]
+    assert refs(paused, ContextKey.STRATEGIES) == ["recommendation:dune", "recommendation:acme"]
+    decisions = {
+        fact.id: (fact.payload["decision"], fact.payload["policies"])
+        for fact in paused.context.get(ContextKey.CONSTRAINTS)
+        if isinstance(fact.payload, dict)
+    }
+    assert decisions == {
+        "policy-gate:recommendation:dune": ("deny", ["spend-limit"]),
+        "policy-gate:recommendation:acme": ("allow", ["consensus-recommends"]),
+    }
+    acme = paused.context.find(ContextKey.STRATEGIES, "recommendation:acme")
+    assert acme is not None
+    assert isinstance(acme.payload, dict)
+    assert acme.payload["ranking"] == [
+        {"vendor": "dune", "score": 79.0},
+        {"vendor": "acme", "score": 74.75},
+        {"vendor": "birch", "score": 70.05},
+        {"vendor": "cobalt", "score": 63.25},
+    ]
+    assert acme.evidence[-1] == "strategies/recommendation:dune"
+    [request] = paused.pending
+    assert request.gate_id == COMMITMENT_GATE
+    assert request.suggestor == "commitment"
+    assert request.proposal.payload == {"vendor": "acme", "name": "Acme Cloud", "spend": 420_000}
+    assert request.proposal.evidence == (
+        "strategies/recommendation:acme",
+        "constraints/policy-gate:recommendation:acme",
+    )
+    assert paused.context.find(ContextKey.STRATEGIES, "commitment") is None
+    assert paused.checkpoint is not None
+
+
+async def test_vendor_selection_converges_when_the_commitment_is_approved() -> None:
+    engine = vendor_selection.formation.engine()
+    paused = await engine.run(inputs=vendor_selection.formation.inputs)
+    assert paused.checkpoint is not None
+    approve = [GateDecision.approve(COMMITMENT_GATE, by="jane")]
+    resumed = await engine.resume(paused.checkpoint, approve)
+    assert resumed.stop_reason is StopReason.CONVERGED
+    assert resumed.cycles == 7
+    assert resumed.pending == ()
+    commitment = resumed.context.find(ContextKey.STRATEGIES, "commitment")
+    assert commitment is not None
+    assert commitment.content == "Commit to Acme Cloud for 420,000 a year"
+    assert commitment.promotion.gate == "human"
+    assert commitment.promotion.approved_by == "jane"
+    assert verify(resumed.context, resumed.integrity)
+    assert resumed.integrity.merkle_root == (
+        "6d5b01ac44f55ac66f91f0eddec16816e44a7e947377c8e6b647a005ab7c0e26"
+    )
+    checkpoint = Checkpoint.model_validate_json(paused.checkpoint.model_dump_json())
+    fresh = vendor_selection.build_formation().engine()
+    again = await fresh.resume(checkpoint, approve)
+    assert again.integrity == resumed.integrity
+    replayed = await fresh.replay(again.trace)
+    assert replayed.integrity.merkle_root == resumed.integrity.merkle_root
+
+
+async def test_vendor_selection_rejected_commitment_leaves_no_commitment() -> None:
+    paused = await vendor_selection.formation.run()
+    assert paused.checkpoint is not None
+    reject = [GateDecision.reject(COMMITMENT_GATE, by="jane", reason="renegotiate the price")]
+    resumed = await vendor_selection.formation.engine().resume(paused.checkpoint, reject)
+    assert resumed.stop_reason is StopReason.CONVERGED
+    assert resumed.context.find(ContextKey.STRATEGIES, "commitment") is None
+    assert refs(resumed, ContextKey.DIAGNOSTIC) == ["hitl-rejected:commitment"]
+
+
+def _vendor(vendor_id: str, **changes: object) -> vendor_selection.Vendor:
+    [vendor] = [v for v in vendor_selection.VENDORS if v.id == vendor_id]
+    return vendor_selection.Vendor.model_validate({**vendor.model_dump(), **changes})
+
+
+async def test_vendor_selection_skips_a_vendor_without_the_certification() -> None:
+    price_only: dict[vendor_selection.Criterion, int] = {
+        "price": 100,
+        "compliance": 0,
+        "risk": 0,
+        "timeline": 0,
+    }
+    formation = vendor_selection.build_formation(weights=price_only, review_above=400_000)
+    result = await formation.run()
+    assert result.stop_reason is StopReason.CONVERGED
+    assert result.cycles == 7
+    assert refs(result, ContextKey.STRATEGIES) == [
+        "recommendation:birch",
+        "recommendation:cobalt",
+        "commitment",
+    ]
+    birch = result.context.find(ContextKey.CONSTRAINTS, "policy-gate:recommendation:birch")
+    assert birch is not None
+    assert isinstance(birch.payload, dict)
+    assert birch.payload["policies"] == ["certification-required"]
+    commitment = result.context.find(ContextKey.STRATEGIES, "commitment")
+    assert commitment is not None
+    assert commitment.payload == {"vendor": "cobalt", "name": "Cobalt Data", "spend": 380_000}
+    assert commitment.promotion.gate == "engine"  # 380,000 is not above 400,000
+
+
+async def test_vendor_selection_small_spend_commits_without_a_human() -> None:
+    cheap = _vendor("acme", annual_cost=200_000)
+    result = await vendor_selection.build_formation([cheap]).run()
+    assert result.stop_reason is StopReason.CONVERGED
+    assert result.cycles == 5
+    commitment = result.context.find(ContextKey.STRATEGIES, "commitment")
+    assert commitment is not None
+    assert commitment.promotion.gate == "engine"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "policy"),
+    [
+        (_vendor("birch"), "certification-required"),
+        (_vendor("dune"), "spend-limit"),
+        (_vendor("acme", financial_rating="C", incidents_last_year=3), "no-high-risk-vendor"),
+    ],
+)
+async def test_vendor_selection_reports_when_no_vendor_passes_the_policy(
+    vendor: vendor_selection.Vendor, policy: str
+) -> None:
+    result = await vendor_selection.build_formation([vendor]).run()
+    assert result.stop_reason is StopReason.CONVERGED
+    assert result.cycles == 5
+    decision = result.context.find(
+        ContextKey.CONSTRAINTS, f"policy-gate:recommendation:{vendor.id}"
+    )
+    assert decision is not None
+    assert isinstance(decision.payload, dict)
+    assert (decision.payload["decision"], decision.payload["policies"]) == ("deny", [policy])
+    assert refs(result, ContextKey.DIAGNOSTIC) == ["no-eligible-vendor"]
+    assert result.context.find(ContextKey.STRATEGIES, "commitment") is None
+
+
+def test_vendor_selection_gates_only_a_high_spend_commitment() -> None:
+    needs_approval = vendor_selection.needs_approval
+
+    def proposal(ident: str, spend: int | str) -> ProposedFact:
+        return ProposedFact(
+            key=ContextKey.STRATEGIES,
+            id=ident,
+            content="c",
+            provenance="p",
+            payload={"spend": spend},
+        )
+
+    assert needs_approval(proposal("commitment", 250_001))
+    assert not needs_approval(proposal("commitment", 250_000))
+    assert not needs_approval(proposal("commitment", 300_000), review_above=300_000)
+    assert needs_approval(proposal("commitment", "a lot"))
+    assert not needs_approval(proposal("recommendation:acme", 900_000))
+
+
+def test_vendor_selection_weights_must_cover_the_four_criteria() -> None:
+    with pytest.raises(ValueError, match="weights must give each"):
+        vendor_selection.build_formation(weights={"price": 1})
+    with pytest.raises(ValueError, match="must not all be 0"):
+        vendor_selection.build_formation(
+            weights={"price": 0, "compliance": 0, "risk": 0, "timeline": 0}
+        )
+
+
+def _converge(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from converge.cli import main; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+def test_vendor_selection_pauses_and_resumes_from_the_command_line(tmp_path: Path) -> None:
+    demo_run = _converge(tmp_path, "demo")
+    assert demo_run.returncode == 6, demo_run.stderr
+    assert "converge: running vendor_selection" in demo_run.stdout
+    assert f"{COMMITMENT_GATE}: Commit to Acme Cloud for 420,000 a year" in demo_run.stdout
+    found = re.search(r"saved run\s+(\w+)", demo_run.stdout)
+    assert found is not None
+    run_id = found[1]
+    review = _converge(tmp_path, "review", run_id)
+    assert review.returncode == 6
+    assert f"gate {COMMITMENT_GATE}" in review.stdout
+    resume = _converge(tmp_path, "resume", run_id, "--approve", COMMITMENT_GATE, "--by", "jane")
+    assert resume.returncode == 0, resume.stderr
+    assert "stop reason  converged" in resume.stdout
+    root = "6d5b01ac44f55ac66f91f0eddec16816e44a7e947377c8e6b647a005ab7c0e26"
+    checked = _converge(tmp_path, "verify", run_id)
+    assert (checked.returncode, checked.stdout) == (
+        0,
+        f"verified: run {run_id}, 25 facts, clock 25, root {root}\n",
+    )
+    replayed = _converge(tmp_path, "replay", run_id)
+    assert (replayed.returncode, replayed.stdout) == (
+        0,
+        f"replayed: run {run_id}, 7 cycles, no suggestor called, same root {root}\n",
+    )
+
+
 # The example scripts
 
 
@@ -342,6 +707,23 @@ async def test_adaptive_gap_loop_fails_acceptance_while_a_gap_stays_open() -> No
             ],
         ),
         ("adaptive_gap_loop", ["cycles      : 12", "pending     : 0"]),
+        (
+            "reconciliation",
+            [
+                "matches (6):",
+                "  bank line B-07 (CLOUDHOST SUBSCRIPTION, 49.99 on 2024-03-14) matches no invoice",
+                "total cost  : 5.891",
+            ],
+        ),
+        (
+            "vendor_selection",
+            [
+                f"pending     : {COMMITMENT_GATE} from commitment",
+                "strategies/commitment: Commit to Acme Cloud for 420,000 a year "
+                "[approved by procurement-lead]",
+                "stop reason : converged (fixed point reached)",
+            ],
+        ),
     ],
 )
 def test_example_script_runs(name: str, expected: list[str]) -> None:

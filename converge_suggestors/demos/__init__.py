@@ -16,5 +16,7 @@ DEMOS: tuple[str, ...] = (
     "loan_application",
     "fixed_point_vs_budget",
     "adaptive_gap_loop",
+    "reconciliation",
+    "vendor_selection",
 )
 """The names of the demo modules, from the simplest to the richest."""
