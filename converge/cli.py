@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write a run's HTML report")
     report.add_argument("run_id")
     report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
+    for sub in commands.choices.values():  # `--store` after the command works too
+        sub.add_argument("--store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        sub.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return parser
 
 

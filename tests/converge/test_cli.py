@@ -141,3 +141,12 @@ def test_review_of_a_converged_run_says_so(store: str) -> None:
     code, out = cli("--store", store, "review", run_id)
     assert code == 0
     assert "is not waiting for anyone (converged)" in out
+
+
+def test_store_and_debug_options_work_after_the_command(store: str) -> None:
+    code, out = cli("run", FORMATION, "--store", store, "--debug")
+    assert code == 6
+    run_id = run_id_of(out)
+    code, out = cli("runs", "--store", store)
+    assert code == 0
+    assert out.startswith(run_id)
