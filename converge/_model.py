@@ -17,6 +17,10 @@ class FrozenModel(BaseModel, frozen=True):
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
 def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
     """Build a model from values the kernel itself produced, skipping re-validation.
 
@@ -24,9 +28,9 @@ def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
     `model_construct` without its per-field default handling, several times faster, and used
     only on the hot path for records the kernel creates (facts, executions, cycle traces).
     """
-    instance = cls.__new__(cls)
-    object.__setattr__(instance, "__dict__", fields)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(fields))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
+    instance = _new(cls)
+    _set(instance, "__dict__", fields)
+    _set(instance, "__pydantic_fields_set__", set(fields))
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
     return instance
