@@ -119,6 +119,7 @@ class Merger:
         accepted: list[Fact] = []
         local: dict[tuple[ContextKey, str], Fact] = {}
         held: list[GateRequest] = []
+        held_here: set[tuple[ContextKey, str]] = set()
         rejected: list[Rejection] = []
         clock = self._clock
         cycle = self._cycle
@@ -151,12 +152,13 @@ class Merger:
                 reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
                 rejected.append(self._rejection(proposal, suggestor, reason))
                 continue
-            if slot in self._held_slots or any(g.proposal.ref == proposal.ref for g in held):
+            if slot in self._held_slots or slot in held_here:
                 reason = f"{proposal.ref} is already held for a human decision"
                 rejected.append(self._rejection(proposal, suggestor, reason))
                 continue
             if hitl is not None and hitl.gates(proposal):
                 held.append(self._request(proposal, suggestor, suggestor_id))
+                held_here.add(slot)
                 continue
             clock += 1
             record = trusted(
@@ -192,8 +194,7 @@ class Merger:
                 self._added.extend(accepted)
             self._clock = clock
             self.promoted.extend(accepted)
-        for request in held:
-            self._held_slots.add((request.proposal.key, request.proposal.id))
+        self._held_slots |= held_here
         self.held.extend(held)
         return None
 
