@@ -22,6 +22,7 @@ from ._merge import ConflictMode
 from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._registry import Registry
+from ._replay import replay_trace
 from ._result import ConvergeResult
 from ._run import RunConfig, RunLoop, RunState
 from ._store import RunRecord, RunStore, StoreError
@@ -348,7 +349,7 @@ class Engine:
             initial_root=start.merkle_root(),
             inputs=trace.inputs,
         )
-        return await RunLoop(self._config, self._registry.view(), state).replay(trace)
+        return await replay_trace(RunLoop(self._config, self._registry.view(), state), trace)
 
     async def stream(
         self,

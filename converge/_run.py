@@ -20,7 +20,6 @@ from ._budget import Budget
 from ._checkpoint import Checkpoint, FactRecord, sign
 from ._context import ContextSnapshot
 from ._events import Observer
-from ._exceptions import ReplayError
 from ._executor import ErrorMode, Executor, Slot, failure
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._integrity import IntegrityProof
@@ -39,14 +38,6 @@ from ._trace import CycleTrace, Execution, Rejection, RunTrace
 
 __all__ = ["HUMAN_SUGGESTOR_ID", "RunConfig", "RunLoop", "RunState"]
 
-_BUDGET_STOPS = frozenset(
-    {
-        StopReason.CYCLE_BUDGET_EXHAUSTED,
-        StopReason.FACT_BUDGET_EXHAUSTED,
-        StopReason.TOKEN_BUDGET_EXHAUSTED,
-        StopReason.TIME_BUDGET_EXHAUSTED,
-    }
-)
 
 HUMAN_SUGGESTOR_ID = -2
 """The `suggestor_id` of facts written by human decisions (rejection diagnostics)."""
@@ -106,7 +97,7 @@ class RunLoop:
         )
         self._log = run_logger(run_id=state.run_id)
         self._started = perf_counter()
-        self._events = RunEvents(state.run_id, config.observers, self._log)
+        self.events = RunEvents(state.run_id, config.observers, self._log)
 
     @staticmethod
     def new_state(context: ContextSnapshot, inputs: tuple[ProposedFact, ...]) -> RunState:
@@ -118,126 +109,37 @@ class RunLoop:
         """The live state."""
         return self._state
 
+    @property
+    def view(self) -> RegistryView:
+        """The registrations this run uses."""
+        return self._view
+
     # -- entry points ----------------------------------------------------------------------------
 
     async def start(self) -> ConvergeResult:
         """Merge the inputs at cycle 0, then loop."""
-        self._started_event()
-        result = self._merge_inputs()
+        self.started_event()
+        result = self.merge_inputs()
         if result is None:
             result = await self._loop()
-        await self._events.flush()
+        await self.events.flush()
         return result
 
     async def loop(self) -> ConvergeResult:
         """Cycles from `state.cycle + 1` until a stop reason (after a resume)."""
         result = await self._loop()
-        await self._events.flush()
+        await self.events.flush()
         return result
 
     async def resume(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
     ) -> ConvergeResult:
         """Apply the decisions of a paused run, then continue its cycles."""
-        self._started_event()
+        self.started_event()
         self.apply_decisions(pending, decisions)
         return await self.loop()
 
-    async def replay(self, trace: RunTrace) -> ConvergeResult:
-        """Re-merge a trace's recorded effects and decisions; call no suggestor."""
-        state = self._state
-        if state.initial_root != trace.initial_root:
-            raise ReplayError(
-                f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
-                f"given context has root {state.initial_root}"
-            )
-        self._started_event()
-        result = self._merge_inputs()
-        if result is None:
-            result = await self._replay_cycles(trace)
-        await self._events.flush()
-        if trace.final_root is not None and result.integrity.merkle_root != trace.final_root:
-            raise ReplayError(
-                f"replaying run {trace.run_id} gives root {result.integrity.merkle_root}, not "
-                f"the recorded {trace.final_root}: the trace or the registrations differ"
-            )
-        return result
-
-    def _replayed_registrations(self, cycle: int, recorded: CycleTrace) -> list[Registration]:
-        registrations = self._view.registrations
-        eligible: list[Registration] = []
-        for execution in recorded.executions:
-            sid = execution.suggestor_id
-            reg = registrations[sid] if 0 <= sid < len(registrations) else None
-            if reg is None or reg.name != execution.suggestor:
-                raise ReplayError(
-                    f"cycle {cycle}: the trace ran {execution.suggestor!r} as id {sid}, "
-                    "which this engine does not have"
-                )
-            if execution.phase == "execute":
-                eligible.append(reg)
-        return eligible
-
-    async def _replay_cycles(self, trace: RunTrace) -> ConvergeResult:
-        state = self._state
-        registrations = self._view.registrations
-        decisions = {decision.gate_id: decision for decision in trace.decisions}
-        recorded_reason = trace.stop_reason or StopReason.CONVERGED
-        last = len(trace.cycles) - 1
-        for index, recorded in enumerate(trace.cycles):
-            state.cycle = cycle = recorded.cycle
-            dirty = frozenset(recorded.dirty)
-            self._events.cycle_started(cycle, dirty)
-            await self._events.flush()
-            eligible = self._replayed_registrations(cycle, recorded)
-            merger = self._merger(state.snapshot, cycle)
-            conflict: Conflict | None = None
-            for execution in recorded.executions:
-                if execution.outcome != "ok":
-                    state.tokens += execution.tokens
-                    continue
-                effect = execution.effect
-                if effect is None:
-                    raise ReplayError(
-                        f"cycle {cycle}: no recorded effect for {execution.suggestor!r}; "
-                        "record the run with Engine(record_effects=True)"
-                    )
-                state.tokens += effect.tokens
-                if not recorded.merged or conflict is not None:
-                    continue
-                reg = registrations[execution.suggestor_id]
-                conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
-            if not recorded.merged:
-                self._record(cycle, dirty, eligible, recorded.executions, None, merged=False)
-                return self._finish(recorded_reason, trace.detail)
-            state.snapshot = merger.snapshot()
-            state.rejections.extend(merger.rejections)
-            if conflict is not None:
-                self._record(cycle, dirty, eligible, recorded.executions, merger)
-                return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
-            budget_stop = index == last and recorded_reason in _BUDGET_STOPS
-            if merger.held and not budget_stop:
-                self._record(cycle, dirty, eligible, recorded.executions, merger)
-                state.dirty = merger.added_keys
-                chosen = [decisions.get(request.gate_id) for request in merger.held]
-                if any(decision is None for decision in chosen):
-                    return self._pause(merger.held)
-                self.apply_decisions(merger.held, [d for d in chosen if d is not None])
-                continue
-            semantic = (
-                check_invariants(self._view.semantic, state.snapshot, cycle)
-                if merger.promoted and not budget_stop
-                else ()
-            )
-            self._record(cycle, dirty, eligible, recorded.executions, merger, semantic)
-            state.dirty = merger.added_keys
-            if budget_stop:
-                return self._finish(recorded_reason, trace.detail)
-        if recorded_reason in (StopReason.CONVERGED, StopReason.INVARIANT_VIOLATED):
-            return self._fixed_point()
-        return self._finish(recorded_reason, trace.detail)
-
-    def _started_event(self) -> None:
+    def started_event(self) -> None:
         state = self._state
         suggestors = len(self._view.registrations)
         self._log.info(
@@ -246,23 +148,23 @@ class RunLoop:
             inputs=len(state.inputs),
             facts=len(state.snapshot),
         )
-        self._events.run_started(state.cycle, suggestors, len(state.inputs), len(state.snapshot))
+        self.events.run_started(state.cycle, suggestors, len(state.inputs), len(state.snapshot))
 
-    def _merge_inputs(self) -> ConvergeResult | None:
+    def merge_inputs(self) -> ConvergeResult | None:
         state = self._state
-        merger = self._merger(state.snapshot, 0, gate="input", hitl=False)
+        merger = self.merger(state.snapshot, 0, gate="input", hitl=False)
         conflict = merger.merge("input", -1, None, state.inputs)
         state.snapshot = merger.snapshot()
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
-        self._events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
+        self.events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
         for violation in merger.violations:
             self._log_violation(violation)
         if conflict is not None:
-            return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
+            return self.finish(StopReason.CONFLICT, conflict.describe(), conflict)
         stop = self._budget_stop()
         if stop is not None:
-            return self._finish(*stop)
+            return self.finish(*stop)
         state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
         return None
 
@@ -273,7 +175,7 @@ class RunLoop:
         state = self._state
         cycle = state.cycle
         refused = set(state.refused)
-        approvals = self._merger(state.snapshot, cycle, gate="human", hitl=False, mode="reject")
+        approvals = self.merger(state.snapshot, cycle, gate="human", hitl=False, mode="reject")
         by_gate = {decision.gate_id: decision for decision in decisions}
         for request in pending:
             decision = by_gate[request.gate_id]
@@ -306,8 +208,8 @@ class RunLoop:
                 approved=decision.approved,
                 by=decision.by,
             )
-            self._events.gate_decided(cycle, request.gate_id, decision.approved, decision.by)
-        self._events.merged(
+            self.events.gate_decided(cycle, request.gate_id, decision.approved, decision.by)
+        self.events.merged(
             cycle, approvals.promoted, approvals.rejections, (), approvals.violations
         )
         state.snapshot = approvals.snapshot()
@@ -331,23 +233,23 @@ class RunLoop:
         budget = self._config.budget
         view = self._view
         while True:
-            await self._events.flush()
+            await self.events.flush()
             state.cycle += 1
             cycle = state.cycle
             if cycle > budget.max_cycles:
                 state.cycle = budget.max_cycles
                 detail = f"max_cycles ({budget.max_cycles})"
-                return self._finish(StopReason.CYCLE_BUDGET_EXHAUSTED, detail)
+                return self.finish(StopReason.CYCLE_BUDGET_EXHAUSTED, detail)
             dirty = state.dirty
             snapshot = state.snapshot
             self._log.debug("cycle_started", cycle=cycle, dirty=dirty)
-            if self._events.active:
-                self._events.cycle_started(cycle, dirty)
-                await self._events.flush()
+            if self.events.active:
+                self.events.cycle_started(cycle, dirty)
+                await self.events.flush()
             eligible, refused = self._eligible(view.candidates(dirty), snapshot)
             if not eligible:
-                self._record(cycle, dirty, eligible, self._executions(refused, ()), None)
-                return self._fixed_point()
+                self.record(cycle, dirty, eligible, self._executions(refused, ()), None)
+                return self.fixed_point()
 
             slots, timed_out = await self._execute(eligible, snapshot)
             if timed_out:
@@ -357,10 +259,10 @@ class RunLoop:
                     elif slot.execution is not None:
                         state.tokens += slot.execution.tokens
                 executions = self._executions(refused, slots, cancelled=True)
-                self._record(cycle, dirty, eligible, executions, None, merged=False)
-                return self._finish(StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail())
+                self.record(cycle, dirty, eligible, executions, None, merged=False)
+                return self.finish(StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail())
 
-            merger = self._merger(snapshot, cycle)
+            merger = self.merger(snapshot, cycle)
             conflict: Conflict | None = None
             for slot in slots:
                 effect = slot.effect
@@ -377,27 +279,27 @@ class RunLoop:
             state.rejections.extend(merger.rejections)
             executions = self._executions(refused, slots)
             if conflict is not None:
-                self._record(cycle, dirty, eligible, executions, merger)
-                return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
+                self.record(cycle, dirty, eligible, executions, merger)
+                return self.finish(StopReason.CONFLICT, conflict.describe(), conflict)
 
             stop = self._budget_stop()
             if stop is not None:
-                self._record(cycle, dirty, eligible, executions, merger)
-                return self._finish(*stop)
+                self.record(cycle, dirty, eligible, executions, merger)
+                return self.finish(*stop)
             if merger.held:
                 state.dirty = merger.added_keys
-                self._record(cycle, dirty, eligible, executions, merger)
-                return self._pause(merger.held)
+                self.record(cycle, dirty, eligible, executions, merger)
+                return self.pause(merger.held)
             if not merger.promoted:
-                self._record(cycle, dirty, eligible, executions, merger)
-                return self._fixed_point()
+                self.record(cycle, dirty, eligible, executions, merger)
+                return self.fixed_point()
             semantic = check_invariants(view.semantic, state.snapshot, cycle)
-            self._record(cycle, dirty, eligible, executions, merger, semantic)
+            self.record(cycle, dirty, eligible, executions, merger, semantic)
             state.dirty = merger.added_keys
 
     # -- phases ------------------------------------------------------------------------------------
 
-    def _merger(
+    def merger(
         self,
         snapshot: ContextSnapshot,
         cycle: int,
@@ -489,16 +391,16 @@ class RunLoop:
     def _time_detail(self) -> str:
         return f"max_seconds ({self._elapsed():.3f} > {self._config.budget.max_seconds})"
 
-    def _fixed_point(self) -> ConvergeResult:
+    def fixed_point(self) -> ConvergeResult:
         """Acceptance and semantic invariants decide between converged and violated."""
         state = self._state
         view = self._view
         checks = (*view.semantic, *view.acceptance)
         if not checks:
-            return self._finish(StopReason.CONVERGED, "fixed point reached")
+            return self.finish(StopReason.CONVERGED, "fixed point reached")
         violations = check_invariants(checks, state.snapshot, state.cycle)
         if not violations:
-            return self._finish(StopReason.CONVERGED, "fixed point reached")
+            return self.finish(StopReason.CONVERGED, "fixed point reached")
         if state.cycles and state.cycles[-1].cycle == state.cycle:
             last = state.cycles[-1]
             known = set(last.violations)
@@ -506,11 +408,11 @@ class RunLoop:
             state.cycles[-1] = last.model_copy(update={"violations": last.violations + fresh})
         for violation in violations:
             self._log_violation(violation)
-        self._events.merged(state.cycle, violations=violations)
+        self.events.merged(state.cycle, violations=violations)
         detail = "; ".join(f"{v.invariant}: {v.reason}" for v in violations)
-        return self._finish(StopReason.INVARIANT_VIOLATED, detail)
+        return self.finish(StopReason.INVARIANT_VIOLATED, detail)
 
-    def _pause(self, held: list[GateRequest]) -> ConvergeResult:
+    def pause(self, held: list[GateRequest]) -> ConvergeResult:
         state = self._state
         for request in held:
             self._log.info(
@@ -544,7 +446,7 @@ class RunLoop:
         )
         checkpoint = sign(checkpoint, self._config.signing_key)
         gates = ", ".join(request.gate_id for request in held)
-        return self._finish(
+        return self.finish(
             StopReason.AWAITING_HUMAN,
             f"{len(held)} proposal(s) awaiting a human: {gates}",
             pending=tuple(held),
@@ -579,7 +481,7 @@ class RunLoop:
                 )
         return tuple(done)
 
-    def _record(
+    def record(
         self,
         cycle: int,
         dirty: frozenset[ContextKey],
@@ -602,7 +504,7 @@ class RunLoop:
             violations = (*merger.violations, *semantic)
         for violation in violations:
             self._log_violation(violation)
-        events = self._events
+        events = self.events
         if events.active:
             events.executions(cycle, executions)
             if merger is not None:
@@ -646,7 +548,7 @@ class RunLoop:
             reason=violation.reason,
         )
 
-    def _finish(
+    def finish(
         self,
         reason: StopReason,
         detail: str,
@@ -682,7 +584,7 @@ class RunLoop:
             merkle_root=proof.merkle_root,
             elapsed_ms=round(self._elapsed() * 1000.0, 3),
         )
-        self._events.run_finished(state.cycle, reason.value, detail, proof, state.tokens)
+        self.events.run_finished(state.cycle, reason.value, detail, proof, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
