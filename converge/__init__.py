@@ -39,31 +39,28 @@ from ._exceptions import (
     InvariantViolationError,
     ReplayError,
     RunError,
+    RunNotFoundError,
+    StoreError,
 )
+from ._executor import ErrorMode
 from ._fact import Fact, GateKind, PromotionRecord
 from ._formation import EngineOptions, Formation
+from ._gate import PromotionPolicy
 from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
 from ._integrity import IntegrityProof, verify
 from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
 from ._key import ContextKey
 from ._log import get_logger
+from ._merge import ConflictMode
 from ._pack import GateVerdict, Pack
-from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._report import render_report
 from ._result import Conflict, ConvergeResult
 from ._stop import StopReason
-from ._store import (
-    PostgresRunStore,
-    RunNotFoundError,
-    RunRecord,
-    RunStore,
-    RunSummary,
-    SqliteRunStore,
-    StoreError,
-)
+from ._store import RunRecord, RunStore, RunSummary
 from ._suggestor import Suggestor, SuggestorId
 from ._trace import CycleTrace, Execution, Outcome, Rejection, RunTrace
+from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
     "AgentEffect",
@@ -74,6 +71,7 @@ __all__ = [
     "ConfigurationError",
     "Conflict",
     "ConflictError",
+    "ConflictMode",
     "Context",
     "ContextKey",
     "ContextSnapshot",
@@ -85,6 +83,7 @@ __all__ = [
     "Engine",
     "EngineEvent",
     "EngineOptions",
+    "ErrorMode",
     "Execution",
     "Fact",
     "FactPromoted",

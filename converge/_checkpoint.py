@@ -1,22 +1,19 @@
-"""`Checkpoint`: a paused run as plain JSON, and the only way facts come back from JSON.
+"""`Checkpoint` and `FactRecord`: a paused run as plain JSON, and the only way facts come back.
 
-Restoring recomputes every fact's digest and the Merkle root and refuses any mismatch. With
-a signing key, checkpoints carry an HMAC-SHA256 over their canonical JSON; unsigned or
-mis-signed ones are refused.
+`restore_snapshot` is the one verifying restore: it recomputes every fact's digest, checks the
+order and the Merkle root, and refuses any mismatch. Signing and the run state on both sides
+of a pause live in `_pause`.
 """
 
 from __future__ import annotations
 
-import hmac
-from hashlib import sha256
+from collections.abc import Sequence
 from typing import Literal, final
 
 from pydantic import Field, JsonValue
 
-from ._canonical import canonical_json
 from ._context import ContextSnapshot
-from ._exceptions import InvalidCheckpointError
-from ._fact import Fact, PromotionRecord, restore
+from ._fact import Fact, PromotionRecord, seal
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation
 from ._key import KEY_ORDER, ContextKey
@@ -24,7 +21,7 @@ from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 from ._trace import CycleTrace, Rejection
 
-__all__ = ["Checkpoint", "FactRecord", "restore_snapshot", "sign", "verify_signature"]
+__all__ = ["Checkpoint", "FactRecord", "restore_fact", "restore_snapshot"]
 
 
 @final
@@ -110,61 +107,50 @@ class Checkpoint(FrozenModel, frozen=True):
     """HMAC-SHA256 of the rest, hex, when the engine has a signing key."""
 
 
-def _signed_bytes(checkpoint: Checkpoint) -> bytes:
-    return canonical_json(checkpoint.model_dump(mode="json", exclude={"signature"}))
+def restore_fact(record: FactRecord) -> Fact:
+    """Rebuild one fact from its record, refusing it when the digest does not match its fields.
+
+    Raises:
+        ValueError: The record does not describe a valid fact, or its digest does not match.
+    """
+    fields = record.model_dump()
+    digest = fields.pop("digest")
+    promotion = PromotionRecord.model_validate(fields.pop("promotion"), strict=False)
+    proposal = ProposedFact.model_validate(fields, strict=False)
+    fact = seal(proposal, promotion)
+    if fact.digest != digest:
+        raise ValueError(f"fact {fact.ref}: digest {digest!r} does not match its fields")
+    return fact
 
 
-def sign(checkpoint: Checkpoint, key: bytes | None) -> Checkpoint:
-    """`checkpoint` with its signature set (unchanged without a key)."""
-    if key is None:
-        return checkpoint
-    signature = hmac.new(key, _signed_bytes(checkpoint), sha256).hexdigest()
-    return checkpoint.model_copy(update={"signature": signature})
+def restore_snapshot(
+    records: Sequence[FactRecord], *, cycle: int, clock: int, merkle_root: str
+) -> ContextSnapshot:
+    """The one verifying restore: facts back from JSON, checked one by one and as a whole.
 
+    Every fact's digest is recomputed from its fields; the facts must come in key order with
+    no `(key, id)` twice; the rebuilt context must hash to `merkle_root`. Checkpoints and
+    stored runs both come back through here.
 
-def verify_signature(checkpoint: Checkpoint, key: bytes | None) -> None:
-    """Refuse an unsigned or mis-signed checkpoint when the engine has a key."""
-    if key is None:
-        return
-    if checkpoint.signature is None:
-        raise InvalidCheckpointError(
-            f"checkpoint of run {checkpoint.run_id} is unsigned, but this engine requires "
-            "signed checkpoints"
-        )
-    expected = hmac.new(key, _signed_bytes(checkpoint), sha256).hexdigest()
-    if not hmac.compare_digest(expected, checkpoint.signature):
-        raise InvalidCheckpointError(
-            f"checkpoint of run {checkpoint.run_id} has a bad signature: it was changed "
-            "or signed with another key"
-        )
-
-
-def restore_snapshot(checkpoint: Checkpoint) -> ContextSnapshot:
-    """Rebuild the paused context, verifying every digest, the order and the Merkle root."""
+    Raises:
+        ValueError: The first check that failed, naming the fact's index and reference.
+    """
     facts: list[Fact] = []
     seen: set[tuple[ContextKey, str]] = set()
     last_key = -1
-    for index, record in enumerate(checkpoint.facts):
+    for index, record in enumerate(records):
         try:
-            fact = restore(record.model_dump())
+            fact = restore_fact(record)
         except ValueError as error:
-            raise InvalidCheckpointError(
-                f"checkpoint of run {checkpoint.run_id}: facts[{index}]: {error}"
-            ) from None
+            raise ValueError(f"facts[{index}]: {error}") from None
         order = KEY_ORDER[fact.key]
         if order < last_key or (fact.key, fact.id) in seen:
-            raise InvalidCheckpointError(
-                f"checkpoint of run {checkpoint.run_id}: facts[{index}] ({fact.ref}) is out of "
-                "order or repeated"
-            )
+            raise ValueError(f"facts[{index}] ({fact.ref}) is out of order or repeated")
         last_key = order
         seen.add((fact.key, fact.id))
         facts.append(fact)
-    snapshot = ContextSnapshot.empty()._extend(facts, checkpoint.cycle, checkpoint.clock)  # pyright: ignore[reportPrivateUsage]
+    snapshot = ContextSnapshot.empty()._extend(facts, cycle, clock)  # pyright: ignore[reportPrivateUsage]
     root = snapshot.merkle_root()
-    if root != checkpoint.merkle_root:
-        raise InvalidCheckpointError(
-            f"checkpoint of run {checkpoint.run_id}: its facts hash to {root}, not to the "
-            f"recorded Merkle root {checkpoint.merkle_root}"
-        )
+    if root != merkle_root:
+        raise ValueError(f"its facts hash to {root}, not to the recorded Merkle root {merkle_root}")
     return snapshot

@@ -15,7 +15,8 @@ from ._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, Pro
 from ._formation import Formation
 from ._key import ContextKey
 from ._stop import StopReason
-from ._store import PostgresRunStore, RunRecord, RunStore, SqliteRunStore
+from ._store import RunRecord, RunStore
+from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
     "DEFAULT_STORE",

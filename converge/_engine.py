@@ -10,22 +10,24 @@ from typing import Literal, final
 import anyio
 
 from ._budget import Budget
-from ._checkpoint import Checkpoint, restore_snapshot, verify_signature
+from ._checkpoint import Checkpoint
+from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._events import EngineEvent, Observer
-from ._exceptions import ConfigurationError, InvalidResumeError
+from ._exceptions import ConfigurationError, ReplayError, StoreError
 from ._executor import ErrorMode
+from ._gate import PromotionPolicy
 from ._hitl import GateDecision, HitlPolicy
 from ._invariant import Invariant
-from ._key import ContextKey
 from ._merge import ConflictMode
-from ._promotion import PromotionPolicy
+from ._pause import resume_state
 from ._proposal import ProposedFact
 from ._registry import Registry
-from ._replay import replay_trace
+from ._replay import RecordedEffects
 from ._result import ConvergeResult
-from ._run import RunConfig, RunLoop, RunState
-from ._store import RunRecord, RunStore, StoreError
+from ._run import RunLoop
+from ._state import RunState
+from ._store import RunRecord, RunStore
 from ._suggestor import Suggestor, SuggestorId
 from ._trace import RunTrace
 
@@ -211,7 +213,7 @@ class Engine:
                 raise ConfigurationError(
                     f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
                 )
-        state = RunLoop.new_state(start._at_cycle(0), given)  # pyright: ignore[reportPrivateUsage]
+        state = RunState.start(start, given)
         result = await RunLoop(config, self._registry.view(), state).start()
         return await self._save(result)
 
@@ -253,79 +255,16 @@ class Engine:
             StoreError: The engine has a store and saving failed (`error.result` keeps the run).
         """
         view = self._registry.view()
-        verify_signature(checkpoint, self._config.signing_key)
-        registrations, invariants = view.fingerprint
-        if (registrations, invariants) != (checkpoint.registrations, checkpoint.invariants):
-            raise InvalidResumeError(
-                f"run {checkpoint.run_id} was paused with registrations "
-                f"{list(checkpoint.registrations)} and invariants {list(checkpoint.invariants)}; "
-                f"this engine has {list(registrations)} and {list(invariants)}"
-            )
-        chosen = self._check_decisions(checkpoint, tuple(decisions))
-        snapshot = restore_snapshot(checkpoint)
-        state = RunState(
-            run_id=checkpoint.run_id,
-            snapshot=snapshot,
-            initial_root=checkpoint.initial_root,
-            inputs=checkpoint.inputs,
-            cycle=checkpoint.cycle,
-            dirty=frozenset(checkpoint.dirty),
-            tokens=checkpoint.tokens,
-            elapsed_before=checkpoint.elapsed_seconds,
-            refused=frozenset(_parse_ref(ref) for ref in checkpoint.refused),
-            decisions=list(checkpoint.decisions),
-            rejections=list(checkpoint.rejections),
-            cycles=list(checkpoint.cycles),
-            input_violations=checkpoint.input_violations,
+        state, chosen = resume_state(
+            checkpoint,
+            tuple(decisions),
+            fingerprint=view.fingerprint,
+            key=self._config.signing_key,
+            now=self._config.clock(),
+            hitl=self._config.hitl,
         )
         loop = RunLoop(self._config, view, state)
         return await self._save(await loop.resume(checkpoint.pending, chosen))
-
-    def _check_decisions(
-        self, checkpoint: Checkpoint, decisions: tuple[GateDecision, ...]
-    ) -> tuple[GateDecision, ...]:
-        """One decision per live gate, plus timeout decisions for the expired ones."""
-        now = self._config.clock()
-        policy = self._config.hitl
-        on_timeout = "reject" if policy is None else policy.on_timeout
-        pending = {request.gate_id: request for request in checkpoint.pending}
-        given: dict[str, GateDecision] = {}
-        for decision in decisions:
-            if not isinstance(decision, GateDecision):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise InvalidResumeError(
-                    f"decisions must be GateDecision, got {type(decision).__name__}"
-                )
-            request = pending.get(decision.gate_id)
-            if request is None:
-                raise InvalidResumeError(
-                    f"run {checkpoint.run_id} has no pending gate {decision.gate_id!r}; "
-                    f"pending: {sorted(pending)}"
-                )
-            if decision.gate_id in given:
-                raise InvalidResumeError(f"gate {decision.gate_id!r} has more than one decision")
-            if request.deadline is not None and request.deadline <= now:
-                raise InvalidResumeError(
-                    f"gate {decision.gate_id!r} expired at {request.deadline.isoformat()}; "
-                    f"it is decided by its timeout ({on_timeout})"
-                )
-            given[decision.gate_id] = decision
-        chosen: list[GateDecision] = []
-        missing: list[str] = []
-        for gate_id, request in pending.items():
-            if request.deadline is not None and request.deadline <= now:
-                reason = f"deadline {request.deadline.isoformat()} passed"
-                chosen.append(
-                    GateDecision.approve(gate_id, by="timeout")
-                    if on_timeout == "approve"
-                    else GateDecision.reject(gate_id, by="timeout", reason=reason)
-                )
-            elif gate_id in given:
-                chosen.append(given[gate_id])
-            else:
-                missing.append(gate_id)
-        if missing:
-            raise InvalidResumeError(f"run {checkpoint.run_id}: no decision for gates {missing}")
-        return tuple(chosen)
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None
@@ -343,13 +282,23 @@ class Engine:
                 not match, or the replayed root differs from the recorded one.
         """
         start = ContextSnapshot.empty() if context is None else context
-        state = RunState(
-            run_id=trace.run_id,
-            snapshot=start._at_cycle(0),  # pyright: ignore[reportPrivateUsage]
-            initial_root=start.merkle_root(),
-            inputs=trace.inputs,
-        )
-        return await replay_trace(RunLoop(self._config, self._registry.view(), state), trace)
+        initial_root = start.merkle_root()
+        if initial_root != trace.initial_root:
+            raise ReplayError(
+                f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
+                f"given context has root {initial_root}"
+            )
+        view = self._registry.view()
+        state = RunState.start(start, trace.inputs, run_id=trace.run_id)
+        loop = RunLoop(self._config, view, state)
+        result = await loop.start(RecordedEffects(trace, view.registrations))
+        final_root = result.integrity.merkle_root
+        if trace.final_root is not None and final_root != trace.final_root:
+            raise ReplayError(
+                f"replaying run {trace.run_id} gives root {final_root}, not the recorded "
+                f"{trace.final_root}: the trace or the registrations differ"
+            )
+        return result
 
     async def stream(
         self,
@@ -414,8 +363,3 @@ class Engine:
             return await self.run(context, inputs=given)
 
         return anyio.run(main, backend=backend)
-
-
-def _parse_ref(ref: str) -> tuple[ContextKey, str]:
-    key, _, ident = ref.partition("/")
-    return ContextKey(key), ident

@@ -6,24 +6,31 @@ ConvergeError                        root: `except ConvergeError` catches everyt
 │   ├── InvalidResumeError           decisions that do not fit a checkpoint's pending gates
 │   ├── InvalidCheckpointError       a checkpoint that is tampered, unsigned or foreign
 │   └── ReplayError                  a trace that does not replay to its recorded root
-└── RunError                         raised by `ConvergeResult.raise_for_status()`; has `.result`
-    ├── BudgetExhaustedError         `.result.stop_reason` says which budget
-    ├── InvariantViolationError      `.violations`
-    ├── ConflictError                `.existing`, `.proposed`
-    └── AwaitingHumanError           `.pending`
+├── RunError                         raised by `ConvergeResult.raise_for_status()`; has `.result`
+│   ├── BudgetExhaustedError         `.result.stop_reason` says which budget
+│   ├── InvariantViolationError      `.violations`
+│   ├── ConflictError                `.existing`, `.proposed`
+│   └── AwaitingHumanError           `.pending`
+└── StoreError                       a run store could not save or load; `.result` if saving failed
+    └── RunNotFoundError (KeyError)  no run with that id is stored
 ```
+
+`ConvergeError` is defined in `_error` and the `RunError` family beside `ConvergeResult` in
+`_result` (each carries a result, and `raise_for_status` raises them), so that no module
+imports in a circle; this module defines the rest and gathers them all.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ._fact import Fact
-    from ._hitl import GateRequest
-    from ._invariant import Violation
-    from ._proposal import ProposedFact
-    from ._result import ConvergeResult
+from ._error import ConvergeError
+from ._result import (
+    AwaitingHumanError,
+    BudgetExhaustedError,
+    ConflictError,
+    ConvergeResult,
+    InvariantViolationError,
+    RunError,
+)
 
 __all__ = [
     "AwaitingHumanError",
@@ -36,11 +43,9 @@ __all__ = [
     "InvariantViolationError",
     "ReplayError",
     "RunError",
+    "RunNotFoundError",
+    "StoreError",
 ]
-
-
-class ConvergeError(Exception):
-    """The root of every error converge raises."""
 
 
 class ConfigurationError(ConvergeError, ValueError):
@@ -59,52 +64,19 @@ class ReplayError(ConfigurationError):
     """A trace cannot be replayed, or replaying it does not reproduce its recorded root."""
 
 
-class RunError(ConvergeError):
-    """A run that did not converge, raised by `ConvergeResult.raise_for_status()`."""
+class StoreError(ConvergeError):
+    """A run store could not save or load; `result` holds the run when a save failed."""
 
-    result: ConvergeResult
-    """The run's result, with its partial context."""
+    result: ConvergeResult | None
+    """The run that could not be saved, so nothing is lost."""
 
-    def __init__(self, message: str, *, result: ConvergeResult) -> None:
+    def __init__(self, message: str, *, result: ConvergeResult | None = None) -> None:
         super().__init__(message)
         self.result = result
 
 
-class BudgetExhaustedError(RunError):
-    """A budget ran out; `result.stop_reason` says which."""
+class RunNotFoundError(StoreError, KeyError):
+    """No run with that id is stored."""
 
-
-class InvariantViolationError(RunError):
-    """An invariant was still violated at the end of the run."""
-
-    @property
-    def violations(self) -> tuple[Violation, ...]:
-        """Every violation recorded in the run, in the order found."""
-        return self.result.violations
-
-
-class ConflictError(RunError):
-    """A suggestor proposed different content for a fact that already exists."""
-
-    @property
-    def proposed(self) -> ProposedFact | None:
-        """The conflicting proposal."""
-        conflict = self.result.conflict
-        return None if conflict is None else conflict.proposal
-
-    @property
-    def existing(self) -> Fact | None:
-        """The fact it conflicts with, as it stands in the result's context."""
-        conflict = self.result.conflict
-        if conflict is None:
-            return None
-        return self.result.context.find(conflict.proposal.key, conflict.proposal.id)
-
-
-class AwaitingHumanError(RunError):
-    """The run paused for human decisions."""
-
-    @property
-    def pending(self) -> tuple[GateRequest, ...]:
-        """The gates awaiting decisions."""
-        return self.result.pending
+    def __str__(self) -> str:
+        return str(self.args[0])

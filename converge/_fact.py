@@ -3,15 +3,14 @@
 Only the kernel creates facts. Every public route that could build or change one raises
 `TypeError`: the constructor, `model_validate*`, `model_construct`, `model_copy`, pickling,
 attribute assignment, validation through a `TypeAdapter(Fact)`, and a `Fact` field inside
-another model. The
-kernel builds them through `promote` (a proposal crossing the gate) and `restore` (a
-verified record coming back from JSON).
+another model. The kernel builds them with `seal`, called from two places only: the gate
+(`_gate.Gate.promote`, a proposal crossing it) and the verified restore
+(`_checkpoint.restore_fact`, a record coming back from JSON).
 """
 
 from __future__ import annotations
 
 import json.encoder
-from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue
@@ -22,7 +21,7 @@ from ._key import ContextKey
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 
-__all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "promote"]
+__all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "seal"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 GateKind = Literal["engine", "human", "input"]
@@ -241,8 +240,8 @@ def fact_digest(fact: Fact) -> str:
     return leaf_digest(_canonical(fact, fact.payload, fact.promotion)).hex()
 
 
-def promote(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
-    """Turn a proposal that passed the gate into a fact. Kernel use only."""
+def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
+    """Build the fact of a proposal with its promotion record. Gate and restore use only."""
     payload = None if proposal.payload is None else copy_json(proposal.payload)
     canonical = _canonical(proposal, payload, promotion)
     return trusted(
@@ -260,19 +259,3 @@ def promote(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
             "digest": leaf_digest(canonical).hex(),
         },
     )
-
-
-def restore(record: Mapping[str, object]) -> Fact:
-    """Rebuild a fact from its JSON record, refusing any whose digest does not match.
-
-    Raises:
-        ValueError: The record is malformed or its digest does not match its fields.
-    """
-    fields = dict(record)
-    digest = fields.pop("digest", None)
-    promotion = PromotionRecord.model_validate(fields.pop("promotion", None), strict=False)
-    proposal = ProposedFact.model_validate(fields, strict=False)
-    fact = promote(proposal, promotion)
-    if fact.digest != digest:
-        raise ValueError(f"fact {fact.ref}: digest {digest!r} does not match its fields")
-    return fact

@@ -12,10 +12,10 @@ from ._context import ContextSnapshot
 from ._engine import Engine
 from ._events import Observer
 from ._executor import ErrorMode
+from ._gate import PromotionPolicy
 from ._hitl import HitlPolicy
 from ._invariant import Invariant
 from ._merge import ConflictMode
-from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._result import ConvergeResult
 from ._store import RunStore

@@ -1,26 +1,28 @@
 """The serialized merge: effects enter the context one suggestor at a time, in id order.
 
-Each proposal passes, in order: the engine gate; the identity check (an identical fact is an
-idempotent no-op; a different one with the same key and id is a conflict); the HITL policy (a
-gated proposal is held for a human). A suggestor's accepted proposals are committed together
-after the structural invariants hold, so a conflict with `on_conflict="stop"` or a structural
-violation discards that suggestor's whole effect and nothing else.
+Each proposal gets one decision (`Merger._decide`), in order: the gate's checks (reject); the
+identity check (an identical fact is an idempotent restatement; a different one with the same
+key and id is a conflict); a slot already held (reject); the HITL policy (hold for a human);
+otherwise the gate promotes it. A suggestor's decisions are committed together
+(`Merger._commit`) after the structural invariants hold, so a conflict with
+`on_conflict="stop"` or a structural violation discards that suggestor's whole effect and
+nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, final
+from typing import Literal, cast, final
 
 from ._canonical import canonical_json
 from ._context import ContextSnapshot
-from ._fact import Fact, GateKind, PromotionRecord, promote
+from ._fact import Fact, GateKind
+from ._gate import Gate, PromotionPolicy
 from ._hitl import GateRequest, HitlPolicy
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import ContextKey
 from ._model import trusted
-from ._promotion import PromotionPolicy
 from ._proposal import ProposedFact
 from ._result import Conflict
 from ._trace import Rejection
@@ -43,6 +45,35 @@ def identical(fact: Fact, proposal: ProposedFact) -> bool:
     return canonical_json(fact.payload) == canonical_json(proposal.payload)
 
 
+_Decision = Fact | Rejection | GateRequest | Conflict | None
+"""What the merge does with one proposal: promote, reject, hold, conflict, or nothing (`None`)."""
+
+
+@final
+class _Effect:
+    """One suggestor's decisions, committed together or not at all."""
+
+    __slots__ = ("accepted", "clock", "held", "held_slots", "local", "rejected")
+
+    def __init__(self, clock: int) -> None:
+        self.clock = clock
+        self.accepted: list[Fact] = []
+        self.local: dict[tuple[ContextKey, str], Fact] = {}
+        self.held: list[GateRequest] = []
+        self.held_slots: set[tuple[ContextKey, str]] = set()
+        self.rejected: list[Rejection] = []
+
+    def accept(self, fact: Fact) -> None:
+        self.clock = fact.promotion.clock
+        self.accepted.append(fact)
+        self.local[fact.key, fact.id] = fact
+
+    def hold(self, request: GateRequest) -> None:
+        proposal = request.proposal
+        self.held.append(request)
+        self.held_slots.add((proposal.key, proposal.id))
+
+
 @final
 class Merger:
     """Merges the effects of one cycle into a snapshot, recording what happened."""
@@ -58,8 +89,6 @@ class Merger:
         "_hitl",
         "_mode",
         "_overlay",
-        "_policy",
-        "_refused",
         "_structural",
         "held",
         "promoted",
@@ -83,10 +112,8 @@ class Merger:
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
-        self._policy = policy
+        self._gate = Gate(policy, cycle=cycle, kind=gate, refused=refused)
         self._mode: ConflictMode = mode
-        self._gate: GateKind = gate
-        self._refused = refused
         self._overlay: dict[tuple[ContextKey, str], Fact] = {}
         self._added: list[Fact] = []
         self._structural = tuple(structural)
@@ -116,87 +143,96 @@ class Merger:
         approved_by: str | None = None,
     ) -> Conflict | None:
         """Merge one suggestor's proposals; return the conflict that stops the run, if any."""
-        accepted: list[Fact] = []
-        local: dict[tuple[ContextKey, str], Fact] = {}
-        held: list[GateRequest] = []
-        held_here: set[tuple[ContextKey, str]] = set()
-        rejected: list[Rejection] = []
-        clock = self._clock
-        cycle = self._cycle
-        hitl = self._hitl
+        effect = _Effect(self._clock)
+        decide = self._decide
         for proposal in proposals:
-            reason = self._policy.check(proposal, writes, self._refused)
-            if reason is not None:
-                rejected.append(self._rejection(proposal, suggestor, reason))
+            decision = decide(proposal, effect, suggestor, suggestor_id, writes, approved_by)
+            if decision is None:  # an identical fact exists: an idempotent restatement
                 continue
-            slot = (proposal.key, proposal.id)
-            existing = local.get(slot)
-            if existing is None:
-                existing = self._find(*slot)
-            if existing is not None:
-                try:
-                    same = identical(existing, proposal)
-                except ValueError as error:  # an unvalidated copy holding unhashable text
-                    rejected.append(self._rejection(proposal, suggestor, _unhashable(error)))
-                    continue
-                if same:
-                    continue
-                if self._mode == "stop":
-                    self.rejections.extend(rejected)
-                    return Conflict(
-                        proposal=proposal,
-                        suggestor=suggestor,
-                        cycle=cycle,
-                        existing_provenance=existing.provenance,
-                    )
-                reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
-                rejected.append(self._rejection(proposal, suggestor, reason))
-                continue
-            if slot in self._held_slots or slot in held_here:
-                reason = f"{proposal.ref} is already held for a human decision"
-                rejected.append(self._rejection(proposal, suggestor, reason))
-                continue
-            if hitl is not None and hitl.gates(proposal):
-                held.append(self._request(proposal, suggestor, suggestor_id))
-                held_here.add(slot)
-                continue
-            clock += 1
-            record = trusted(
-                PromotionRecord,
-                {
-                    "cycle": cycle,
-                    "suggestor": suggestor,
-                    "suggestor_id": suggestor_id,
-                    "clock": clock,
-                    "gate": self._gate,
-                    "approved_by": approved_by,
-                },
+            kind = type(decision)
+            if kind is Fact:
+                effect.accept(cast(Fact, decision))
+            elif kind is Rejection:
+                effect.rejected.append(cast(Rejection, decision))
+            elif kind is GateRequest:
+                effect.hold(cast(GateRequest, decision))
+            else:
+                self.rejections.extend(effect.rejected)
+                return cast(Conflict, decision)
+        self._commit(effect)
+        return None
+
+    def _decide(
+        self,
+        proposal: ProposedFact,
+        effect: _Effect,
+        suggestor: str,
+        suggestor_id: int,
+        writes: frozenset[ContextKey] | None,
+        approved_by: str | None,
+    ) -> _Decision:
+        """Reject, restate (`None`), conflict, hold or promote one proposal."""
+        reason = self._gate.check(proposal, writes)
+        if reason is not None:
+            return self._rejection(proposal, suggestor, reason)
+        slot = (proposal.key, proposal.id)
+        existing = effect.local.get(slot)
+        if existing is None:
+            existing = self._find(*slot)
+        if existing is not None:
+            return self._restated(existing, proposal, suggestor)
+        if slot in self._held_slots or slot in effect.held_slots:
+            reason = f"{proposal.ref} is already held for a human decision"
+            return self._rejection(proposal, suggestor, reason)
+        if self._hitl is not None and self._hitl.gates(proposal):
+            return self._request(proposal, suggestor, suggestor_id)
+        try:
+            return self._gate.promote(
+                proposal, suggestor, suggestor_id, effect.clock + 1, approved_by
             )
-            try:
-                fact = promote(proposal, record)
-            except ValueError as error:  # model_copy/model_construct skip validation
-                clock -= 1
-                rejected.append(self._rejection(proposal, suggestor, _unhashable(error)))
-                continue
-            accepted.append(fact)
-            local[slot] = fact
-        self.rejections.extend(rejected)
+        except ValueError as error:  # model_copy/model_construct skip validation
+            return self._rejection(proposal, suggestor, _unhashable(error))
+
+    def _restated(
+        self, existing: Fact, proposal: ProposedFact, suggestor: str
+    ) -> Rejection | Conflict | None:
+        """A proposal for a slot that holds a fact: the same claim, or a conflict."""
+        try:
+            same = identical(existing, proposal)
+        except ValueError as error:  # an unvalidated copy holding unhashable text
+            return self._rejection(proposal, suggestor, _unhashable(error))
+        if same:
+            return None
+        if self._mode == "stop":
+            return Conflict(
+                proposal=proposal,
+                suggestor=suggestor,
+                cycle=self._cycle,
+                existing_provenance=existing.provenance,
+            )
+        reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
+        return self._rejection(proposal, suggestor, reason)
+
+    def _commit(self, effect: _Effect) -> None:
+        """Commit one effect's decisions; a structural violation discards its facts and holds."""
+        self.rejections.extend(effect.rejected)
+        accepted = effect.accepted
         if accepted:
             if self._structural:
-                candidate = self.snapshot()._extend(accepted, cycle, clock)  # pyright: ignore[reportPrivateUsage]
-                violations = check_invariants(self._structural, candidate, cycle)
+                candidate = self.snapshot()._extend(accepted, self._cycle, effect.clock)  # pyright: ignore[reportPrivateUsage]
+                violations = check_invariants(self._structural, candidate, self._cycle)
                 if violations:
                     self.violations.extend(violations)
-                    return None
+                    return
                 self._base = candidate
             else:
-                self._overlay.update(local)
+                self._overlay.update(effect.local)
                 self._added.extend(accepted)
-            self._clock = clock
+            self._clock = effect.clock
             self.promoted.extend(accepted)
-        self._held_slots |= held_here
-        self.held.extend(held)
-        return None
+        if effect.held:
+            self._held_slots |= effect.held_slots
+            self.held.extend(effect.held)
 
     def _request(self, proposal: ProposedFact, suggestor: str, suggestor_id: int) -> GateRequest:
         return GateRequest(

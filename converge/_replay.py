@@ -1,21 +1,26 @@
-"""Replay: re-merge a recorded run without calling a suggestor, and check its root."""
+"""`RecordedEffects`: a cycle's effects read from a recorded trace, calling no suggestor.
+
+Replay runs the same cycle as a live run over these effects, so the inputs, effects and
+human decisions of the trace pass the same gate, invariants and conflict rules again.
+Time is not replayed: where the trace stopped on a budget, replay stops there too.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import final
 
+from ._context import ContextSnapshot
+from ._effect import AgentEffect
 from ._exceptions import ReplayError
-from ._invariant import check_invariants
+from ._hitl import GateDecision, GateRequest
+from ._key import ContextKey
 from ._registry import Registration
-from ._result import Conflict, ConvergeResult
+from ._source import Batch, End
 from ._stop import StopReason
 from ._trace import CycleTrace, RunTrace
 
-if TYPE_CHECKING:
-    from ._run import RunLoop
-
-__all__ = ["replay_trace"]
+__all__ = ["RecordedEffects"]
 
 _BUDGET_STOPS = frozenset(
     {
@@ -25,101 +30,87 @@ _BUDGET_STOPS = frozenset(
         StopReason.TIME_BUDGET_EXHAUSTED,
     }
 )
+_FIXED_POINT = frozenset({StopReason.CONVERGED, StopReason.INVARIANT_VIOLATED})
 
 
-async def replay_trace(loop: RunLoop, trace: RunTrace) -> ConvergeResult:
-    """Re-merge a trace's recorded effects and decisions through `loop`; call no suggestor."""
-    state = loop.state
-    if state.initial_root != trace.initial_root:
-        raise ReplayError(
-            f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
-            f"given context has root {state.initial_root}"
-        )
-    loop.started_event()
-    result = loop.merge_inputs()
-    if result is None:
-        result = await _replay_cycles(loop, trace)
-    await loop.events.flush()
-    if trace.final_root is not None and result.integrity.merkle_root != trace.final_root:
-        raise ReplayError(
-            f"replaying run {trace.run_id} gives root {result.integrity.merkle_root}, not "
-            f"the recorded {trace.final_root}: the trace or the registrations differ"
-        )
-    return result
+@final
+class RecordedEffects:
+    """The `EffectSource` of a replay: the trace's effects and decisions, cycle by cycle."""
 
+    __slots__ = ("_decisions", "_next", "_reason", "_registrations", "_trace")
 
-def _replayed_registrations(
-    registrations: Sequence[Registration], cycle: int, recorded: CycleTrace
-) -> list[Registration]:
-    eligible: list[Registration] = []
-    for execution in recorded.executions:
-        sid = execution.suggestor_id
-        reg = registrations[sid] if 0 <= sid < len(registrations) else None
-        if reg is None or reg.name != execution.suggestor:
+    def __init__(self, trace: RunTrace, registrations: Sequence[Registration]) -> None:
+        self._trace = trace
+        self._registrations = registrations
+        self._reason = trace.stop_reason or StopReason.CONVERGED
+        self._decisions = {decision.gate_id: decision for decision in trace.decisions}
+        self._next = 0
+
+    def end(self, cycle: int, /) -> End | None:
+        """The trace has no more cycles: stop as it stopped."""
+        if self._next < len(self._trace.cycles):
+            return None
+        reason = None if self._reason in _FIXED_POINT else self._reason
+        return End(reason, self._trace.detail, cycle - 1)
+
+    async def produce(
+        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+    ) -> Batch:
+        """The recorded cycle `cycle`, checked against this engine's registrations."""
+        recorded = self._trace.cycles[self._next]
+        self._next += 1
+        if recorded.cycle != cycle:
             raise ReplayError(
-                f"cycle {cycle}: the trace ran {execution.suggestor!r} as id {sid}, "
-                "which this engine does not have"
+                f"the trace of run {self._trace.run_id} records cycle {recorded.cycle} where "
+                f"cycle {cycle} comes next"
             )
-        if execution.phase == "execute":
-            eligible.append(reg)
-    return eligible
-
-
-async def _replay_cycles(loop: RunLoop, trace: RunTrace) -> ConvergeResult:
-    state = loop.state
-    registrations = loop.view.registrations
-    decisions = {decision.gate_id: decision for decision in trace.decisions}
-    recorded_reason = trace.stop_reason or StopReason.CONVERGED
-    last = len(trace.cycles) - 1
-    for index, recorded in enumerate(trace.cycles):
-        state.cycle = cycle = recorded.cycle
-        dirty = frozenset(recorded.dirty)
-        loop.events.cycle_started(cycle, dirty)
-        await loop.events.flush()
-        eligible = _replayed_registrations(registrations, cycle, recorded)
-        merger = loop.merger(state.snapshot, cycle)
-        conflict: Conflict | None = None
+        eligible, effects = self._effects(recorded)
+        tokens = 0
         for execution in recorded.executions:
-            if execution.outcome != "ok":
-                state.tokens += execution.tokens
-                continue
             effect = execution.effect
-            if effect is None:
+            tokens += effect.tokens if execution.outcome == "ok" and effect else execution.tokens
+        cancelled = None if recorded.merged else (self._reason, self._trace.detail)
+        return Batch(eligible, recorded.executions, effects, tokens, cancelled)
+
+    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
+        """The recorded budget stop, after the trace's last cycle (or its inputs)."""
+        if self._next == len(self._trace.cycles) and self._reason in _BUDGET_STOPS:
+            return self._reason, self._trace.detail
+        return None
+
+    def decisions(self, held: Sequence[GateRequest], /) -> list[GateDecision] | None:
+        """The recorded decisions for `held`, or `None` where the recorded run paused."""
+        chosen: list[GateDecision] = []
+        for request in held:
+            decision = self._decisions.get(request.gate_id)
+            if decision is None:
+                return None
+            chosen.append(decision)
+        return chosen
+
+    def _effects(
+        self, recorded: CycleTrace
+    ) -> tuple[tuple[Registration, ...], tuple[tuple[Registration, AgentEffect], ...]]:
+        registrations = self._registrations
+        cycle = recorded.cycle
+        eligible: list[Registration] = []
+        effects: list[tuple[Registration, AgentEffect]] = []
+        for execution in recorded.executions:
+            sid = execution.suggestor_id
+            reg = registrations[sid] if 0 <= sid < len(registrations) else None
+            if reg is None or reg.name != execution.suggestor:
+                raise ReplayError(
+                    f"cycle {cycle}: the trace ran {execution.suggestor!r} as id {sid}, "
+                    "which this engine does not have"
+                )
+            if execution.phase == "execute":
+                eligible.append(reg)
+            if execution.outcome != "ok":
+                continue
+            if execution.effect is None:
                 raise ReplayError(
                     f"cycle {cycle}: no recorded effect for {execution.suggestor!r}; "
                     "record the run with Engine(record_effects=True)"
                 )
-            state.tokens += effect.tokens
-            if not recorded.merged or conflict is not None:
-                continue
-            reg = registrations[execution.suggestor_id]
-            conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
-        if not recorded.merged:
-            loop.record(cycle, dirty, eligible, recorded.executions, None, merged=False)
-            return loop.finish(recorded_reason, trace.detail)
-        state.snapshot = merger.snapshot()
-        state.rejections.extend(merger.rejections)
-        if conflict is not None:
-            loop.record(cycle, dirty, eligible, recorded.executions, merger)
-            return loop.finish(StopReason.CONFLICT, conflict.describe(), conflict)
-        budget_stop = index == last and recorded_reason in _BUDGET_STOPS
-        if merger.held and not budget_stop:
-            loop.record(cycle, dirty, eligible, recorded.executions, merger)
-            state.dirty = merger.added_keys
-            chosen = [decisions.get(request.gate_id) for request in merger.held]
-            if any(decision is None for decision in chosen):
-                return loop.pause(merger.held)
-            loop.apply_decisions(merger.held, [d for d in chosen if d is not None])
-            continue
-        semantic = (
-            check_invariants(loop.view.semantic, state.snapshot, cycle)
-            if merger.promoted and not budget_stop
-            else ()
-        )
-        loop.record(cycle, dirty, eligible, recorded.executions, merger, semantic)
-        state.dirty = merger.added_keys
-        if budget_stop:
-            return loop.finish(recorded_reason, trace.detail)
-    if recorded_reason in (StopReason.CONVERGED, StopReason.INVARIANT_VIOLATED):
-        return loop.fixed_point()
-    return loop.finish(recorded_reason, trace.detail)
+            effects.append((reg, execution.effect))
+        return tuple(eligible), tuple(effects)

@@ -7,13 +7,8 @@ from typing import final
 
 from ._checkpoint import Checkpoint
 from ._context import ContextSnapshot
-from ._exceptions import (
-    AwaitingHumanError,
-    BudgetExhaustedError,
-    ConflictError,
-    InvariantViolationError,
-    RunError,
-)
+from ._error import ConvergeError
+from ._fact import Fact
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
@@ -22,7 +17,16 @@ from ._proposal import ProposedFact
 from ._stop import StopReason
 from ._trace import Rejection, RunTrace
 
-__all__ = ["Conflict", "ConvergeResult", "StopReason"]
+__all__ = [
+    "AwaitingHumanError",
+    "BudgetExhaustedError",
+    "Conflict",
+    "ConflictError",
+    "ConvergeResult",
+    "InvariantViolationError",
+    "RunError",
+    "StopReason",
+]
 
 
 @final
@@ -44,6 +48,57 @@ class Conflict(FrozenModel, frozen=True):
             f"{self.proposal.ref}: {self.suggestor!r} proposed different content in cycle "
             f"{self.cycle} than the existing fact from {self.existing_provenance!r}"
         )
+
+
+class RunError(ConvergeError):
+    """A run that did not converge, raised by `ConvergeResult.raise_for_status()`."""
+
+    result: ConvergeResult
+    """The run's result, with its partial context."""
+
+    def __init__(self, message: str, *, result: ConvergeResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class BudgetExhaustedError(RunError):
+    """A budget ran out; `result.stop_reason` says which."""
+
+
+class InvariantViolationError(RunError):
+    """An invariant was still violated at the end of the run."""
+
+    @property
+    def violations(self) -> tuple[Violation, ...]:
+        """Every violation recorded in the run, in the order found."""
+        return self.result.violations
+
+
+class ConflictError(RunError):
+    """A suggestor proposed different content for a fact that already exists."""
+
+    @property
+    def proposed(self) -> ProposedFact | None:
+        """The conflicting proposal."""
+        conflict = self.result.conflict
+        return None if conflict is None else conflict.proposal
+
+    @property
+    def existing(self) -> Fact | None:
+        """The fact it conflicts with, as it stands in the result's context."""
+        conflict = self.result.conflict
+        if conflict is None:
+            return None
+        return self.result.context.find(conflict.proposal.key, conflict.proposal.id)
+
+
+class AwaitingHumanError(RunError):
+    """The run paused for human decisions."""
+
+    @property
+    def pending(self) -> tuple[GateRequest, ...]:
+        """The gates awaiting decisions."""
+        return self.result.pending
 
 
 _ERRORS: dict[StopReason, type[RunError]] = {

@@ -1,11 +1,15 @@
-"""The events one run emits, buffered between phases and delivered to its observers."""
+"""The events one run emits: the run's one narration channel.
+
+Each event goes to two consumers: the observers (buffered, delivered between phases on
+`flush`) and the log (`_log.EventLog`, written at once). An event is built only when one of
+them wants it: an observer listens, or the logger writes the event's level.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import final
-
-from structlog.typing import FilteringBoundLogger
 
 from ._events import (
     CycleFinished,
@@ -28,6 +32,7 @@ from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
 from ._key import ContextKey, in_key_order
+from ._log import EventLog
 from ._trace import Execution, Rejection
 
 __all__ = ["RunEvents"]
@@ -35,19 +40,28 @@ __all__ = ["RunEvents"]
 
 @final
 class RunEvents:
-    """Builds a run's events (only when someone observes) and delivers them on `flush`."""
+    """Builds a run's events for whoever wants them: observers on `flush`, the log at once."""
 
-    __slots__ = ("_buffer", "_log", "_observers", "_run_id", "active")
+    __slots__ = ("_buffer", "_log", "_observed", "_observers", "_run_id", "debug", "info", "warn")
 
-    def __init__(
-        self, run_id: str, observers: tuple[Observer, ...], log: FilteringBoundLogger
-    ) -> None:
+    def __init__(self, run_id: str, observers: tuple[Observer, ...], log: EventLog) -> None:
         self._run_id = run_id
         self._observers = observers
         self._log = log
         self._buffer: list[EngineEvent] = []
-        self.active = bool(observers)
-        """Whether any observer listens; nothing is built otherwise."""
+        self._observed = bool(observers)
+        threshold = log.threshold
+        self.debug = self._observed or threshold <= logging.DEBUG
+        """Whether anyone wants debug-level events (per cycle, per fact)."""
+        self.info = self._observed or threshold <= logging.INFO
+        """Whether anyone wants info-level events (run and gate milestones)."""
+        self.warn = self._observed or threshold <= logging.WARNING
+        """Whether anyone wants warning-level events (failures, violations)."""
+
+    def _emit(self, event: EngineEvent) -> None:
+        if self._observed:
+            self._buffer.append(event)
+        self._log.write(event)
 
     async def flush(self) -> None:
         """Deliver what is buffered; the run waits for its observers here, between phases."""
@@ -65,8 +79,8 @@ class RunEvents:
         )
 
     def run_started(self, cycle: int, suggestors: int, inputs: int, facts: int) -> None:
-        if self.active:
-            self._buffer.append(
+        if self.info:
+            self._emit(
                 RunStarted(
                     run_id=self._run_id,
                     cycle=cycle,
@@ -77,16 +91,19 @@ class RunEvents:
             )
 
     def cycle_started(self, cycle: int, dirty: frozenset[ContextKey]) -> None:
-        if self.active:
+        if self.debug:
             ordered = in_key_order(dirty)
-            self._buffer.append(CycleStarted(run_id=self._run_id, cycle=cycle, dirty=ordered))
+            self._emit(CycleStarted(run_id=self._run_id, cycle=cycle, dirty=ordered))
 
     def executions(self, cycle: int, executions: Sequence[Execution]) -> None:
-        if not self.active:
+        if not self.warn:
             return
+        debug = self.debug
         for execution in executions:
             if execution.outcome == "ok":
-                self._buffer.append(
+                if not debug:
+                    continue
+                self._emit(
                     SuggestorFinished(
                         run_id=self._run_id,
                         cycle=cycle,
@@ -98,7 +115,7 @@ class RunEvents:
                     )
                 )
             else:
-                self._buffer.append(
+                self._emit(
                     SuggestorFailed(
                         run_id=self._run_id,
                         cycle=cycle,
@@ -118,13 +135,16 @@ class RunEvents:
         held: Sequence[GateRequest] = (),
         violations: Sequence[Violation] = (),
     ) -> None:
-        if not self.active:
+        if not self.warn:
             return
         run_id = self._run_id
-        buffer = self._buffer
+        if not self.debug:
+            promoted = rejected = ()
+        if not self.info:
+            held = ()
         for fact in promoted:
             record = fact.promotion
-            buffer.append(
+            self._emit(
                 FactPromoted(
                     run_id=run_id,
                     cycle=cycle,
@@ -136,7 +156,7 @@ class RunEvents:
                 )
             )
         for rejection in rejected:
-            buffer.append(
+            self._emit(
                 ProposalRejected(
                     run_id=run_id,
                     cycle=cycle,
@@ -146,7 +166,7 @@ class RunEvents:
                 )
             )
         for request in held:
-            buffer.append(
+            self._emit(
                 GateRequested(
                     run_id=run_id,
                     cycle=cycle,
@@ -156,7 +176,7 @@ class RunEvents:
                 )
             )
         for violation in violations:
-            buffer.append(
+            self._emit(
                 InvariantViolated(
                     run_id=run_id,
                     cycle=violation.cycle,
@@ -169,8 +189,8 @@ class RunEvents:
     def cycle_finished(
         self, cycle: int, eligible: int, promoted: int, rejected: int, held: int, facts: int
     ) -> None:
-        if self.active:
-            self._buffer.append(
+        if self.debug:
+            self._emit(
                 CycleFinished(
                     run_id=self._run_id,
                     cycle=cycle,
@@ -183,8 +203,8 @@ class RunEvents:
             )
 
     def gate_decided(self, cycle: int, gate_id: str, approved: bool, by: str) -> None:
-        if self.active:
-            self._buffer.append(
+        if self.info:
+            self._emit(
                 GateDecided(
                     run_id=self._run_id, cycle=cycle, gate_id=gate_id, approved=approved, by=by
                 )
@@ -193,8 +213,8 @@ class RunEvents:
     def run_finished(
         self, cycle: int, stop_reason: str, detail: str, proof: IntegrityProof, tokens: int
     ) -> None:
-        if self.active:
-            self._buffer.append(
+        if self.info:
+            self._emit(
                 RunFinished(
                     run_id=self._run_id,
                     cycle=cycle,

@@ -34,12 +34,12 @@ from ._cli_support import (
     open_store,
     summary_lines,
 )
-from ._exceptions import ConvergeError, ReplayError
+from ._exceptions import ConvergeError, ReplayError, RunNotFoundError, StoreError
 from ._formation import EngineOptions, Formation
 from ._hitl import GateDecision
 from ._integrity import verify
 from ._result import ConvergeResult
-from ._store import RunNotFoundError, RunRecord, RunStore, StoreError
+from ._store import RunRecord, RunStore
 
 __all__ = ["main"]
 

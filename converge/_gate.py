@@ -1,4 +1,9 @@
-"""The engine gate: the checks every proposal passes before it can become a fact."""
+"""The promotion gate: the checks every proposal passes, and the one place it becomes a fact.
+
+`PromotionPolicy` holds the gate's limits and checks. A `Gate` applies them for one merge
+(one cycle, one gate kind: the engine's, the input gate or a human's) and promotes what
+passes, stamping each fact with its `PromotionRecord`.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ from typing import Final, final
 
 from pydantic import Field
 
+from ._fact import Fact, GateKind, PromotionRecord, seal
 from ._key import ContextKey
-from ._model import FrozenModel
+from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 
-__all__ = ["PromotionPolicy"]
+__all__ = ["Gate", "PromotionPolicy"]
 
 _BAD_ID_CHARACTER: Final = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 
@@ -69,3 +75,53 @@ class PromotionPolicy(FrozenModel, frozen=True):
         if refused and (key, ident) in refused:
             return f"{proposal.ref} was rejected by a human in this run"
         return None
+
+
+@final
+class Gate:
+    """The gate of one merge: checks proposals against the policy and promotes them."""
+
+    __slots__ = ("_cycle", "_kind", "_policy", "_refused")
+
+    def __init__(
+        self,
+        policy: PromotionPolicy,
+        *,
+        cycle: int,
+        kind: GateKind,
+        refused: frozenset[tuple[ContextKey, str]] = frozenset(),
+    ) -> None:
+        self._policy = policy
+        self._cycle = cycle
+        self._kind: GateKind = kind
+        self._refused = refused
+
+    def check(self, proposal: ProposedFact, writes: Collection[ContextKey] | None) -> str | None:
+        """Why the gate refuses `proposal` from a suggestor allowed to write `writes`, or `None`."""
+        return self._policy.check(proposal, writes, self._refused)
+
+    def promote(
+        self,
+        proposal: ProposedFact,
+        suggestor: str,
+        suggestor_id: int,
+        clock: int,
+        approved_by: str | None = None,
+    ) -> Fact:
+        """The fact of a proposal that passed, at Lamport time `clock`.
+
+        Raises:
+            ValueError: The proposal skipped validation and its payload cannot be hashed.
+        """
+        record = trusted(
+            PromotionRecord,
+            {
+                "cycle": self._cycle,
+                "suggestor": suggestor,
+                "suggestor_id": suggestor_id,
+                "clock": clock,
+                "gate": self._kind,
+                "approved_by": approved_by,
+            },
+        )
+        return seal(proposal, record)

@@ -1,0 +1,142 @@
+"""`LiveEffects`: a cycle's effects from the suggestors themselves.
+
+Candidates come from the registry view (the suggestors that read a key that changed); those
+whose `accepts` is true execute concurrently under the executor's limits and the run's time
+budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from time import perf_counter
+from typing import final
+
+import anyio
+
+from ._budget import Stopwatch, budget_stop, time_detail
+from ._config import RunConfig
+from ._context import ContextSnapshot
+from ._executor import Executor, Slot, failure
+from ._hitl import GateRequest
+from ._key import ContextKey
+from ._registry import Registration, RegistryView
+from ._source import Batch, End
+from ._stop import StopReason
+from ._trace import Execution
+
+__all__ = ["LiveEffects"]
+
+
+@final
+class LiveEffects:
+    """The `EffectSource` of a live run: check `accepts`, execute the eligible, time it all."""
+
+    __slots__ = ("_budget", "_executor", "_raise", "_stopwatch", "_view")
+
+    def __init__(self, config: RunConfig, view: RegistryView, stopwatch: Stopwatch) -> None:
+        self._view = view
+        self._executor = Executor(
+            max_concurrency=config.max_concurrency,
+            timeout=config.suggestor_timeout,
+            mode=config.on_suggestor_error,
+            record_effects=config.record_effects,
+        )
+        self._budget = config.budget
+        self._stopwatch = stopwatch
+        self._raise = config.on_suggestor_error == "raise"
+
+    def end(self, cycle: int, /) -> End | None:
+        """The cycle budget: cycle `max_cycles + 1` never starts."""
+        limit = self._budget.max_cycles
+        if cycle > limit:
+            return End(StopReason.CYCLE_BUDGET_EXHAUSTED, f"max_cycles ({limit})", limit)
+        return None
+
+    async def produce(
+        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+    ) -> Batch:
+        """Run the eligible candidates of `dirty` against `snapshot`."""
+        eligible, refused = self._eligible(self._view.candidates(dirty), snapshot)
+        if not eligible:
+            return Batch((), tuple(refused), (), 0)
+        slots = [Slot(reg) for reg in eligible]
+        started = perf_counter()
+        remaining = self._remaining()
+        if remaining is None:
+            await self._executor.run(slots, snapshot)
+            timed_out = False
+        else:
+            with anyio.move_on_after(max(remaining, 0.0)) as scope:
+                await self._executor.run(slots, snapshot)
+            timed_out = scope.cancelled_caught
+        tokens = 0
+        for slot in slots:
+            if slot.effect is not None:
+                tokens += slot.effect.tokens
+            elif slot.execution is not None:
+                tokens += slot.execution.tokens
+        executions = _executions(refused, slots, started, cancelled=timed_out)
+        if timed_out:
+            stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
+            return Batch(tuple(eligible), executions, (), tokens, stop)
+        effects = tuple((slot.reg, slot.effect) for slot in slots if slot.effect is not None)
+        return Batch(tuple(eligible), executions, effects, tokens)
+
+    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
+        """The fact, token or time budget, measured now."""
+        return budget_stop(
+            self._budget, facts=facts, tokens=tokens, elapsed=self._stopwatch.elapsed()
+        )
+
+    def decisions(self, held: Sequence[GateRequest], /) -> None:
+        """A live run always pauses for a human."""
+        return None
+
+    def _remaining(self) -> float | None:
+        limit = self._budget.max_seconds
+        return None if limit is None else limit - self._stopwatch.elapsed()
+
+    def _time_detail(self) -> str:
+        return time_detail(self._budget, self._stopwatch.elapsed())
+
+    def _eligible(
+        self, candidates: Sequence[Registration], snapshot: ContextSnapshot
+    ) -> tuple[list[Registration], list[Execution]]:
+        """Candidates whose `accepts` is true; failed `accepts` calls become executions."""
+        eligible: list[Registration] = []
+        refused: list[Execution] = []
+        raise_errors = self._raise
+        for reg in candidates:
+            try:
+                verdict = reg.suggestor.accepts(snapshot)
+            except Exception as error:
+                if raise_errors:
+                    raise
+                # accepts calls are not timed: timing each costs as much as a cheap accepts
+                refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
+                continue
+            if verdict is True:
+                eligible.append(reg)
+            elif verdict is not False:
+                error = TypeError(
+                    f"accepts() of {reg.name!r} returned {type(verdict).__name__}, expected bool"
+                )
+                if raise_errors:
+                    raise error
+                refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
+        return eligible, refused
+
+
+def _executions(
+    refused: list[Execution], slots: Sequence[Slot], started: float, *, cancelled: bool
+) -> tuple[Execution, ...]:
+    """The cycle's executions in id order; a slot the time budget cancelled is `timed_out`."""
+    done: list[Execution] = list(refused)
+    for slot in slots:
+        if slot.execution is not None:
+            done.append(slot.execution)
+        elif cancelled:
+            done.append(failure(slot.reg, "timed_out", started, "cancelled: time budget exhausted"))
+    if refused:
+        done.sort(key=lambda execution: execution.suggestor_id)
+    return tuple(done)

@@ -1,0 +1,72 @@
+"""Where a cycle's effects come from: the suggestors themselves, or a recorded trace.
+
+The run loop (`_run.RunLoop`) has one cycle, fed by an `EffectSource`: `_live.LiveEffects`
+checks `accepts` and executes the eligible suggestors; `_replay.RecordedEffects` reads the
+effects a trace recorded. Everything after (merge, budgets, gates, invariants, the trace) is
+the same code for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, final
+
+from ._context import ContextSnapshot
+from ._effect import AgentEffect
+from ._hitl import GateDecision, GateRequest
+from ._key import ContextKey
+from ._registry import Registration
+from ._stop import StopReason
+from ._trace import Execution
+
+__all__ = ["Batch", "EffectSource", "End"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One cycle's work, ready to merge."""
+
+    eligible: tuple[Registration, ...]
+    """The suggestors that executed (their `accepts` said yes), in id order."""
+    executions: tuple[Execution, ...]
+    """Every call recorded for the trace, failed `accepts` included."""
+    effects: tuple[tuple[Registration, AgentEffect], ...]
+    """The effects to merge, in id order."""
+    tokens: int
+    """Tokens the cycle spent, failed and cancelled calls included."""
+    cancelled: tuple[StopReason, str] | None = None
+    """Set when the time budget cancelled the cycle: nothing merges, the run stops so."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class End:
+    """No further cycle: the run ends at `cycle`, at a fixed point when `reason` is `None`."""
+
+    reason: StopReason | None
+    detail: str
+    cycle: int
+
+
+class EffectSource(Protocol):
+    """What one run's cycles read their effects from."""
+
+    def end(self, cycle: int, /) -> End | None:
+        """Whether the run ends before `cycle` starts."""
+        ...
+
+    async def produce(
+        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+    ) -> Batch:
+        """The effects of `cycle`, from the suggestors whose keys in `dirty` changed."""
+        ...
+
+    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
+        """The budget the run has exceeded after a merge, if any."""
+        ...
+
+    def decisions(self, held: Sequence[GateRequest], /) -> Sequence[GateDecision] | None:
+        """Decisions for every held gate, or `None` to pause for a human."""
+        ...

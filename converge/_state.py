@@ -1,0 +1,53 @@
+"""`RunState`: what a run carries from cycle to cycle, and across a pause.
+
+Only the run loop (`_run.RunLoop`) changes a `RunState`; `_pause` turns one into a
+`Checkpoint` and back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import final
+
+from ._context import ContextSnapshot
+from ._hitl import GateDecision
+from ._invariant import Violation
+from ._key import ContextKey
+from ._proposal import ProposedFact
+from ._trace import CycleTrace, Rejection
+
+__all__ = ["RunState"]
+
+
+@final
+@dataclass(slots=True)
+class RunState:
+    """What a run carries from cycle to cycle, and across a pause."""
+
+    run_id: str
+    snapshot: ContextSnapshot
+    initial_root: str
+    inputs: tuple[ProposedFact, ...]
+    cycle: int = 0
+    dirty: frozenset[ContextKey] = frozenset()
+    tokens: int = 0
+    elapsed_before: float = 0.0
+    human_rejected: frozenset[tuple[ContextKey, str]] = frozenset()
+    """`(key, id)` of proposals a human rejected in this run; the gate refuses them again."""
+    decisions: list[GateDecision] = field(default_factory=list[GateDecision])
+    rejections: list[Rejection] = field(default_factory=list[Rejection])
+    cycles: list[CycleTrace] = field(default_factory=list[CycleTrace])
+    input_violations: tuple[Violation, ...] = ()
+
+    @classmethod
+    def start(
+        cls,
+        context: ContextSnapshot,
+        inputs: tuple[ProposedFact, ...],
+        *,
+        run_id: str | None = None,
+    ) -> RunState:
+        """The state of a run that has not started, from `context` at cycle 0."""
+        snapshot = context._at_cycle(0)  # pyright: ignore[reportPrivateUsage]
+        return cls(run_id or uuid.uuid4().hex, snapshot, context.merkle_root(), inputs)
