@@ -1,0 +1,137 @@
+"""The merge rules on `Merger` directly: one decision per proposal, one commit per effect."""
+
+from converge import (
+    Conflict,
+    ContextKey,
+    ContextSnapshot,
+    Fact,
+    HitlPolicy,
+    PromotionPolicy,
+    ProposedFact,
+)
+from converge._gate import Gate
+from converge._merge import ConflictMode, Merger
+from tests.doubles import NoForbiddenContent, fact
+
+H = ContextKey.HYPOTHESES
+S = ContextKey.SEEDS
+
+
+def merger(
+    snapshot: ContextSnapshot | None = None,
+    *,
+    mode: ConflictMode = "stop",
+    hitl: HitlPolicy | None = None,
+    structural: bool = False,
+    refused: frozenset[tuple[ContextKey, str]] = frozenset(),
+) -> Merger:
+    return Merger(
+        snapshot or ContextSnapshot.empty(),
+        cycle=1,
+        policy=PromotionPolicy(),
+        mode=mode,
+        hitl=hitl,
+        structural=(NoForbiddenContent(),) if structural else (),
+        refused=refused,
+    )
+
+
+def seeded(*proposals: ProposedFact) -> ContextSnapshot:
+    first = merger()
+    assert first.merge("seeder", 0, None, proposals) is None
+    return first.snapshot()
+
+
+def test_promoted_facts_carry_the_gate_record_and_a_clock_tick_each() -> None:
+    m = merger()
+    assert m.merge("a", 3, None, [fact(H, "x"), fact(H, "y")]) is None
+    x, y = m.promoted
+    assert isinstance(x, Fact)
+    assert (x.promotion.suggestor, x.promotion.suggestor_id, x.promotion.cycle) == ("a", 3, 1)
+    assert (x.promotion.clock, y.promotion.clock) == (1, 2)
+    assert x.promotion.gate == "engine"
+    assert m.snapshot().count(H) == 2
+    assert m.added_keys == frozenset({H})
+
+
+def test_a_gate_refusal_is_a_rejection_and_promotes_nothing() -> None:
+    m = merger()
+    m.merge("a", 0, frozenset({S}), [fact(H, "x")])
+    [rejection] = m.rejections
+    assert rejection.reason == "not authorised to write hypotheses"
+    assert rejection.suggestor == "a"
+    assert m.promoted == []
+
+
+def test_an_identical_restatement_is_a_no_op() -> None:
+    m = merger(seeded(fact(H, "x", "same")))
+    assert m.merge("b", 1, None, [fact(H, "x", "same", provenance="other")]) is None
+    assert (m.promoted, m.rejections) == ([], [])
+
+
+def test_a_different_claim_on_a_taken_slot_stops_with_a_conflict() -> None:
+    m = merger(seeded(fact(H, "x", "old")))
+    conflict = m.merge("b", 1, None, [fact(H, "ok", "fine"), fact(H, "x", "new")])
+    assert isinstance(conflict, Conflict)
+    assert conflict.suggestor == "b"
+    assert conflict.proposal.content == "new"
+    assert m.promoted == []  # the conflicting effect is discarded whole
+
+
+def test_in_reject_mode_a_conflict_is_a_rejection_and_the_rest_commits() -> None:
+    m = merger(seeded(fact(H, "x", "old")), mode="reject")
+    assert m.merge("b", 1, None, [fact(H, "ok", "fine"), fact(H, "x", "new")]) is None
+    assert [f.id for f in m.promoted] == ["ok"]
+    [rejection] = m.rejections
+    assert rejection.reason.startswith("conflicts with existing fact hypotheses/x")
+
+
+def test_a_second_proposal_of_the_same_slot_in_one_effect_is_judged_against_the_first() -> None:
+    m = merger(mode="reject")
+    m.merge("a", 0, None, [fact(H, "x", "one"), fact(H, "x", "two")])
+    assert [f.content for f in m.promoted] == ["one"]
+    assert len(m.rejections) == 1
+
+
+def test_a_gated_proposal_is_held_and_its_slot_refuses_any_second_proposal() -> None:
+    m = merger(hitl=HitlPolicy(gated_keys=frozenset({H})))
+    m.merge("a", 0, None, [fact(H, "x")])
+    m.merge("b", 1, None, [fact(H, "x")])
+    [request] = m.held
+    assert request.gate_id == "gate:1:hypotheses/x"
+    assert request.suggestor == "a"
+    [rejection] = m.rejections
+    assert rejection.reason == "hypotheses/x is already held for a human decision"
+
+
+def test_a_structural_violation_discards_the_whole_effect_and_nothing_else() -> None:
+    m = merger(structural=True)
+    m.merge("good", 0, None, [fact(H, "a", "fine")])
+    m.merge("bad", 1, None, [fact(H, "b", "fine too"), fact(H, "c", "forbidden")])
+    assert [f.id for f in m.promoted] == ["a"]
+    [violation] = m.violations
+    assert violation.invariant == "no-forbidden"
+    assert m.snapshot().find(H, "b") is None
+    assert m.snapshot().clock == 1
+
+
+def test_a_human_rejected_slot_is_refused_by_the_gate() -> None:
+    m = merger(refused=frozenset({(H, "x")}))
+    m.merge("a", 0, None, [fact(H, "x")])
+    assert m.rejections[0].reason == "hypotheses/x was rejected by a human in this run"
+
+
+def test_an_unhashable_unvalidated_copy_is_rejected_not_raised() -> None:
+    bad = fact(H, "x").model_copy(update={"payload": {"n": float("nan")}})
+    m = merger()
+    m.merge("a", 0, None, [bad, fact(H, "y")])
+    assert [f.id for f in m.promoted] == ["y"]
+    assert "cannot be hashed" in m.rejections[0].reason
+
+
+def test_the_gate_stamps_its_kind_and_approver() -> None:
+    gate = Gate(PromotionPolicy(), cycle=4, kind="human")
+    promoted = gate.promote(fact(H, "x"), "a", 2, 9, approved_by="ceo")
+    record = promoted.promotion
+    assert (record.cycle, record.gate, record.approved_by, record.clock) == (4, "human", "ceo", 9)
+    assert gate.check(fact(H, "x", " "), None) == "content is blank"
