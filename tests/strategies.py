@@ -38,7 +38,7 @@ __all__ = [
     "DeriveSpec",
     "FixedProposals",
     "FixedSpec",
-    "Formation",
+    "FormationSpec",
     "Latency",
     "ReactOnce",
     "ReactSpec",
@@ -491,7 +491,7 @@ SuggestorSpec = SeedSpec | ReactSpec | DeriveSpec | FixedSpec | AlwaysNewSpec
 
 
 @dataclass(frozen=True)
-class Formation:
+class FormationSpec:
     """An ordered list of suggestor blueprints; `build` makes fresh suggestors for one run."""
 
     specs: tuple[SuggestorSpec, ...]
@@ -525,7 +525,9 @@ _settling_specs: Final[st.SearchStrategy[SuggestorSpec]] = st.one_of(
 
 
 @st.composite
-def formations(draw: st.DrawFn, *, always_new: bool | None = False, max_size: int = 6) -> Formation:
+def formations(
+    draw: st.DrawFn, *, always_new: bool | None = False, max_size: int = 6
+) -> FormationSpec:
     """Small formations of the suggestors above.
 
     With `always_new=True` they hold at least one `AlwaysNew` (so they never settle), with
@@ -537,7 +539,7 @@ def formations(draw: st.DrawFn, *, always_new: bool | None = False, max_size: in
     if always_new:
         for spec in draw(st.lists(always_new_specs, min_size=1, max_size=2)):
             specs.insert(draw(st.integers(min_value=0, max_value=len(specs))), spec)
-    return Formation(tuple(specs))
+    return FormationSpec(tuple(specs))
 
 
 conflict_modes: Final[st.SearchStrategy[ConflictMode]] = st.sampled_from(("stop", "reject"))
@@ -546,7 +548,7 @@ DEFAULT_BUDGET: Final = Budget(max_cycles=8, max_facts=200)
 
 
 def build_engine(
-    formation: Formation,
+    formation: FormationSpec,
     *,
     latency: Latency | None = None,
     budget: Budget = DEFAULT_BUDGET,

@@ -658,6 +658,7 @@ def _converge(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_vendor_selection_pauses_and_resumes_from_the_command_line(tmp_path: Path) -> None:
     demo_run = _converge(tmp_path, "demo")
     assert demo_run.returncode == 6, demo_run.stderr
@@ -707,13 +708,14 @@ def test_vendor_selection_pauses_and_resumes_from_the_command_line(tmp_path: Pat
             ],
         ),
         ("adaptive_gap_loop", ["cycles      : 12", "pending     : 0"]),
-        (
+        pytest.param(
             "reconciliation",
             [
                 "matches (6):",
                 "  bank line B-07 (CLOUDHOST SUBSCRIPTION, 49.99 on 2024-03-14) matches no invoice",
                 "total cost  : 5.891",
             ],
+            marks=pytest.mark.slow,
         ),
         (
             "vendor_selection",

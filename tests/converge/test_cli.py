@@ -38,6 +38,7 @@ def store(tmp_path: Path) -> str:
     return str(tmp_path / "runs.db")
 
 
+@pytest.mark.slow
 def test_run_pauses_then_review_and_resume_in_new_processes_converge(store: str) -> None:
     code, out = cli("--store", store, "run", FORMATION)
     assert code == 6

@@ -19,13 +19,10 @@ from converge import (
     suggestor,
 )
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
+from tests.doubles import fact
 
 SEEDS = ContextKey.SEEDS
 HYPOTHESES = ContextKey.HYPOTHESES
-
-
-def fact(key: ContextKey, ident: str, content: str = "c", provenance: str = "t") -> ProposedFact:
-    return ProposedFact(key=key, id=ident, content=content, provenance=provenance)
 
 
 class Proposer:

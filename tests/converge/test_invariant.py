@@ -1,11 +1,8 @@
 """Invariants: structural rollback, semantic blocking, acceptance at the fixed point."""
 
-from collections.abc import Sequence
-
 import pytest
 
 from converge import (
-    AgentEffect,
     ConfigurationError,
     Context,
     ContextKey,
@@ -13,46 +10,11 @@ from converge import (
     InvariantClass,
     InvariantResult,
     InvariantViolationError,
-    ProposedFact,
     StopReason,
 )
+from tests.doubles import NoForbiddenContent, ProposesOnce, fact
 
 H = ContextKey.HYPOTHESES
-
-
-def fact(ident: str, content: str = "c", key: ContextKey = H) -> ProposedFact:
-    return ProposedFact(key=key, id=ident, content=content, provenance="t")
-
-
-class Once:
-    """Proposes its facts once, in cycle `at` (or whenever absent)."""
-
-    def __init__(self, name: str, proposals: Sequence[ProposedFact], at: int | None = None):
-        self.name = name
-        self.dependencies = ()
-        self.proposals = tuple(proposals)
-        self.at = at
-
-    def accepts(self, ctx: Context, /) -> bool:
-        if self.at is not None and ctx.cycle != self.at - 1:
-            return False
-        return any(ctx.find(p.key, p.id) is None for p in self.proposals)
-
-    async def execute(self, ctx: Context, /) -> AgentEffect:
-        return AgentEffect.with_proposals(self.proposals)
-
-
-class NoForbidden:
-    """Structural: no fact's content says 'forbidden'."""
-
-    name = "no-forbidden"
-    invariant_class = InvariantClass.STRUCTURAL
-
-    def check(self, ctx: Context, /) -> InvariantResult:
-        for f in ctx.get(H):
-            if "forbidden" in f.content:
-                return InvariantResult.violated(f"{f.ref} says forbidden")
-        return InvariantResult.ok()
 
 
 class Needs:
@@ -78,10 +40,10 @@ def test_invariant_result_helpers() -> None:
 
 async def test_structural_violation_rolls_back_only_that_suggestors_effect() -> None:
     engine = Engine()
-    engine.register_invariant(NoForbidden())
-    engine.register_suggestor(Once("first", [fact("a")]))
-    engine.register_suggestor(Once("bad", [fact("b"), fact("c", "forbidden")], at=1))
-    engine.register_suggestor(Once("last", [fact("d")]))
+    engine.register_invariant(NoForbiddenContent())
+    engine.register_suggestor(ProposesOnce("first", [fact(H, "a")]))
+    engine.register_suggestor(ProposesOnce("bad", [fact(H, "b"), fact(H, "c", "forbidden")], at=1))
+    engine.register_suggestor(ProposesOnce("last", [fact(H, "d")]))
     result = await engine.run()
     assert result.converged
     assert [f.id for f in result.context.get(H)] == ["a", "d"]
@@ -98,8 +60,8 @@ async def test_structural_violation_rolls_back_only_that_suggestors_effect() -> 
 
 async def test_structural_violation_by_inputs_rolls_all_inputs_back() -> None:
     engine = Engine()
-    engine.register_invariant(NoForbidden())
-    result = await engine.run(inputs=[fact("ok"), fact("x", "forbidden")])
+    engine.register_invariant(NoForbiddenContent())
+    result = await engine.run(inputs=[fact(H, "ok"), fact(H, "x", "forbidden")])
     assert len(result.context) == 0
     [violation] = result.trace.input_violations
     assert violation.cycle == 0
@@ -109,8 +71,8 @@ async def test_structural_violation_by_inputs_rolls_all_inputs_back() -> None:
 async def test_semantic_violation_blocks_convergence_until_repaired() -> None:
     engine = Engine()
     engine.register_invariant(Needs("fix", InvariantClass.SEMANTIC))
-    engine.register_suggestor(Once("early", [fact("a")], at=1))
-    engine.register_suggestor(Once("repair", [fact("fix")], at=2))
+    engine.register_suggestor(ProposesOnce("early", [fact(H, "a")], at=1))
+    engine.register_suggestor(ProposesOnce("repair", [fact(H, "fix")], at=2))
     result = await engine.run()
     assert result.converged
     assert [v.cycle for v in result.violations] == [1]
@@ -119,7 +81,7 @@ async def test_semantic_violation_blocks_convergence_until_repaired() -> None:
 async def test_semantic_violation_at_the_fixed_point_ends_invariant_violated() -> None:
     engine = Engine()
     engine.register_invariant(Needs("never", InvariantClass.SEMANTIC))
-    engine.register_suggestor(Once("a", [fact("a")]))
+    engine.register_suggestor(ProposesOnce("a", [fact(H, "a")]))
     result = await engine.run()
     assert result.stop_reason is StopReason.INVARIANT_VIOLATED
     assert result.detail == "needs-never: never is missing"
@@ -133,7 +95,7 @@ async def test_acceptance_is_checked_at_the_fixed_point() -> None:
     engine = Engine()
     engine.register_invariant(Needs("a", InvariantClass.ACCEPTANCE))
     assert (await engine.run()).stop_reason is StopReason.INVARIANT_VIOLATED
-    engine.register_suggestor(Once("a", [fact("a")]))
+    engine.register_suggestor(ProposesOnce("a", [fact(H, "a")]))
     assert (await engine.run()).converged
 
 
@@ -163,9 +125,9 @@ async def test_an_invariant_that_raises_counts_as_violated() -> None:
 
 def test_register_invariant_refuses_a_duplicate_name_and_a_missing_member() -> None:
     engine = Engine()
-    engine.register_invariant(NoForbidden())
+    engine.register_invariant(NoForbiddenContent())
     with pytest.raises(ConfigurationError, match="'no-forbidden' is already registered"):
-        engine.register_invariant(NoForbidden())
+        engine.register_invariant(NoForbiddenContent())
 
     class NoCheck:
         name = "x"
@@ -179,10 +141,10 @@ async def test_pack_invariants_apply_only_while_the_pack_is_active() -> None:
     engine = Engine()
     ids = engine.register_pack(
         "strict",
-        suggestors=[Once("a", [fact("a")])],
+        suggestors=[ProposesOnce("a", [fact(H, "a")])],
         invariants=[Needs("never", InvariantClass.ACCEPTANCE)],
     )
-    engine.register_pack("loose", suggestors=[Once("b", [fact("b")])])
+    engine.register_pack("loose", suggestors=[ProposesOnce("b", [fact(H, "b")])])
     assert ids == (0,)
     assert (await engine.run()).stop_reason is StopReason.INVARIANT_VIOLATED
     engine.set_active_packs(["loose"])

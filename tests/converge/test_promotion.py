@@ -2,16 +2,11 @@
 
 import pytest
 
-from converge import ContextKey, Engine, PromotionPolicy, ProposedFact, StopReason
+from converge import ContextKey, Engine, PromotionPolicy, StopReason
+from tests.doubles import proposal
 
 SEEDS = ContextKey.SEEDS
 PROPOSALS = ContextKey.PROPOSALS
-
-
-def proposal(**overrides: object) -> ProposedFact:
-    fields: dict[str, object] = {"key": SEEDS, "id": "ok", "content": "c", "provenance": "p"}
-    fields.update(overrides)
-    return ProposedFact.model_validate(fields)
 
 
 CASES = [

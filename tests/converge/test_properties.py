@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ from converge import (
 from tests.strategies import (
     ConflictMode,
     FixedSpec,
-    Formation,
+    FormationSpec,
     Latency,
     build_engine,
     conflict_modes,
@@ -72,7 +73,7 @@ def input_merge_order(result: ConvergeResult, inputs: list[ProposedFact]) -> lis
 
 
 async def run_formation(
-    formation: Formation,
+    formation: FormationSpec,
     inputs: list[ProposedFact],
     *,
     on_conflict: ConflictMode = "reject",
@@ -109,6 +110,7 @@ def accounted_input(result: ConvergeResult, proposal: ProposedFact) -> Literal["
 # -- 1. determinism ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(
     formation=formations(always_new=None),
     inputs=inputs_lists,
@@ -116,7 +118,10 @@ def accounted_input(result: ConvergeResult, proposal: ProposedFact) -> Literal["
     seeds=st.lists(latency_seeds, min_size=4, max_size=4),
 )
 async def test_run_is_deterministic_across_latencies_and_concurrency_limits(
-    formation: Formation, inputs: list[ProposedFact], on_conflict: ConflictMode, seeds: list[int]
+    formation: FormationSpec,
+    inputs: list[ProposedFact],
+    on_conflict: ConflictMode,
+    seeds: list[int],
 ) -> None:
     """Each run draws other delays and limits; facts, order, root and rejections never change."""
     outcomes: list[tuple[object, ...]] = []
@@ -140,7 +145,7 @@ async def test_run_is_deterministic_across_latencies_and_concurrency_limits(
     seed=latency_seeds,
 )
 async def test_run_stops_within_max_cycles_when_a_suggestor_always_adds_a_fact(
-    formation: Formation, max_cycles: int, max_facts: int, on_conflict: ConflictMode, seed: int
+    formation: FormationSpec, max_cycles: int, max_facts: int, on_conflict: ConflictMode, seed: int
 ) -> None:
     budget = Budget(max_cycles=max_cycles, max_facts=max_facts)
     engine = build_engine(formation, latency=Latency(seed), budget=budget, on_conflict=on_conflict)
@@ -160,7 +165,7 @@ async def test_run_stops_within_max_cycles_when_a_suggestor_always_adds_a_fact(
     seed=latency_seeds,
 )
 async def test_run_reports_max_cycles_when_the_cycle_budget_runs_out(
-    formation: Formation, max_cycles: int, seed: int
+    formation: FormationSpec, max_cycles: int, seed: int
 ) -> None:
     budget = Budget(max_cycles=max_cycles, max_facts=10_000)
     engine = build_engine(formation, latency=Latency(seed), budget=budget, on_conflict="reject")
@@ -182,8 +187,8 @@ async def test_run_reports_max_cycles_when_the_cycle_budget_runs_out(
     on_conflict=conflict_modes,
 )
 async def test_run_keeps_every_fact_of_the_starting_context_unchanged(
-    first: Formation,
-    second: Formation,
+    first: FormationSpec,
+    second: FormationSpec,
     first_inputs: list[ProposedFact],
     second_inputs: list[ProposedFact],
     on_conflict: ConflictMode,
@@ -200,6 +205,7 @@ async def test_run_keeps_every_fact_of_the_starting_context_unchanged(
         assert tuple(new.get(key))[: old.count(key)] == tuple(old.get(key))
 
 
+@pytest.mark.slow
 @given(
     first=formations(always_new=None),
     second=formations(always_new=None),
@@ -208,8 +214,8 @@ async def test_run_keeps_every_fact_of_the_starting_context_unchanged(
     on_conflict=conflict_modes,
 )
 async def test_run_never_decreases_the_context_version(
-    first: Formation,
-    second: Formation,
+    first: FormationSpec,
+    second: FormationSpec,
     first_inputs: list[ProposedFact],
     second_inputs: list[ProposedFact],
     on_conflict: ConflictMode,
@@ -228,7 +234,7 @@ async def test_run_never_decreases_the_context_version(
     seed=latency_seeds,
 )
 async def test_run_trace_promotes_only_facts_found_in_the_final_context(
-    formation: Formation, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
+    formation: FormationSpec, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
 ) -> None:
     """Every `CycleTrace.promoted` ref is a fact of the result, promoted in that cycle, once."""
     result = await run_formation(formation, inputs, on_conflict=on_conflict, seed=seed)
@@ -251,7 +257,7 @@ async def test_run_trace_promotes_only_facts_found_in_the_final_context(
     seed=latency_seeds,
 )
 async def test_converged_context_converges_again_in_one_cycle_with_the_same_root(
-    formation: Formation, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
+    formation: FormationSpec, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
 ) -> None:
     engine = build_engine(formation, latency=Latency(seed), on_conflict=on_conflict)
     first = await engine.run(inputs=inputs)
@@ -274,7 +280,7 @@ async def test_converged_context_converges_again_in_one_cycle_with_the_same_root
     seed=latency_seeds,
 )
 async def test_run_promotes_or_rejects_each_input_exactly_once(
-    inputs: list[ProposedFact], formation: Formation, on_conflict: ConflictMode, seed: int
+    inputs: list[ProposedFact], formation: FormationSpec, on_conflict: ConflictMode, seed: int
 ) -> None:
     """Each input is a fact from the input gate or a cycle-0 rejection: never both nor neither."""
     result = await run_formation(formation, inputs, on_conflict=on_conflict, seed=seed)
@@ -290,7 +296,7 @@ async def test_run_promotes_or_rejects_each_input_exactly_once(
     seed=latency_seeds,
 )
 async def test_run_result_verifies_against_its_integrity_proof(
-    inputs: list[ProposedFact], formation: Formation, on_conflict: ConflictMode, seed: int
+    inputs: list[ProposedFact], formation: FormationSpec, on_conflict: ConflictMode, seed: int
 ) -> None:
     result = await run_formation(formation, inputs, on_conflict=on_conflict, seed=seed)
     assert verify(result.context, result.integrity)
@@ -314,7 +320,7 @@ def conflicting_inputs(draw: st.DrawFn) -> tuple[list[ProposedFact], ProposedFac
 
 @given(case=conflicting_inputs(), formation=formations(always_new=None))
 async def test_run_stops_with_conflict_at_cycle_zero_when_two_inputs_conflict(
-    case: tuple[list[ProposedFact], ProposedFact, ProposedFact], formation: Formation
+    case: tuple[list[ProposedFact], ProposedFact, ProposedFact], formation: FormationSpec
 ) -> None:
     """With `on_conflict="stop"`, the whole input effect is rolled back and no cycle runs."""
     inputs, _, second = case
@@ -329,7 +335,7 @@ async def test_run_stops_with_conflict_at_cycle_zero_when_two_inputs_conflict(
 
 @given(case=conflicting_inputs(), formation=formations(always_new=None))
 async def test_run_rejects_the_later_of_two_conflicting_inputs_when_on_conflict_is_reject(
-    case: tuple[list[ProposedFact], ProposedFact, ProposedFact], formation: Formation
+    case: tuple[list[ProposedFact], ProposedFact, ProposedFact], formation: FormationSpec
 ) -> None:
     inputs, first, second = case
     result = await run_formation(formation, inputs, on_conflict="reject")
@@ -365,7 +371,7 @@ async def test_run_accounts_for_an_input_holding_a_lone_surrogate(
     """A lone surrogate cannot be encoded as UTF-8: the input is refused, never a crash."""
     if proposal is None:
         return
-    result = await run_formation(Formation(()), [proposal])
+    result = await run_formation(FormationSpec(()), [proposal])
     accounted_input(result, proposal)
     assert verify(result.context, result.integrity)
 
@@ -377,7 +383,7 @@ async def test_run_accounts_for_a_suggestor_proposal_holding_a_lone_surrogate(
     """The merge refuses or promotes it like any proposal; the run never raises."""
     if proposal is None:
         return
-    formation = Formation((FixedSpec((), None, (proposal,)),))
+    formation = FormationSpec((FixedSpec((), None, (proposal,)),))
     result = await run_formation(formation, [])
     fact = result.context.find(proposal.key, proposal.id)
     rejected = [rejection.suggestor for rejection in result.rejections]
@@ -395,7 +401,7 @@ async def test_run_accounts_for_a_suggestor_proposal_holding_a_lone_surrogate(
     seed=latency_seeds,
 )
 async def test_lamport_clocks_count_one_to_n_in_merge_order_from_an_empty_context(
-    formation: Formation, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
+    formation: FormationSpec, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
 ) -> None:
     """Sorted by clock, facts are the promoted inputs (in input order), then the trace's refs."""
     result = await run_formation(formation, inputs, on_conflict=on_conflict, seed=seed)
@@ -414,7 +420,7 @@ async def test_lamport_clocks_count_one_to_n_in_merge_order_from_an_empty_contex
     seed=latency_seeds,
 )
 async def test_integrity_clock_equals_the_fact_count_from_an_empty_context(
-    formation: Formation, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
+    formation: FormationSpec, inputs: list[ProposedFact], on_conflict: ConflictMode, seed: int
 ) -> None:
     result = await run_formation(formation, inputs, on_conflict=on_conflict, seed=seed)
     assert result.integrity.clock == len(result.context) == result.context.clock
@@ -428,8 +434,8 @@ async def test_integrity_clock_equals_the_fact_count_from_an_empty_context(
     on_conflict=conflict_modes,
 )
 async def test_lamport_clock_continues_from_the_starting_context_clock(
-    first: Formation,
-    second: Formation,
+    first: FormationSpec,
+    second: FormationSpec,
     first_inputs: list[ProposedFact],
     second_inputs: list[ProposedFact],
     on_conflict: ConflictMode,

@@ -5,18 +5,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from converge import AgentEffect, ContextKey, ProposedFact
-
-
-def proposal(**overrides: object) -> ProposedFact:
-    fields: dict[str, object] = {
-        "key": ContextKey.SEEDS,
-        "id": "a",
-        "content": "c",
-        "provenance": "p",
-    }
-    fields.update(overrides)
-    return ProposedFact.model_validate(fields)
+from converge import AgentEffect, ContextKey
+from tests.doubles import proposal
 
 
 def test_proposal_defaults() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -14,15 +13,12 @@ import pytest
 from hitl_formation import Recommender, build_engine
 
 from converge import (
-    AgentEffect,
     Context,
     ContextKey,
     Engine,
     GateDecision,
     HitlPolicy,
     IntegrityProof,
-    InvariantClass,
-    InvariantResult,
     ProposedFact,
     RunRecord,
     StopReason,
@@ -31,6 +27,7 @@ from converge import (
 )
 from converge._report_svg import LINEAGE_LIMIT
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
+from tests.doubles import FirstCycleOnly, NoForbiddenHypothesis
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -79,39 +76,6 @@ class Page(HTMLParser):
 # --- runs -------------------------------------------------------------------------------------
 
 
-class Once:
-    """Runs only in the first cycle: fails, hangs, or proposes the given facts."""
-
-    def __init__(self, name: str, mode: str, proposals: Sequence[ProposedFact] = ()) -> None:
-        self.name = name
-        self.mode = mode
-        self.proposals = tuple(proposals)
-        self.dependencies: tuple[ContextKey, ...] = ()
-        self.writes = (H,)
-
-    def accepts(self, ctx: Context, /) -> bool:
-        return ctx.cycle == 0
-
-    async def execute(self, ctx: Context, /) -> AgentEffect:
-        if self.mode == "fail":
-            raise RuntimeError("model endpoint returned 503")
-        if self.mode == "hang":
-            await anyio.sleep(30)
-        return AgentEffect.with_proposals(self.proposals, tokens=7)
-
-
-class NoForbidden:
-    """Structural: `hypotheses/forbidden` must never exist (its proposer is rolled back)."""
-
-    name = "no-forbidden-hypothesis"
-    invariant_class = InvariantClass.STRUCTURAL
-
-    def check(self, ctx: Context, /) -> InvariantResult:
-        if ctx.find(H, "forbidden") is not None:
-            return InvariantResult.violated("hypotheses/forbidden must never exist")
-        return InvariantResult.ok()
-
-
 def rich_engine() -> Engine:
     """A formation with a failure, a timeout, rejections, a violation and a human gate."""
     engine = Engine(hitl=HitlPolicy(confidence_below=0.5), suggestor_timeout=0.25)
@@ -125,10 +89,10 @@ def rich_engine() -> Engine:
             target=ContextKey.EVALUATIONS,
         )
     )
-    engine.register_suggestor(Once("flaky-llm", "fail"))
-    engine.register_suggestor(Once("slow-search", "hang"))
+    engine.register_suggestor(FirstCycleOnly("flaky-llm", "fail"))
+    engine.register_suggestor(FirstCycleOnly("slow-search", "hang"))
     engine.register_suggestor(
-        Once(
+        FirstCycleOnly(
             "intruder",
             "ok",
             [
@@ -146,9 +110,11 @@ def rich_engine() -> Engine:
         )
     )
     engine.register_suggestor(
-        Once("rogue", "ok", [ProposedFact(key=H, id="forbidden", content="no", provenance="r")])
+        FirstCycleOnly(
+            "rogue", "ok", [ProposedFact(key=H, id="forbidden", content="no", provenance="r")]
+        )
     )
-    engine.register_invariant(NoForbidden())
+    engine.register_invariant(NoForbiddenHypothesis())
     return engine
 
 

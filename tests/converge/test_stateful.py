@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -187,5 +188,5 @@ class EngineMachine(RuleBasedStateMachine):
         assert again.integrity == last.integrity
 
 
-TestEngineMachine = EngineMachine.TestCase
+TestEngineMachine = pytest.mark.slow(EngineMachine.TestCase)
 TestEngineMachine.settings = settings(max_examples=100, stateful_step_count=25)

@@ -17,7 +17,6 @@ from converge import (
     Engine,
     GateDecision,
     PostgresRunStore,
-    ProposedFact,
     RunNotFoundError,
     RunRecord,
     RunStore,
@@ -26,6 +25,7 @@ from converge import (
     StoreError,
     verify,
 )
+from tests.doubles import seed
 
 HERE = Path(__file__).resolve().parent
 GATE = "gate:2:strategies/costly"
@@ -60,10 +60,6 @@ def open_store(kind: str, target: str) -> RunStore:
 @pytest.fixture
 def store(store_target: tuple[str, str]) -> RunStore:
     return open_store(*store_target)
-
-
-def seed(ident: str) -> ProposedFact:
-    return ProposedFact(key=ContextKey.SEEDS, id=ident, content="c", provenance="t")
 
 
 async def test_store_saves_and_loads_a_run(store: RunStore) -> None:
@@ -126,6 +122,7 @@ async def test_store_refuses_a_tampered_fact_on_restore(store: RunStore) -> None
         loaded.restore_context()
 
 
+@pytest.mark.slow
 async def test_store_under_eight_concurrent_writer_processes(
     store_target: tuple[str, str],
 ) -> None:

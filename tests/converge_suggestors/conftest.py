@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 from chat_server import ChatServer
 
+from converge_suggestors import MiniLmEmbedder
+
 
 @pytest.fixture
 def chat_server() -> Iterator[ChatServer]:
@@ -15,3 +17,11 @@ def chat_server() -> Iterator[ChatServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def minilm() -> MiniLmEmbedder:
+    """The real all-MiniLM-L6-v2 model, loaded once per test session and warmed up."""
+    embedder = MiniLmEmbedder()
+    embedder.embed(["warm up"])
+    return embedder

@@ -29,6 +29,7 @@ from converge_suggestors import (
     PackSuggestor,
     ValidationAgent,
 )
+from tests.doubles import seed
 
 SEEDS = ContextKey.SEEDS
 STRATEGIES = ContextKey.STRATEGIES
@@ -196,23 +197,13 @@ def test_assignment_problem_refuses_bad_matrices(payload: dict[str, object], mes
     assert message in text
 
 
-def seed(ident: str, payload: object) -> ProposedFact:
-    return ProposedFact.model_validate(
-        {
-            "key": SEEDS,
-            "id": ident,
-            "content": "who does what",
-            "provenance": "input",
-            "payload": payload,
-        }
-    )
-
-
 STAFFING = {
     "rows": ["ada", "ben", "cy"],
     "columns": ["backend", "frontend", "ops"],
     "costs": [[3, 5, 9], [None, 4, 2], [2, 8, None]],
 }
+
+STAFFING_SEED = seed("staffing", "who does what", provenance="input", payload=STAFFING)
 
 
 async def run_with(suggestor: Suggestor, *inputs: ProposedFact) -> ConvergeResult:
@@ -234,7 +225,7 @@ def test_assignment_suggestor_shape() -> None:
 
 
 async def test_assignment_suggestor_proposes_the_optimal_plan_to_strategies() -> None:
-    result = await run_with(AssignmentSuggestor(SEEDS), seed("staffing", STAFFING))
+    result = await run_with(AssignmentSuggestor(SEEDS), STAFFING_SEED)
     fact = result.context.find(STRATEGIES, "assignment:staffing")
     assert fact is not None
     assert fact.payload == {
@@ -262,7 +253,10 @@ async def test_assignment_suggestor_shortens_the_content_of_large_plans() -> Non
         "columns": [f"t{i}" for i in range(size)],
         "costs": [[0 if i == j else 1 for j in range(size)] for i in range(size)],
     }
-    result = await run_with(AssignmentSuggestor(SEEDS, name="solver"), seed("big", payload))
+    result = await run_with(
+        AssignmentSuggestor(SEEDS, name="solver"),
+        seed("big", "who does what", provenance="input", payload=payload),
+    )
     fact = result.context.find(STRATEGIES, "solver:big")
     assert fact is not None
     assert fact.content.startswith("assign w0->t0, w1->t1, ")
@@ -291,7 +285,10 @@ async def test_assignment_suggestor_shortens_the_content_of_large_plans() -> Non
 async def test_assignment_suggestor_explains_what_it_cannot_solve(
     payload: object, why: str
 ) -> None:
-    result = await run_with(AssignmentSuggestor(SEEDS), seed("bad", payload))
+    result = await run_with(
+        AssignmentSuggestor(SEEDS),
+        seed("bad", "who does what", provenance="input", payload=payload),
+    )
     failure = result.context.find(DIAGNOSTIC, "assignment:bad:failed")
     assert failure is not None
     assert failure.content == f"assignment could not solve seeds/bad: {why}"
@@ -300,12 +297,15 @@ async def test_assignment_suggestor_explains_what_it_cannot_solve(
 
 
 async def test_assignment_suggestor_solves_each_problem_once() -> None:
-    first = await run_with(AssignmentSuggestor(SEEDS), seed("staffing", STAFFING))
+    first = await run_with(AssignmentSuggestor(SEEDS), STAFFING_SEED)
     suggestor = AssignmentSuggestor(SEEDS)
     assert not suggestor.accepts(first.context)
     engine = Engine()
     engine.register_suggestor(suggestor)
-    again = await engine.run(context=first.context, inputs=[seed("other", STAFFING)])
+    again = await engine.run(
+        context=first.context,
+        inputs=[seed("other", "who does what", provenance="input", payload=STAFFING)],
+    )
     assert [fact.id for fact in again.context.get(STRATEGIES)] == [
         "assignment:staffing",
         "assignment:other",
@@ -333,7 +333,7 @@ def test_assignment_pack_gate_promotes_within_budget_and_escalates_or_rejects_ov
 
 async def test_assignment_pack_promotes_a_plan_within_budget_end_to_end() -> None:
     suggestor = PackSuggestor(AssignmentPack(budget=10), SEEDS, STRATEGIES)
-    result = await run_with(suggestor, seed("staffing", STAFFING))
+    result = await run_with(suggestor, STAFFING_SEED)
     fact = result.context.find(STRATEGIES, "assignment:staffing")
     assert fact is not None
     assert fact.promotion.suggestor == "pack:assignment:seeds->strategies"
@@ -345,7 +345,7 @@ async def test_assignment_pack_promotes_a_plan_within_budget_end_to_end() -> Non
 
 async def test_assignment_pack_escalates_a_plan_over_budget_for_validation() -> None:
     suggestor = PackSuggestor(AssignmentPack(budget=8), SEEDS, STRATEGIES)
-    result = await run_with(suggestor, seed("staffing", STAFFING))
+    result = await run_with(suggestor, STAFFING_SEED)
     staged = result.context.find(PROPOSALS, "assignment:staffing")
     assert staged is not None
     assert staged.target is STRATEGIES
@@ -360,7 +360,7 @@ async def test_assignment_pack_escalates_a_plan_over_budget_for_validation() -> 
 
 async def test_assignment_pack_rejects_a_plan_over_budget_when_asked() -> None:
     pack = AssignmentPack(budget=8, over_budget="reject")
-    result = await run_with(PackSuggestor(pack, SEEDS, STRATEGIES), seed("staffing", STAFFING))
+    result = await run_with(PackSuggestor(pack, SEEDS, STRATEGIES), STAFFING_SEED)
     failure = result.context.find(DIAGNOSTIC, "assignment:staffing:failed")
     assert failure is not None
     assert failure.content == (
@@ -372,7 +372,10 @@ async def test_assignment_pack_rejects_a_plan_over_budget_when_asked() -> None:
 
 async def test_assignment_pack_records_an_infeasible_problem() -> None:
     payload = {"rows": ["a", "b"], "columns": ["x", "y"], "costs": [[1, None], [2, None]]}
-    result = await run_with(PackSuggestor(AssignmentPack(), SEEDS, STRATEGIES), seed("p", payload))
+    result = await run_with(
+        PackSuggestor(AssignmentPack(), SEEDS, STRATEGIES),
+        seed("p", "who does what", provenance="input", payload=payload),
+    )
     failure = result.context.find(DIAGNOSTIC, "assignment:p:failed")
     assert failure is not None
     assert failure.content == (

@@ -10,7 +10,6 @@ from converge import (
     Context,
     ContextKey,
     Engine,
-    ProposedFact,
     StopReason,
     Suggestor,
 )
@@ -22,18 +21,16 @@ from converge_suggestors import (
     ScriptedChatProvider,
     ValidationAgent,
 )
+from tests.doubles import seed
 
 SEEDS = ContextKey.SEEDS
 HYPOTHESES = ContextKey.HYPOTHESES
 PROPOSALS = ContextKey.PROPOSALS
+QUESTION = seed("q", "a question", provenance="input:test")
 
 
 def reply(*items: dict[str, object]) -> str:
     return json.dumps({"proposals": list(items)})
-
-
-def seed(ident: str, content: str = "a question") -> ProposedFact:
-    return ProposedFact(key=SEEDS, id=ident, content=content, provenance="input:test")
 
 
 def analyst(provider: ScriptedChatProvider | OpenAIChatProvider, **options: object) -> LlmSuggestor:
@@ -67,7 +64,12 @@ async def test_llm_suggestor_stages_proposals_with_target_provenance_and_evidenc
     )
     engine = Engine()
     engine.register_suggestor(analyst(provider))
-    result = await engine.run(inputs=[seed("q1"), seed("q2", "another")])
+    result = await engine.run(
+        inputs=[
+            seed("q1", "a question", provenance="input:test"),
+            seed("q2", "another", provenance="input:test"),
+        ]
+    )
     staged = result.context.find(PROPOSALS, "h1")
     assert staged is not None
     assert staged.target is HYPOTHESES
@@ -90,10 +92,12 @@ async def test_llm_suggestor_runs_once_per_new_input() -> None:
     )
     engine = Engine()
     engine.register_suggestor(analyst(provider))
-    first = await engine.run(inputs=[seed("q1")])
+    first = await engine.run(inputs=[seed("q1", "a question", provenance="input:test")])
     assert first.converged
     assert len(provider.requests) == 1
-    second = await engine.run(first.context, inputs=[seed("q2")])
+    second = await engine.run(
+        first.context, inputs=[seed("q2", "a question", provenance="input:test")]
+    )
     assert second.converged
     assert len(provider.requests) == 2
     assert "seeds/q2" in provider.requests[1].messages[1].content
@@ -112,14 +116,14 @@ async def test_llm_suggestor_tolerates_code_fences_and_prose() -> None:
     for text, ident in ((fenced, "h1"), (prose, "h2")):
         engine = Engine()
         engine.register_suggestor(analyst(ScriptedChatProvider([text])))
-        result = await engine.run(inputs=[seed("q")])
+        result = await engine.run(inputs=[QUESTION])
         assert result.context.find(PROPOSALS, ident) is not None
 
 
 async def test_llm_suggestor_bad_output_is_a_recorded_failure() -> None:
     engine = Engine()
     engine.register_suggestor(analyst(ScriptedChatProvider(["I think it will rain."])))
-    result = await engine.run(inputs=[seed("q")])
+    result = await engine.run(inputs=[QUESTION])
     assert result.converged
     assert not result.context.has(PROPOSALS)
     [execution] = result.trace.cycles[0].executions
@@ -131,7 +135,7 @@ async def test_llm_suggestor_bad_output_is_a_recorded_failure() -> None:
 async def test_llm_suggestor_missing_field_is_a_recorded_failure() -> None:
     engine = Engine()
     engine.register_suggestor(analyst(ScriptedChatProvider([reply({"id": "h1"})])))
-    result = await engine.run(inputs=[seed("q")])
+    result = await engine.run(inputs=[QUESTION])
     error = result.trace.cycles[0].executions[0].error
     assert error is not None
     assert "LlmOutputError" in error
@@ -148,7 +152,9 @@ async def test_llm_suggestor_shows_unseen_facts_first_within_the_limit() -> None
     provider = ScriptedChatProvider(answer)
     engine = Engine()
     engine.register_suggestor(analyst(provider, max_context_facts=2))
-    result = await engine.run(inputs=[seed(f"q{i}") for i in range(5)])
+    result = await engine.run(
+        inputs=[seed(f"q{i}", "a question", provenance="input:test") for i in range(5)]
+    )
     assert result.converged
     assert len(provider.requests) == 3
     shown = [
@@ -178,12 +184,14 @@ async def test_token_budget_stops_a_run_of_llm_calls() -> None:
             return True
 
         async def execute(self, ctx: Context, /) -> AgentEffect:
-            return AgentEffect.with_proposal(seed(f"more{ctx.count(SEEDS)}"))
+            return AgentEffect.with_proposal(
+                seed(f"more{ctx.count(SEEDS)}", "a question", provenance="input:test")
+            )
 
     engine = Engine(budget=Budget(max_tokens=250))
     engine.register_suggestor(analyst(ScriptedChatProvider(answer)))
     engine.register_suggestor(Feeder())
-    result = await engine.run(inputs=[seed("q")])
+    result = await engine.run(inputs=[QUESTION])
     assert result.stop_reason is StopReason.TOKEN_BUDGET_EXHAUSTED
     assert result.detail == "max_tokens (300 > 250)"
 
@@ -208,7 +216,9 @@ async def test_llm_and_validation_pipeline_against_a_real_http_server(
     engine = Engine()
     engine.register_suggestor(analyst(provider))
     engine.register_suggestor(ValidationAgent())
-    result = await engine.run(inputs=[seed("weather", "What is the weather?")])
+    result = await engine.run(
+        inputs=[seed("weather", "What is the weather?", provenance="input:test")]
+    )
     assert result.converged
     assert result.tokens == 150
     rain = result.context.find(HYPOTHESES, "rain")
@@ -231,7 +241,7 @@ async def test_tokens_of_an_unparseable_reply_still_count() -> None:
     )
     engine = Engine()
     engine.register_suggestor(analyst(provider))
-    result = await engine.run(inputs=[seed("q")])
+    result = await engine.run(inputs=[QUESTION])
     [execution] = result.trace.cycles[0].executions
     assert execution.outcome == "failed"
     assert execution.tokens == 75
@@ -242,7 +252,7 @@ async def test_a_reply_item_that_is_not_a_valid_proposal_is_an_llm_output_error(
     text = '{"proposals": [{"id": "h", "content": "x", "confidence": 0.9, "payload": NaN}]}'
     engine = Engine()
     engine.register_suggestor(analyst(ScriptedChatProvider([text])))
-    result = await engine.run(inputs=[seed("q")])
+    result = await engine.run(inputs=[QUESTION])
     error = result.trace.cycles[0].executions[0].error
     assert error is not None
     assert error.startswith("LlmOutputError: analyst: proposals[0] of the model's reply")
@@ -266,7 +276,7 @@ async def test_llm_suggestor_counts_only_its_own_staged_facts_as_seen() -> None:
     )
     alone = Engine()
     alone.register_suggestor(second)
-    earlier = await alone.run(inputs=[seed("q")])
+    earlier = await alone.run(inputs=[QUESTION])
     assert earlier.context.find(PROPOSALS, "h2") is not None
     engine = Engine()
     engine.register_suggestor(second)

@@ -22,6 +22,8 @@ from converge_suggestors import (
     ValidationAgent,
 )
 
+pytestmark = pytest.mark.slow  # every test here runs the real MiniLM model
+
 K = ContextKey
 
 SPEND_POLICIES = """
@@ -124,14 +126,6 @@ def engine(embedder: MiniLmEmbedder) -> Engine:
     engine.register_suggestor(RetrievalSuggestor(K.COMPETITORS, K.SEEDS, embedder=embedder, k=1))
     engine.register_suggestor(ValidationAgent())
     return engine
-
-
-@pytest.fixture(scope="module")
-def minilm() -> MiniLmEmbedder:
-    """The real all-MiniLM-L6-v2 model, loaded once per process."""
-    embedder = MiniLmEmbedder()
-    embedder.embed(["warm up"])
-    return embedder
 
 
 def decision(result: ConvergeResult, ident: str) -> object:

@@ -8,6 +8,7 @@ import pytest
 
 from converge import ContextKey, ContextSnapshot, ConvergeResult, Engine, ProposedFact, Suggestor
 from converge_suggestors import Embedder, HashingEmbedder, MiniLmEmbedder, RetrievalSuggestor
+from tests.doubles import fact
 
 SEEDS = ContextKey.SEEDS
 SIGNALS = ContextKey.SIGNALS
@@ -38,16 +39,14 @@ class CountingEmbedder:
         return [text for call in self.calls for text in call]
 
 
-def fact(key: ContextKey, ident: str, content: str) -> ProposedFact:
-    return ProposedFact(key=key, id=ident, content=content, provenance="input")
-
-
 def corpus(**texts: str) -> list[ProposedFact]:
-    return [fact(SIGNALS, ident, text) for ident, text in (texts or CORPUS).items()]
+    return [
+        fact(SIGNALS, ident, text, provenance="input") for ident, text in (texts or CORPUS).items()
+    ]
 
 
 def query(ident: str, content: str) -> ProposedFact:
-    return fact(SEEDS, ident, content)
+    return fact(SEEDS, ident, content, provenance="input")
 
 
 def retrieval(embedder: Embedder | None = None, **options: object) -> RetrievalSuggestor:
@@ -194,7 +193,7 @@ async def test_retrieval_suggestor_adds_a_later_corpus_fact_that_ranks_in_the_to
     suggestor = retrieval(k=1)
     first = await run(suggestor, *corpus(), query("q", "kiwi smoothie recipe"))
     before = {f.id for f in first.context.get(HYPOTHESES)}
-    later = fact(SIGNALS, "kiwi", "A kiwi smoothie recipe with yogurt.")
+    later = fact(SIGNALS, "kiwi", "A kiwi smoothie recipe with yogurt.", provenance="input")
     second = await run(suggestor, later, context=first.context)
     after = {f.id for f in second.context.get(HYPOTHESES)}
     assert after - before == {"retrieval:q:kiwi"}
@@ -282,14 +281,7 @@ def test_retrieval_suggestor_refuses_bad_settings(
 # --- the real model ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def minilm() -> MiniLmEmbedder:
-    """The real all-MiniLM-L6-v2 model, loaded once per process."""
-    embedder = MiniLmEmbedder()
-    embedder.embed(["warm up"])
-    return embedder
-
-
+@pytest.mark.slow
 def test_minilm_embedder_gives_unit_vectors_of_384_dimensions(minilm: MiniLmEmbedder) -> None:
     first = minilm.embed(["The cat sat on the mat.", "Stock prices fell sharply."])
     assert [len(vector) for vector in first] == [384, 384]
@@ -298,6 +290,7 @@ def test_minilm_embedder_gives_unit_vectors_of_384_dimensions(minilm: MiniLmEmbe
     assert repr(minilm) == "MiniLmEmbedder(device='cpu', batch_size=32)"
 
 
+@pytest.mark.slow
 async def test_retrieval_with_minilm_finds_the_obviously_closest_sentence(
     minilm: MiniLmEmbedder,
 ) -> None:
@@ -321,6 +314,7 @@ async def test_retrieval_with_minilm_finds_the_obviously_closest_sentence(
     assert all(f.confidence > 0.2 for f in result.context.get(HYPOTHESES))
 
 
+@pytest.mark.slow
 async def test_retrieval_with_minilm_ranks_by_meaning_not_shared_words(
     minilm: MiniLmEmbedder,
 ) -> None:
