@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, cast, final
+from typing import Literal, final
 
 from ._canonical import canonical_json
 from ._context import ContextSnapshot
@@ -62,11 +62,6 @@ class _Effect:
         self.held: list[GateRequest] = []
         self.held_slots: set[tuple[ContextKey, str]] = set()
         self.rejected: list[Rejection] = []
-
-    def accept(self, fact: Fact) -> None:
-        self.clock = fact.promotion.clock
-        self.accepted.append(fact)
-        self.local[fact.key, fact.id] = fact
 
     def hold(self, request: GateRequest) -> None:
         proposal = request.proposal
@@ -145,20 +140,24 @@ class Merger:
         """Merge one suggestor's proposals; return the conflict that stops the run, if any."""
         effect = _Effect(self._clock)
         decide = self._decide
+        accepted = effect.accepted
+        local = effect.local
+        rejected = effect.rejected
         for proposal in proposals:
             decision = decide(proposal, effect, suggestor, suggestor_id, writes, approved_by)
             if decision is None:  # an identical fact exists: an idempotent restatement
                 continue
-            kind = type(decision)
-            if kind is Fact:
-                effect.accept(cast(Fact, decision))
-            elif kind is Rejection:
-                effect.rejected.append(cast(Rejection, decision))
-            elif kind is GateRequest:
-                effect.hold(cast(GateRequest, decision))
+            if type(decision) is Fact:
+                effect.clock += 1
+                accepted.append(decision)
+                local[decision.key, decision.id] = decision
+            elif type(decision) is Rejection:
+                rejected.append(decision)
+            elif type(decision) is GateRequest:
+                effect.hold(decision)
             else:
-                self.rejections.extend(effect.rejected)
-                return cast(Conflict, decision)
+                self.rejections.extend(rejected)
+                return decision
         self._commit(effect)
         return None
 
