@@ -40,6 +40,7 @@ from ._exceptions import (
     ReplayError,
     RunError,
     RunNotFoundError,
+    StaleRecordError,
     StoreError,
 )
 from ._executor import ErrorMode
@@ -124,6 +125,7 @@ __all__ = [
     "RunSummary",
     "RunTrace",
     "SqliteRunStore",
+    "StaleRecordError",
     "StopReason",
     "StoreError",
     "Suggestor",

@@ -12,6 +12,7 @@ ConvergeError                        root: `except ConvergeError` catches everyt
 │   ├── ConflictError                `.existing`, `.proposed`
 │   └── AwaitingHumanError           `.pending`
 └── StoreError                       a run store could not save or load; `.result` if saving failed
+    ├── StaleRecordError             someone saved the run since it was read (`.current`)
     └── RunNotFoundError (KeyError)  no run with that id is stored
 ```
 
@@ -44,6 +45,7 @@ __all__ = [
     "ReplayError",
     "RunError",
     "RunNotFoundError",
+    "StaleRecordError",
     "StoreError",
 ]
 
@@ -73,6 +75,27 @@ class StoreError(ConvergeError):
     def __init__(self, message: str, *, result: ConvergeResult | None = None) -> None:
         super().__init__(message)
         self.result = result
+
+
+class StaleRecordError(StoreError):
+    """Someone saved the run since it was read: this save (or resume) would lose their work."""
+
+    run_id: str
+    """The run."""
+    expected: int
+    """The version the save was based on."""
+    current: int | None
+    """The version stored now (`None` if the run is gone)."""
+
+    def __init__(self, run_id: str, expected: int, current: int | None) -> None:
+        now = "no longer stored" if current is None else f"now at version {current}"
+        super().__init__(
+            f"run {run_id} was saved by someone else since version {expected} ({now}); "
+            "nothing was saved"
+        )
+        self.run_id = run_id
+        self.expected = expected
+        self.current = current
 
 
 class RunNotFoundError(StoreError, KeyError):

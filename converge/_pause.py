@@ -7,16 +7,14 @@ fact (through the one verifying restore, `_checkpoint.restore_snapshot`) before 
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
 from datetime import datetime
-from hashlib import sha256
 
-from ._canonical import canonical_json
 from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
 from ._exceptions import InvalidCheckpointError, InvalidResumeError
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._key import ContextKey, in_key_order
+from ._signature import signature_matches, signature_of
 from ._state import RunState
 
 __all__ = ["checkpoint_of", "decide_gates", "resume_state", "sign", "verify_signature"]
@@ -34,16 +32,11 @@ def _slot(ref: str) -> tuple[ContextKey, str]:
     return ContextKey(key), ident
 
 
-def _signed_bytes(checkpoint: Checkpoint) -> bytes:
-    return canonical_json(checkpoint.model_dump(mode="json", exclude={"signature"}))
-
-
 def sign(checkpoint: Checkpoint, key: bytes | None) -> Checkpoint:
     """`checkpoint` with its signature set (unchanged without a key)."""
     if key is None:
         return checkpoint
-    signature = hmac.new(key, _signed_bytes(checkpoint), sha256).hexdigest()
-    return checkpoint.model_copy(update={"signature": signature})
+    return checkpoint.model_copy(update={"signature": signature_of(checkpoint, key)})
 
 
 def verify_signature(checkpoint: Checkpoint, key: bytes | None) -> None:
@@ -55,8 +48,7 @@ def verify_signature(checkpoint: Checkpoint, key: bytes | None) -> None:
             f"checkpoint of run {checkpoint.run_id} is unsigned, but this engine requires "
             "signed checkpoints"
         )
-    expected = hmac.new(key, _signed_bytes(checkpoint), sha256).hexdigest()
-    if not hmac.compare_digest(expected, checkpoint.signature):
+    if not signature_matches(checkpoint, checkpoint.signature, key):
         raise InvalidCheckpointError(
             f"checkpoint of run {checkpoint.run_id} has a bad signature: it was changed "
             "or signed with another key"

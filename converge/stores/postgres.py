@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, LiteralString, TypeVar, final
 
 import anyio.to_thread
 
 from .._checkpoint import Checkpoint
-from .._exceptions import RunNotFoundError, StoreError
+from .._exceptions import RunNotFoundError, StaleRecordError, StoreError
 from .._store import SCHEMA_VERSION, RunRecord, RunSummary
-from ._sql import COLUMNS, to_row, to_summary
+from ._sql import COLUMNS, INSERT, UPDATE, UPGRADES, UPSERT, record_from, to_row, to_summary
 
 if TYPE_CHECKING:
     import psycopg
@@ -75,21 +75,14 @@ class PostgresRunStore:
                         "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, "
                         "cycles INTEGER NOT NULL, fact_count INTEGER NOT NULL, "
                         "merkle_root TEXT NOT NULL, saved_at TIMESTAMPTZ NOT NULL, "
-                        "name TEXT, record TEXT NOT NULL, checkpoint TEXT)"
+                        "name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
+                        "version INTEGER NOT NULL DEFAULT 1)"
                     )
-                    connection.execute(
-                        "INSERT INTO converge_meta VALUES ('schema_version', %s) "
-                        "ON CONFLICT (key) DO NOTHING",
-                        (str(SCHEMA_VERSION),),
-                    )
-                    row = connection.execute(
-                        "SELECT value FROM converge_meta WHERE key = 'schema_version'"
-                    ).fetchone()
+                    version = _upgrade(connection)
             except BaseException:
                 connection.close()
                 raise
-            version = None if row is None else row[0]
-            if version != str(SCHEMA_VERSION):
+            if version != SCHEMA_VERSION:
                 connection.close()
                 raise StoreError(
                     f"the database has schema version {version}; this converge reads "
@@ -105,45 +98,55 @@ class PostgresRunStore:
 
         return await anyio.to_thread.run_sync(task)
 
-    async def save(self, record: RunRecord, /) -> None:
-        """Insert or replace the record, in one transaction."""
-        saved_at = self._clock()
-        run_id, stop, detail, cycles, count, root, _, name, body, checkpoint = to_row(
-            record, saved_at
-        )
+    async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
+        """Save the record in one transaction; return its new version.
 
-        def work(connection: psycopg.Connection[tuple[object, ...]]) -> None:
+        `expected_version=None` inserts or replaces whatever is stored; `0` inserts a run
+        that must not exist yet; `k` replaces the run only if it is still at version `k`.
+
+        Raises:
+            StaleRecordError: The run is not at `expected_version`; nothing was saved.
+        """
+        row = to_row(record, self._clock())
+        run_id = record.run_id
+
+        def work(connection: psycopg.Connection[tuple[object, ...]]) -> int:
             with connection.transaction():
-                connection.execute(
-                    f"INSERT INTO converge_runs ({COLUMNS}, record, checkpoint) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) "
-                    "DO UPDATE SET stop_reason = EXCLUDED.stop_reason, "
-                    "detail = EXCLUDED.detail, cycles = EXCLUDED.cycles, "
-                    "fact_count = EXCLUDED.fact_count, merkle_root = EXCLUDED.merkle_root, "
-                    "saved_at = EXCLUDED.saved_at, name = EXCLUDED.name, "
-                    "record = EXCLUDED.record, checkpoint = EXCLUDED.checkpoint",
-                    (run_id, stop, detail, cycles, count, root, saved_at, name, body, checkpoint),
-                )
+                if expected_version is None:
+                    written = connection.execute(_pg(UPSERT), row).fetchone()
+                elif expected_version == 0:
+                    written = connection.execute(_pg(INSERT), row).fetchone()
+                else:
+                    values = (*row, run_id, expected_version)
+                    written = connection.execute(_pg(UPDATE), values).fetchone()
+                if written is None:
+                    current = connection.execute(
+                        "SELECT version FROM converge_runs WHERE run_id = %s", (run_id,)
+                    ).fetchone()
+                    now = None if current is None else int(str(current[0]))
+                    raise StaleRecordError(run_id, expected_version or 0, now)
+            return int(str(written[0]))
 
-        await self._run(work)
+        return await self._run(work)
 
     async def load(self, run_id: str, /) -> RunRecord:
-        """The stored record.
+        """The stored record, with its `version`.
 
         Raises:
             RunNotFoundError: No run has this id.
+            StoreError: The stored record is invalid or belongs to another run.
         """
 
-        def work(connection: psycopg.Connection[tuple[object, ...]]) -> str | None:
+        def work(connection: psycopg.Connection[tuple[object, ...]]) -> tuple[object, ...] | None:
             row = connection.execute(
-                "SELECT record FROM converge_runs WHERE run_id = %s", (run_id,)
+                "SELECT record, version FROM converge_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else tuple(row)
 
-        text = await self._run(work)
-        if text is None:
+        row = await self._run(work)
+        if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store")
-        return RunRecord.model_validate_json(text)
+        return record_from(run_id, str(row[0]), int(str(row[1])))
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
         """The most recently saved runs first."""
@@ -183,3 +186,28 @@ class PostgresRunStore:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store")
         text = row[0]
         return None if text is None else Checkpoint.model_validate_json(str(text))
+
+
+def _pg(statement: LiteralString) -> LiteralString:
+    """A shared `?`-placeholder statement in psycopg's `%s` style."""
+    return statement.replace("?", "%s")
+
+
+def _upgrade(connection: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Bring the schema up to `SCHEMA_VERSION` in place (inside the caller's transaction)."""
+    connection.execute(
+        "INSERT INTO converge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO NOTHING",
+        (str(SCHEMA_VERSION),),
+    )
+    row = connection.execute(
+        "SELECT value FROM converge_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    version = 0 if row is None else int(str(row[0]))
+    while version in UPGRADES and version < SCHEMA_VERSION:
+        for statement in UPGRADES[version]:
+            connection.execute(statement)
+        version += 1
+        connection.execute(
+            "UPDATE converge_meta SET value = %s WHERE key = 'schema_version'", (str(version),)
+        )
+    return version

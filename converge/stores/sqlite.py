@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, TypeVar, final
 import anyio.to_thread
 
 from .._checkpoint import Checkpoint
-from .._exceptions import RunNotFoundError, StoreError
+from .._exceptions import RunNotFoundError, StaleRecordError, StoreError
 from .._store import SCHEMA_VERSION, RunRecord, RunSummary
-from ._sql import COLUMNS, to_row, to_summary
+from ._sql import COLUMNS, INSERT, UPDATE, UPGRADES, UPSERT, record_from, to_row, to_summary
 
 if TYPE_CHECKING:
     import sqlite3
@@ -68,18 +68,13 @@ class SqliteRunStore:
                     "CREATE TABLE IF NOT EXISTS converge_runs (run_id TEXT PRIMARY KEY, "
                     "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, cycles INTEGER NOT NULL, "
                     "fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
-                    "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT)"
+                    "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
+                    "version INTEGER NOT NULL DEFAULT 1)"
                 )
                 connection.execute(
                     "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
                 )
-                connection.execute(
-                    "INSERT OR IGNORE INTO converge_meta VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-                (version,) = connection.execute(
-                    "SELECT value FROM converge_meta WHERE key = 'schema_version'"
-                ).fetchone()
+                version = upgrade(connection)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
@@ -105,47 +100,47 @@ class SqliteRunStore:
 
         return await anyio.to_thread.run_sync(task)
 
-    async def save(self, record: RunRecord, /) -> None:
-        """Insert or replace the record, in one transaction."""
-        row = to_row(record, self._clock())
+    async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
+        """Save the record in one transaction; return its new version.
 
-        def work(connection: sqlite3.Connection) -> None:
+        `expected_version=None` inserts or replaces whatever is stored; `0` inserts a run
+        that must not exist yet; `k` replaces the run only if it is still at version `k`.
+
+        Raises:
+            StaleRecordError: The run is not at `expected_version`; nothing was saved.
+        """
+        row = to_row(record, self._clock().isoformat())
+
+        def work(connection: sqlite3.Connection) -> int:
             connection.execute("BEGIN IMMEDIATE")
             try:
-                connection.execute(
-                    f"INSERT INTO converge_runs ({COLUMNS}, record, checkpoint) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
-                    "stop_reason = excluded.stop_reason, detail = excluded.detail, "
-                    "cycles = excluded.cycles, fact_count = excluded.fact_count, "
-                    "merkle_root = excluded.merkle_root, saved_at = excluded.saved_at, "
-                    "name = excluded.name, record = excluded.record, "
-                    "checkpoint = excluded.checkpoint",
-                    row,
-                )
+                version = _write(connection, record.run_id, row, expected_version)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
                 raise
+            return version
 
-        await self._run(work)
+        return await self._run(work)
 
     async def load(self, run_id: str, /) -> RunRecord:
-        """The stored record.
+        """The stored record, with its `version`.
 
         Raises:
             RunNotFoundError: No run has this id.
+            StoreError: The stored record is invalid or belongs to another run.
         """
 
-        def work(connection: sqlite3.Connection) -> str | None:
+        def work(connection: sqlite3.Connection) -> tuple[object, ...] | None:
             row = connection.execute(
-                "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
+                "SELECT record, version FROM converge_runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else tuple(row)
 
-        text = await self._run(work)
-        if text is None:
+        row = await self._run(work)
+        if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}")
-        return RunRecord.model_validate_json(text)
+        return record_from(run_id, str(row[0]), int(str(row[1])))
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
         """The most recently saved runs first."""
@@ -177,3 +172,43 @@ class SqliteRunStore:
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}")
         text = row[0]
         return None if text is None else Checkpoint.model_validate_json(str(text))
+
+
+def upgrade(connection: sqlite3.Connection) -> int:
+    """Bring the schema up to `SCHEMA_VERSION` in place (inside the caller's transaction)."""
+    connection.execute(
+        "INSERT OR IGNORE INTO converge_meta VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
+    (text,) = connection.execute(
+        "SELECT value FROM converge_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    version = int(text)
+    while version in UPGRADES and version < SCHEMA_VERSION:
+        for statement in UPGRADES[version]:
+            connection.execute(statement)
+        version += 1
+        connection.execute(
+            "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)
+        )
+    return version
+
+
+def _write(
+    connection: sqlite3.Connection,
+    run_id: str,
+    row: tuple[object, ...],
+    expected: int | None,
+) -> int:
+    if expected is None:
+        written = connection.execute(UPSERT, row).fetchone()
+    elif expected == 0:
+        written = connection.execute(INSERT, row).fetchone()
+    else:
+        written = connection.execute(UPDATE, (*row, run_id, expected)).fetchone()
+    if written is None:
+        current = connection.execute(
+            "SELECT version FROM converge_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        raise StaleRecordError(run_id, expected or 0, None if current is None else current[0])
+    return int(written[0])

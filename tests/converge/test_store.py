@@ -21,6 +21,7 @@ from converge import (
     RunRecord,
     RunStore,
     SqliteRunStore,
+    StaleRecordError,
     StopReason,
     StoreError,
     verify,
@@ -64,12 +65,55 @@ def store(store_target: tuple[str, str]) -> RunStore:
 
 async def test_store_saves_and_loads_a_run(store: RunStore) -> None:
     result = await Engine().run(inputs=[seed("a"), seed("b")])
-    await store.save(RunRecord.of(result))
+    assert await store.save(RunRecord.of(result)) == 1
     loaded = await store.load(result.run_id)
-    assert loaded == RunRecord.of(result)
+    assert loaded.version == 1
+    assert loaded == RunRecord.of(result).model_copy(update={"version": 1})
     context = loaded.restore_context()
     assert context.merkle_root() == result.integrity.merkle_root
     assert verify(context, loaded.integrity)
+
+
+async def test_every_save_bumps_the_version_and_a_stale_save_changes_nothing(
+    store: RunStore,
+) -> None:
+    result = await Engine().run(inputs=[seed("a")])
+    record = RunRecord.of(result)
+    assert await store.save(record, expected_version=0) == 1
+    with pytest.raises(StaleRecordError, match="since version 0 \\(now at version 1\\)"):
+        await store.save(record, expected_version=0)
+    assert await store.save(record, expected_version=1) == 2
+    assert await store.save(record) == 3
+    other = RunRecord.of(await Engine().run(inputs=[seed("b")]))
+    other = other.model_copy(update={"run_id": result.run_id})
+    with pytest.raises(StaleRecordError) as caught:
+        await store.save(other, expected_version=2)
+    assert caught.value.current == 3
+    loaded = await store.load(result.run_id)
+    assert (loaded.version, loaded.integrity) == (3, record.integrity)
+
+
+async def test_a_record_pasted_into_another_runs_row_is_refused(store: RunStore) -> None:
+    first = RunRecord.of(await Engine().run(inputs=[seed("a")]))
+    second = RunRecord.of(await Engine().run(inputs=[seed("b")]))
+    await store.save(first)
+    await store.save(second)
+    await _paste_record(store, first, into=second.run_id)
+    with pytest.raises(StoreError, match=f"row of run {second.run_id} holds the record of run"):
+        await store.load(second.run_id)
+
+
+async def _paste_record(store: RunStore, record: RunRecord, *, into: str) -> None:
+    """What an attacker with write access to the table does."""
+    body = record.model_dump_json()
+    if isinstance(store, SqliteRunStore):
+        with sqlite3.connect(store.path) as connection:
+            connection.execute("UPDATE converge_runs SET record = ? WHERE run_id = ?", (body, into))
+        return
+    import psycopg
+
+    with psycopg.connect(os.environ["DATABASE_URL"]) as connection:
+        connection.execute("UPDATE converge_runs SET record = %s WHERE run_id = %s", (body, into))
 
 
 async def test_store_load_of_an_unknown_run_raises(store: RunStore) -> None:
@@ -193,7 +237,7 @@ async def test_sqlite_store_uses_wal_mode(tmp_path: Path) -> None:
 
 async def test_a_failing_store_raises_store_error_keeping_the_result() -> None:
     class Broken:
-        async def save(self, record: RunRecord, /) -> None:
+        async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
             raise OSError("disk full")
 
         async def load(self, run_id: str, /) -> RunRecord:
@@ -215,3 +259,32 @@ def test_postgres_store_without_psycopg_names_the_extra(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(ImportError, match=r"install the 'postgres' extra"):
         PostgresRunStore("postgresql://127.0.0.1:1/x")
+
+
+V1_FIXTURE = HERE / "fixtures" / "runs-v1.db"
+"""A store written by the first release (schema 1): a paused run and a converged one."""
+V1_PAUSED = "6c6dafdf267c4f59a40b17511c0b96a1"
+V1_CONVERGED = "12464ae26cc848e99c4f57b63ad90781"
+
+
+async def test_a_schema_1_store_is_upgraded_in_place_with_nothing_lost(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    path.write_bytes(V1_FIXTURE.read_bytes())
+    store = SqliteRunStore(path)
+    runs = {summary.run_id: summary for summary in await store.list_runs()}
+    assert set(runs) == {V1_PAUSED, V1_CONVERGED}
+    with sqlite3.connect(path) as connection:
+        (schema,) = connection.execute(
+            "SELECT value FROM converge_meta WHERE key = 'schema_version'"
+        ).fetchone()
+    assert schema == "2"
+    converged = await store.load(V1_CONVERGED)
+    assert converged.version == 1
+    assert verify(converged.restore_context(), converged.integrity)
+    paused = await store.load(V1_PAUSED)
+    assert paused.checkpoint is not None
+    [gate] = paused.checkpoint.pending
+    decision = GateDecision.approve(gate.gate_id, by="ok")
+    result = await build_engine().resume(paused.checkpoint, [decision])
+    assert result.stop_reason is StopReason.CONVERGED
+    assert await store.save(RunRecord.of(result), expected_version=paused.version) == 2
