@@ -14,13 +14,19 @@ from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._events import EngineEvent, Observer
-from ._exceptions import ConfigurationError, ReplayError, StoreError
+from ._exceptions import (
+    ConfigurationError,
+    InvalidResumeError,
+    ReplayError,
+    StaleRecordError,
+    StoreError,
+)
 from ._executor import ErrorMode
 from ._gate import PromotionPolicy
 from ._hitl import GateDecision, HitlPolicy
 from ._invariant import Invariant
 from ._merge import ConflictMode
-from ._pause import resume_state
+from ._pause import current_version, resume_state
 from ._proposal import ProposedFact
 from ._registry import Registry
 from ._replay import RecordedEffects
@@ -222,13 +228,17 @@ class Engine:
         """Where runs are saved, if anywhere."""
         return self._store
 
-    async def _save(self, result: ConvergeResult) -> ConvergeResult:
+    async def _save(self, result: ConvergeResult, expected_version: int = 0) -> ConvergeResult:
         store = self._store
         if store is None:
             return result
+        record = RunRecord.of(result, key=self._config.signing_key)
         try:
             with anyio.CancelScope(shield=True):
-                await store.save(RunRecord.of(result))
+                await store.save(record, expected_version=expected_version)
+        except StaleRecordError as error:
+            error.result = result
+            raise
         except Exception as error:
             raise StoreError(
                 f"run {result.run_id} ({result.stop_reason.value}) could not be saved: "
@@ -238,7 +248,11 @@ class Engine:
         return result
 
     async def resume(
-        self, checkpoint: Checkpoint, decisions: Iterable[GateDecision] = ()
+        self,
+        checkpoint: Checkpoint,
+        decisions: Iterable[GateDecision] = (),
+        *,
+        run_id: str | None = None,
     ) -> ConvergeResult:
         """Apply human decisions to a paused run and continue it where it stopped.
 
@@ -248,12 +262,26 @@ class Engine:
         cannot be proposed again in this run. The clock, spent budgets and the rejected set
         carry over.
 
+        With a store, a checkpoint is usable once: a checkpoint that is not the stored run's
+        current one (the run was resumed or saved since) is refused, and the result is saved
+        only if nobody saved the run in between, so of two concurrent resumes one wins. Without
+        a store, a checkpoint is a value: each resume of it is its own continuation. Pass
+        `run_id` to have the checkpoint checked to be that run's.
+
         Raises:
             InvalidCheckpointError: A fact, the Merkle root or the signature does not verify.
-            InvalidResumeError: The decisions do not fit the pending gates, or this engine's
-                registrations differ from the paused run's; nothing changes.
+            InvalidResumeError: The checkpoint is another run's, already used, or no longer the
+                stored run's; the decisions do not fit the pending gates; or this engine's
+                registrations differ from the paused run's. Nothing changes.
+            StaleRecordError: Someone saved the run while this resume ran; nothing was saved
+                (`error.result` keeps this resume's result).
             StoreError: The engine has a store and saving failed (`error.result` keeps the run).
         """
+        if run_id is not None and checkpoint.run_id != run_id:
+            raise InvalidResumeError(
+                f"the checkpoint is of run {checkpoint.run_id}, not of run {run_id}"
+            )
+        expected = await current_version(self._store, checkpoint)
         view = self._registry.view()
         state, chosen = resume_state(
             checkpoint,
@@ -264,7 +292,7 @@ class Engine:
             hitl=self._config.hitl,
         )
         loop = RunLoop(self._config, view, state)
-        return await self._save(await loop.resume(checkpoint.pending, chosen))
+        return await self._save(await loop.resume(checkpoint.pending, chosen), expected)
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None

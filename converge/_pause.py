@@ -11,13 +11,21 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
-from ._exceptions import InvalidCheckpointError, InvalidResumeError
+from ._exceptions import InvalidCheckpointError, InvalidResumeError, RunNotFoundError
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._key import ContextKey, in_key_order
 from ._signature import signature_matches, signature_of
 from ._state import RunState
+from ._store import RunStore
 
-__all__ = ["checkpoint_of", "decide_gates", "resume_state", "sign", "verify_signature"]
+__all__ = [
+    "checkpoint_of",
+    "current_version",
+    "decide_gates",
+    "resume_state",
+    "sign",
+    "verify_signature",
+]
 
 Fingerprint = tuple[tuple[str, ...], tuple[str, ...]]
 """`(registrations, invariants)` as a checkpoint records them."""
@@ -193,3 +201,32 @@ def decide_gates(
     if missing:
         raise InvalidResumeError(f"run {checkpoint.run_id}: no decision for gates {missing}")
     return tuple(chosen)
+
+
+async def current_version(store: RunStore | None, checkpoint: Checkpoint) -> int:
+    """The stored version a resume of `checkpoint` must find unchanged when it saves.
+
+    0 when there is no store or the run was never saved there.
+
+    Raises:
+        InvalidResumeError: The store holds the run, but `checkpoint` is not its current one:
+            the run was resumed or saved since.
+    """
+    if store is None:
+        return 0
+    try:
+        record = await store.load(checkpoint.run_id)
+    except RunNotFoundError:
+        return 0
+    if record.checkpoint != checkpoint:
+        decided = ", ".join(
+            f"{d.by} ({'approved' if d.approved else 'rejected'} {d.gate_id})"
+            for d in record.trace.decisions
+        )
+        raise InvalidResumeError(
+            f"run {checkpoint.run_id} has moved on since this checkpoint "
+            f"(now {record.stop_reason.value}"
+            + (f", decided by {decided}" if decided else "")
+            + "); a checkpoint is usable once"
+        )
+    return record.version

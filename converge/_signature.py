@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from ._canonical import canonical_json
 
-__all__ = ["signature_of", "signature_matches"]
+__all__ = ["signature_matches", "signature_of"]
 
 
 def signature_of(model: BaseModel, key: bytes) -> str:

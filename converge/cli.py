@@ -9,7 +9,8 @@ converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
 ```
 
 Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
-was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed.
+was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed; 8 someone
+else decided or saved the run first (nothing was saved).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TextIO
 
 import anyio
 
+from ._cli_records import STALE, decided_by, formation_locator, paused_checkpoint, signing_key
 from ._cli_support import (
     EXIT_CODES,
     CliError,
@@ -34,7 +36,13 @@ from ._cli_support import (
     open_store,
     summary_lines,
 )
-from ._exceptions import ConvergeError, ReplayError, RunNotFoundError, StoreError
+from ._exceptions import (
+    ConvergeError,
+    ReplayError,
+    RunNotFoundError,
+    StaleRecordError,
+    StoreError,
+)
 from ._formation import EngineOptions, Formation
 from ._hitl import GateDecision
 from ._integrity import verify
@@ -82,10 +90,17 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--by", required=True, help="who decides")
     resume.add_argument("--reason", help="why, for rejections")
     resume.add_argument("--json", action="store_true", help="print the run record as JSON")
+    resume.add_argument(
+        "--formation", help="the formation to load (default: the one the stored run names)"
+    )
     commands.add_parser("verify", help="check a run's facts against its proof").add_argument(
         "target", metavar="RUN_ID|FILE"
     )
-    commands.add_parser("replay", help="re-merge a run's recorded effects").add_argument("run_id")
+    replay = commands.add_parser("replay", help="re-merge a run's recorded effects")
+    replay.add_argument("run_id")
+    replay.add_argument(
+        "--formation", help="the formation to load (default: the one the stored run names)"
+    )
     report = commands.add_parser("report", help="write a run's HTML report")
     report.add_argument("run_id")
     report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
@@ -161,10 +176,12 @@ async def _finish(
     locator: str,
     args: argparse.Namespace,
     out: TextIO,
+    *,
+    expected_version: int = 0,
 ) -> int:
     store, label = open_store(args.store)
-    record = RunRecord.of(result, name=formation.name, formation=locate(locator))
-    await store.save(record)
+    record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
+    await store.save(record, expected_version=expected_version)
     report = _write_report(record, _report_path(label, result.run_id))
     if args.json:
         out.write(record.model_dump_json(indent=2) + "\n")
@@ -254,10 +271,14 @@ async def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
-    if not record.pending:
-        out.write(f"run {record.run_id} is not waiting for anyone ({record.stop_reason.value})\n")
+    if record.checkpoint is None:
+        out.write(
+            f"run {record.run_id} is not waiting for anyone "
+            f"({record.stop_reason.value}){decided_by(record)}\n"
+        )
         return 0
-    for gate in record.pending:
+    checkpoint = paused_checkpoint(record, args.run_id, signing_key())
+    for gate in checkpoint.pending:
         proposal = gate.proposal
         deadline = gate.deadline.isoformat() if gate.deadline else "none"
         out.write(
@@ -269,24 +290,27 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
             f"  payload    {proposal.payload if proposal.payload is not None else 'none'}\n"
             f"  deadline   {deadline}\n"
         )
-    gates = " ".join(gate.gate_id for gate in record.pending)
+    gates = " ".join(gate.gate_id for gate in checkpoint.pending)
     out.write(f"decide with: converge resume {record.run_id} --approve {gates} --by NAME\n")
     return EXIT_CODES[record.stop_reason]
 
 
 async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     store, record = await _load(args, args.run_id)
-    checkpoint = await store.load_checkpoint(args.run_id)
-    if checkpoint is None:
-        raise CliError(f"run {args.run_id} is not paused ({record.stop_reason.value})")
-    if record.formation is None:
-        raise CliError(f"run {args.run_id} does not say which formation it came from")
-    formation = load_formation(record.formation)
+    key = signing_key()
+    checkpoint = paused_checkpoint(record, args.run_id, key)
+    locator = formation_locator(record, args.formation, key, sys.stderr)
+    formation = load_formation(locator)
     decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
     decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
     engine = formation.engine(**_engine_options(args, formation, out))
-    result = await engine.resume(checkpoint, decisions)
-    return await _finish(result, formation, record.formation, args, out)
+    result = await engine.resume(checkpoint, decisions, run_id=args.run_id)
+    try:
+        return await _finish(result, formation, locator, args, out, expected_version=record.version)
+    except StaleRecordError as error:
+        current = await store.load(args.run_id)
+        print(f"error: {error}{decided_by(current)}", file=sys.stderr)
+        return STALE
 
 
 async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
@@ -316,9 +340,8 @@ async def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
-    if record.formation is None:
-        raise CliError(f"run {args.run_id} does not say which formation it came from")
-    engine = load_formation(record.formation).engine()
+    locator = formation_locator(record, args.formation, signing_key(), sys.stderr)
+    engine = load_formation(locator).engine()
     try:
         replayed = await engine.replay(record.trace)
     except ReplayError as error:
@@ -340,6 +363,7 @@ async def _cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 async def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     _, label = open_store(args.store)
     _, record = await _load(args, args.run_id)
+    record.verify_signature(signing_key())
     path = Path(args.output) if args.output else _report_path(label, record.run_id)
     written = _write_report(record, path)
     if written is None:

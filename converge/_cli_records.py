@@ -1,0 +1,91 @@
+"""What the command line trusts in a stored run, and how it checks it before acting.
+
+A stored record is data anyone with write access to the store could have changed. With a
+signing key (`CONVERGE_SIGNING_KEY`) every record the CLI or an engine saves is signed and
+every record `review`, `resume`, `replay` and `report` act on is verified first. Without one,
+the record is only checked for consistency, and the CLI says so before it imports a
+formation the record names.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final, TextIO
+
+from ._checkpoint import Checkpoint
+from ._cli_support import CliError
+from ._stop import StopReason
+from ._store import RunRecord
+
+__all__ = ["STALE", "decided_by", "formation_locator", "paused_checkpoint", "signing_key"]
+
+STALE: Final = 8
+"""Exit status when someone else saved the run first (a decision would have been lost)."""
+
+
+def signing_key() -> bytes | None:
+    """`CONVERGE_SIGNING_KEY`, when set."""
+    key = os.environ.get("CONVERGE_SIGNING_KEY")
+    return key.encode() if key else None
+
+
+def decided_by(record: RunRecord) -> str:
+    """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
+    decisions = record.trace.decisions
+    if not decisions:
+        return ""
+    said = "; ".join(
+        f"{decision.by}: {'approved' if decision.approved else 'rejected'} {decision.gate_id}"
+        for decision in decisions
+    )
+    return f" (decided by {said})"
+
+
+def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Checkpoint:
+    """The checkpoint a reviewer sees and `resume` applies, checked to be this run's, now.
+
+    Raises:
+        CliError: The run is not paused, or its record or checkpoint is another run's.
+        StoreError: With a key, the record is unsigned or its signature does not match.
+    """
+    record.verify_signature(key)
+    if record.run_id != run_id:
+        raise CliError(f"the stored record of run {run_id} is the record of run {record.run_id}")
+    checkpoint = record.checkpoint
+    if checkpoint is None or record.stop_reason is not StopReason.AWAITING_HUMAN:
+        raise CliError(
+            f"run {run_id} is not waiting for a decision "
+            f"({record.stop_reason.value}){decided_by(record)}"
+        )
+    if checkpoint.run_id != run_id or checkpoint.merkle_root != record.integrity.merkle_root:
+        raise CliError(
+            f"run {run_id}: its checkpoint does not belong to this run as stored "
+            f"(run {checkpoint.run_id}, root {checkpoint.merkle_root[:12]})"
+        )
+    return checkpoint
+
+
+def formation_locator(record: RunRecord, given: str | None, key: bytes | None, err: TextIO) -> str:
+    """The formation to import for `record`: `given` on the command line, or the record's.
+
+    The record's own locator is used only when the record is authenticated (a key is set and
+    its signature verified), or after saying on `err` that an unauthenticated record names it.
+
+    Raises:
+        CliError: Neither the command line nor the record names a formation.
+    """
+    if given is not None:
+        return given
+    if record.formation is None:
+        raise CliError(
+            f"run {record.run_id} does not say which formation it came from",
+            "pass --formation FILE_OR_MODULE",
+        )
+    record.verify_signature(key)
+    if key is None:
+        err.write(
+            f"note: importing formation {record.formation!r} named by the stored record of run "
+            f"{record.run_id}; records are not authenticated without CONVERGE_SIGNING_KEY "
+            "(pass --formation to choose the formation yourself)\n"
+        )
+    return record.formation
