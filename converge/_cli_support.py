@@ -1,15 +1,27 @@
-"""What the `converge` command needs besides argument parsing: loading, stores, output."""
+"""What the `converge` command needs besides argument parsing: loading, stores, output.
+
+Everything the command prints that it did not write itself (a model's text, a stored
+record, an exception's message, a path) goes through `visible` first, so that no control
+sequence reaches the terminal.
+"""
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib
 import importlib.util
+import io
 import os
+import re
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, TextIO, final
+from typing import Final, NoReturn, TextIO, TypeVar, final
+
+from pydantic import ValidationError
 
 from ._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, ProposalRejected
 from ._formation import Formation
@@ -21,13 +33,23 @@ from .stores import PostgresRunStore, SqliteRunStore
 __all__ = [
     "DEFAULT_STORE",
     "EXIT_CODES",
+    "INTERRUPTED",
     "CliError",
     "Progress",
+    "UsageParser",
+    "VisibleLines",
+    "error_text",
+    "json_visible",
     "load_formation",
     "locate",
     "open_store",
+    "report_path",
     "summary_lines",
+    "visible",
+    "who",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_STORE: Final = Path(".converge") / "runs.db"
 
@@ -42,6 +64,105 @@ EXIT_CODES: Final[dict[StopReason, int]] = {
     StopReason.AWAITING_HUMAN: 6,
 }
 """Exit status per stop reason; 1 is an error, 2 a usage error, 7 a failed verify/replay."""
+
+INTERRUPTED: Final = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+
+_SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SUSPECT: Final = re.compile(r"[^\x20-\x7e]")
+_HIDDEN: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Controls (C0, DEL, C1), format characters (bidi controls, zero-width characters, BOM,
+tags), surrogates, and the line and paragraph separators."""
+
+
+def _hidden(char: str) -> bool:
+    return ord(char) < 0xA0 or unicodedata.category(char) in _HIDDEN
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if not _hidden(char):
+        return char
+    code = ord(char)
+    if char in _SHORT:
+        return _SHORT[char]
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: object) -> str:
+    """`str(text)` with every control or invisible character written as an escape.
+
+    C0 controls (newline and tab included), DEL, C1 controls, bidi controls, zero-width
+    characters and other format characters become `\\n`, `\\r`, `\\t`, `\\x1b`, `\\x9b`,
+    `\\u202e` and so on; everything else, other scripts and emoji included, is kept.
+    """
+    return _SUSPECT.sub(_escape, str(text))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if not _hidden(char):
+        return char
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def json_visible(text: str) -> str:
+    """JSON `text` with the characters `visible` escapes written as `\\uXXXX` (same value).
+
+    JSON already escapes C0 controls; DEL, C1 controls and invisible characters can only
+    occur inside its strings, where `\\uXXXX` means the same character.
+    """
+    return re.sub(r"[^\x00-\x7e]", _json_escape, text)
+
+
+def error_text(error: BaseException) -> str:
+    """What `error` says, on one line: a pydantic `ValidationError` summarised, made visible."""
+    if isinstance(error, ValidationError):
+        count = error.error_count()
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        noun = "validation error" if count == 1 else "validation errors"
+        return visible(f"{count} {noun}; first: {f'{where}: ' if where else ''}{first['msg']}")
+    return visible(str(error).strip())
+
+
+@final
+class VisibleLines(io.StringIO):
+    """A stream for one-line messages: each write goes to `target` made visible.
+
+    A final newline is kept as the end of the line; any other is escaped.
+    """
+
+    def __init__(self, target: TextIO) -> None:
+        super().__init__()
+        self._target = target
+
+    def write(self, s: str, /) -> int:
+        body, end = (s[:-1], "\n") if s.endswith("\n") else (s, "")
+        self._target.write(visible(body) + end)
+        return len(s)
+
+
+class UsageParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (made visible) and a hint."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print `PROG: error: MESSAGE` and a hint naming `--help`; exit with status 2."""
+        hint = f"`{self.prog} --help` shows the usage"
+        self.exit(2, f"{self.prog}: error: {visible(message)}\nhint: {hint}\n")
+
+
+def who(value: str) -> str:
+    """The `--by` argument: who decides; not empty and not only blanks (an argparse type)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must name who decides (it is empty or blank)")
+    return value
 
 
 class CliError(Exception):
@@ -74,12 +195,13 @@ def load_formation(locator: str) -> Formation:
             raise CliError(f"cannot load {locator} as Python")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        loader = spec.loader
+        _loading(locator, lambda: loader.exec_module(module))
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:  # as `python -m` would
             sys.path.insert(0, os.getcwd())
         try:
-            module = importlib.import_module(locator)
+            module = _loading(locator, lambda: importlib.import_module(locator))
         except ModuleNotFoundError as error:
             raise CliError(
                 f"cannot import {locator!r}: {error}",
@@ -94,12 +216,54 @@ def load_formation(locator: str) -> Formation:
     return formation
 
 
-def open_store(option: str | None) -> tuple[RunStore, str]:
-    """The store named by `--store`, `CONVERGE_STORE`, or the default SQLite file."""
+def _loading(locator: str, load: Callable[[], T]) -> T:
+    """`load()`, with a formation that calls `sys.exit` while it loads reported as an error."""
+    try:
+        return load()
+    except SystemExit as leaving:
+        code = leaving.code
+        status = 0 if code is None else code if isinstance(code, int) else 1
+        said = "" if code is None or isinstance(code, int) else f": {code}"
+        raise CliError(
+            f"formation {locator} exited with status {status} while loading{said}"
+        ) from None
+
+
+def open_store(option: str | None, *, read_only: bool = False) -> tuple[RunStore, str]:
+    """The store named by `--store`, `CONVERGE_STORE`, or the default SQLite file.
+
+    `read_only` opens a SQLite file read-only (it must exist; nothing is created or written).
+    """
     target = option or os.environ.get("CONVERGE_STORE") or str(DEFAULT_STORE)
     if target.startswith(("postgresql://", "postgres://")):
         return PostgresRunStore(target), "PostgreSQL store"
-    return SqliteRunStore(target), target
+    return SqliteRunStore(target, read_only=read_only), target
+
+
+_UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9._-]")
+_MAX_NAME: Final = 100
+
+
+def report_path(store_label: str, run_id: str) -> Path:
+    """Where the report of `run_id` goes: `reports/NAME.html` beside the store file.
+
+    NAME keeps the run id when it is only letters, digits, `.`, `_` and `-` (not first `.`),
+    up to 100 characters; otherwise the other characters become `_`, and a digest of the
+    run id is added so that two run ids never share a report.
+
+    Raises:
+        CliError: The file would not be inside the reports folder (a symlink points out).
+    """
+    store = Path(store_label)
+    folder = (store.parent if store_label.endswith(".db") else Path(".converge")) / "reports"
+    name = _UNSAFE_NAME.sub("_", run_id).lstrip(".")[:_MAX_NAME]
+    if name != run_id:
+        digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        name = f"{name}-{digest}" if name else f"run-{digest}"
+    path = folder / f"{name}.html"
+    if path.resolve().parent != folder.resolve():
+        raise CliError(f"the report of run {run_id} would be written outside {folder}")
+    return path
 
 
 def _counts(keys: dict[ContextKey, int]) -> str:
@@ -140,20 +304,22 @@ class Progress:
 
 
 def summary_lines(record: RunRecord) -> list[str]:
-    """The end-of-run summary."""
+    """The end-of-run summary, its values made visible."""
     by_key: dict[str, int] = {}
     for fact in record.facts:
         by_key[fact.key.value] = by_key.get(fact.key.value, 0) + 1
     lines = [
-        f"stop reason  {record.stop_reason.value} ({record.detail})",
+        f"stop reason  {record.stop_reason.value} ({visible(record.detail)})",
         f"cycles       {record.cycles}",
         f"facts        {len(record.facts)}"
         + (f" ({', '.join(f'{k} {n}' for k, n in by_key.items())})" if by_key else ""),
         f"rejections   {len(record.rejections)}",
         f"tokens       {record.tokens}",
-        f"merkle root  {record.integrity.merkle_root}",
+        f"merkle root  {visible(record.integrity.merkle_root)}",
     ]
     if record.pending:
         lines.append(f"pending      {len(record.pending)} gate(s) awaiting a human:")
-        lines.extend(f"  {gate.gate_id}: {gate.summary}" for gate in record.pending)
+        lines.extend(
+            f"  {visible(gate.gate_id)}: {visible(gate.summary)}" for gate in record.pending
+        )
     return lines

@@ -10,7 +10,11 @@ converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
 
 Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
 was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed; 8 someone
-else decided or saved the run first (nothing was saved).
+else decided or saved the run first (nothing was saved); 130 interrupted.
+
+Everything printed that the command did not write itself (model output, stored records,
+exception messages) has its control characters escaped (`_cli_support.visible`), and
+every error is one line.
 """
 
 from __future__ import annotations
@@ -25,16 +29,25 @@ from pathlib import Path
 from typing import TextIO
 
 import anyio
+from pydantic import ValidationError
 
 from ._cli_records import STALE, decided_by, formation_locator, paused_checkpoint, signing_key
 from ._cli_support import (
     EXIT_CODES,
+    INTERRUPTED,
     CliError,
     Progress,
+    UsageParser,
+    VisibleLines,
+    error_text,
+    json_visible,
     load_formation,
     locate,
     open_store,
+    report_path,
     summary_lines,
+    visible,
+    who,
 )
 from ._exceptions import (
     ConvergeError,
@@ -57,7 +70,7 @@ VERIFY_FAILED = 7
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="converge",
         description="Run converge formations; review, verify, replay and report stored runs.",
     )
@@ -87,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("run_id")
     resume.add_argument("--approve", nargs="*", default=[], metavar="GATE")
     resume.add_argument("--reject", nargs="*", default=[], metavar="GATE")
-    resume.add_argument("--by", required=True, help="who decides")
+    resume.add_argument("--by", required=True, type=who, help="who decides")
     resume.add_argument("--reason", help="why, for rejections")
     resume.add_argument("--json", action="store_true", help="print the run record as JSON")
     resume.add_argument(
@@ -119,24 +132,32 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     command: Callable[[argparse.Namespace, TextIO], Awaitable[int]] = _COMMANDS[args.command]
     try:
         return anyio.run(command, args, stream)
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
     except CliError as error:
-        return _fail(str(error), error.hint, args.debug)
+        return _fail(error_text(error), error.hint, args.debug)
     except RunNotFoundError as error:
-        return _fail(str(error), "`converge runs` lists the stored runs", args.debug)
+        return _fail(error_text(error), "`converge runs` lists the stored runs", args.debug)
     except ConvergeError as error:
-        return _fail(f"{type(error).__name__}: {error}", None, args.debug)
+        return _fail(f"{type(error).__name__}: {error_text(error)}", None, args.debug)
     except Exception as error:
         return _fail(
-            f"{type(error).__name__}: {error}", "rerun with --debug for a traceback", args.debug
+            f"{type(error).__name__}: {error_text(error)}",
+            "rerun with --debug for a traceback",
+            args.debug,
         )
 
 
 def _fail(message: str, hint: str | None, debug: bool) -> int:
+    """Report an error: one line (`message` is already visible), and a hint line."""
     if debug:
         traceback.print_exc()
     print(f"error: {message}", file=sys.stderr)
     if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+        print(f"hint: {visible(hint)}", file=sys.stderr)
     return 1
 
 
@@ -152,11 +173,6 @@ def _engine_options(args: argparse.Namespace, formation: Formation, out: TextIO)
     if key:
         options["signing_key"] = key
     return options
-
-
-def _report_path(store_label: str, run_id: str) -> Path:
-    folder = Path(store_label).parent if store_label.endswith(".db") else Path(".converge")
-    return folder / "reports" / f"{run_id}.html"
 
 
 def _write_report(record: RunRecord, path: Path) -> Path | None:
@@ -182,19 +198,20 @@ async def _finish(
     store, label = open_store(args.store)
     record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
     await store.save(record, expected_version=expected_version)
-    report = _write_report(record, _report_path(label, result.run_id))
+    report = _write_report(record, report_path(label, result.run_id))
     if args.json:
-        out.write(record.model_dump_json(indent=2) + "\n")
+        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
         return EXIT_CODES[result.stop_reason]
+    run_id = visible(result.run_id)
     out.write("\n".join(summary_lines(record)) + "\n")
-    out.write(f"saved run    {result.run_id} to {label}\n")
+    out.write(f"saved run    {run_id} to {visible(label)}\n")
     if report is not None:
-        out.write(f"report       {report}\n")
+        out.write(f"report       {visible(report)}\n")
     if record.pending:
-        gates = " ".join(gate.gate_id for gate in record.pending)
+        gates = " ".join(visible(gate.gate_id) for gate in record.pending)
         out.write(
-            f"next         converge review {result.run_id}\n"
-            f"             converge resume {result.run_id} --approve {gates} --by NAME\n"
+            f"next         converge review {run_id}\n"
+            f"             converge resume {run_id} --approve {gates} --by NAME\n"
         )
     return EXIT_CODES[result.stop_reason]
 
@@ -203,8 +220,9 @@ async def _run_formation(locator: str, args: argparse.Namespace, out: TextIO) ->
     formation = load_formation(locator)
     engine = formation.engine(**_engine_options(args, formation, out))
     if not args.json:
-        out.write(f"converge: running {formation.name}")
-        out.write(f" ({formation.description})\n" if formation.description else "\n")
+        out.write(f"converge: running {visible(formation.name)}")
+        description = formation.description
+        out.write(f" ({visible(description)})\n" if description else "\n")
     result = await engine.run(inputs=formation.inputs)
     return await _finish(result, formation, locator, args, out)
 
@@ -223,29 +241,32 @@ async def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     return await _run_formation(f"{DEMO_PACKAGE}.{args.name}", args, out)
 
 
-async def _load(args: argparse.Namespace, run_id: str) -> tuple[RunStore, RunRecord]:
-    store, _ = open_store(args.store)
+async def _load(
+    args: argparse.Namespace, run_id: str, *, read_only: bool = True
+) -> tuple[RunStore, RunRecord]:
+    store, _ = open_store(args.store, read_only=read_only)
     return store, await store.load(run_id)
 
 
 async def _cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
-    store, label = open_store(args.store)
+    store, label = open_store(args.store, read_only=True)
     runs = await store.list_runs(limit=args.limit)
     if not runs:
-        out.write(f"no runs in {label}\n")
+        out.write(f"no runs in {visible(label)}\n")
         return 0
     for run in runs:
         out.write(
-            f"{run.run_id}  {run.saved_at.isoformat(timespec='seconds')}  "
+            f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
             f"{run.stop_reason.value:<22} "
-            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {run.name or ''}\n"
+            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
         )
     return 0
 
 
 async def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
-    out.write(f"run {record.run_id}" + (f" ({record.name})" if record.name else "") + "\n")
+    name = f" ({visible(record.name)})" if record.name else ""
+    out.write(f"run {visible(record.run_id)}{name}\n")
     out.write("\n".join(summary_lines(record)) + "\n")
     key = None
     for fact in record.facts:
@@ -253,18 +274,19 @@ async def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             key = fact.key
             out.write(f"\n{key.value}:\n")
         promotion = fact.promotion
-        approved = f", approved by {promotion.approved_by}" if promotion.approved_by else ""
+        by = promotion.approved_by
+        approved = f", approved by {visible(by)}" if by else ""
         out.write(
-            f"  {fact.id}: {fact.content}\n"
-            f"    by {fact.provenance}, confidence {fact.confidence}, cycle {promotion.cycle}, "
-            f"gate {promotion.gate}{approved}\n"
+            f"  {visible(fact.id)}: {visible(fact.content)}\n"
+            f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
+            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{approved}\n"
         )
     if record.rejections:
         out.write("\nrejections:\n")
         for rejection in record.rejections:
             out.write(
-                f"  {rejection.proposal.ref} from {rejection.suggestor} "
-                f"(cycle {rejection.cycle}): {rejection.reason}\n"
+                f"  {visible(rejection.proposal.ref)} from {visible(rejection.suggestor)} "
+                f"(cycle {rejection.cycle}): {visible(rejection.reason)}\n"
             )
     return 0
 
@@ -273,33 +295,35 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
     if record.checkpoint is None:
         out.write(
-            f"run {record.run_id} is not waiting for anyone "
-            f"({record.stop_reason.value}){decided_by(record)}\n"
+            f"run {visible(record.run_id)} is not waiting for anyone "
+            f"({record.stop_reason.value}){visible(decided_by(record))}\n"
         )
         return 0
     checkpoint = paused_checkpoint(record, args.run_id, signing_key())
     for gate in checkpoint.pending:
         proposal = gate.proposal
         deadline = gate.deadline.isoformat() if gate.deadline else "none"
+        payload = proposal.payload
         out.write(
-            f"gate {gate.gate_id}\n"
-            f"  proposal   {proposal.ref}: {gate.summary}\n"
-            f"  from       {gate.suggestor} (cycle {gate.cycle}), "
+            f"gate {visible(gate.gate_id)}\n"
+            f"  proposal   {visible(proposal.ref)}: {visible(gate.summary)}\n"
+            f"  from       {visible(gate.suggestor)} (cycle {gate.cycle}), "
             f"confidence {proposal.confidence}\n"
-            f"  evidence   {', '.join(proposal.evidence) or 'none'}\n"
-            f"  payload    {proposal.payload if proposal.payload is not None else 'none'}\n"
+            f"  evidence   {visible(', '.join(proposal.evidence) or 'none')}\n"
+            f"  payload    {visible(payload if payload is not None else 'none')}\n"
             f"  deadline   {deadline}\n"
         )
-    gates = " ".join(gate.gate_id for gate in checkpoint.pending)
-    out.write(f"decide with: converge resume {record.run_id} --approve {gates} --by NAME\n")
+    gates = " ".join(visible(gate.gate_id) for gate in checkpoint.pending)
+    run_id = visible(record.run_id)
+    out.write(f"decide with: converge resume {run_id} --approve {gates} --by NAME\n")
     return EXIT_CODES[record.stop_reason]
 
 
 async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
-    store, record = await _load(args, args.run_id)
+    store, record = await _load(args, args.run_id, read_only=False)
     key = signing_key()
     checkpoint = paused_checkpoint(record, args.run_id, key)
-    locator = formation_locator(record, args.formation, key, sys.stderr)
+    locator = formation_locator(record, args.formation, key, VisibleLines(sys.stderr))
     formation = load_formation(locator)
     decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
     decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
@@ -309,14 +333,17 @@ async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         return await _finish(result, formation, locator, args, out, expected_version=record.version)
     except StaleRecordError as error:
         current = await store.load(args.run_id)
-        print(f"error: {error}{decided_by(current)}", file=sys.stderr)
+        print(f"error: {visible(f'{error}{decided_by(current)}')}", file=sys.stderr)
         return STALE
 
 
 async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
     path = anyio.Path(target)
     if await path.is_file():
-        return RunRecord.model_validate_json(await path.read_text(encoding="utf-8"))
+        try:
+            return RunRecord.model_validate_json(await path.read_text(encoding="utf-8"))
+        except ValidationError as error:
+            raise CliError(f"{target} is not a run record: {error_text(error)}") from None
     return (await _load(args, target))[1]
 
 
@@ -325,50 +352,50 @@ async def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     try:
         context = record.restore_context()
     except StoreError as error:
-        out.write(f"FAILED: {error}\n")
+        out.write(f"FAILED: {error_text(error)}\n")
         return VERIFY_FAILED
     if not verify(context, record.integrity):
-        out.write(f"FAILED: run {record.run_id} does not match its integrity proof\n")
+        out.write(f"FAILED: run {visible(record.run_id)} does not match its integrity proof\n")
         return VERIFY_FAILED
     proof = record.integrity
     out.write(
-        f"verified: run {record.run_id}, {proof.fact_count} facts, clock {proof.clock}, "
-        f"root {proof.merkle_root}\n"
+        f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
+        f"clock {proof.clock}, root {visible(proof.merkle_root)}\n"
     )
     return 0
 
 
 async def _cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
-    locator = formation_locator(record, args.formation, signing_key(), sys.stderr)
+    locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
     engine = load_formation(locator).engine()
     try:
         replayed = await engine.replay(record.trace)
     except ReplayError as error:
-        out.write(f"FAILED: {error}\n")
+        out.write(f"FAILED: {error_text(error)}\n")
         return VERIFY_FAILED
     if replayed.integrity != record.integrity:
         out.write(
-            f"FAILED: replay gives root {replayed.integrity.merkle_root}, "
-            f"the run recorded {record.integrity.merkle_root}\n"
+            f"FAILED: replay gives root {visible(replayed.integrity.merkle_root)}, "
+            f"the run recorded {visible(record.integrity.merkle_root)}\n"
         )
         return VERIFY_FAILED
     out.write(
-        f"replayed: run {record.run_id}, {replayed.cycles} cycles, no suggestor called, "
-        f"same root {replayed.integrity.merkle_root}\n"
+        f"replayed: run {visible(record.run_id)}, {replayed.cycles} cycles, "
+        f"no suggestor called, same root {visible(replayed.integrity.merkle_root)}\n"
     )
     return 0
 
 
 async def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    _, label = open_store(args.store)
+    _, label = open_store(args.store, read_only=True)
     _, record = await _load(args, args.run_id)
     record.verify_signature(signing_key())
-    path = Path(args.output) if args.output else _report_path(label, record.run_id)
+    path = Path(args.output) if args.output else report_path(label, record.run_id)
     written = _write_report(record, path)
     if written is None:
         raise CliError("this converge has no HTML report module")
-    out.write(f"report written to {written}\n")
+    out.write(f"report written to {visible(written)}\n")
     return 0
 
 

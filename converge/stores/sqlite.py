@@ -2,7 +2,9 @@
 
 The standard library's `sqlite3` is imported on the first connection, not with this module,
 so importing converge does not load it. Every call opens its own connection in an anyio
-worker thread, and every save is one transaction.
+worker thread, and every save is one transaction. A read-only store opens the file with
+`mode=ro` (or, when WAL's `-shm` file is missing and cannot be created, `immutable=1`) and
+never creates or writes anything.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, Literal, TypeVar, final
 
 import anyio.to_thread
+from pydantic import ValidationError
 
 from .._checkpoint import Checkpoint
 from .._exceptions import RunNotFoundError, StaleRecordError, StoreError
@@ -32,26 +35,48 @@ class SqliteRunStore:
     """The embedded store: one SQLite file in WAL mode, safe for concurrent writers.
 
     Args:
-        path: The database file; its folder is created if needed.
+        path: The database file; its folder is created if needed (not when `read_only`).
         clock: Returns the aware `datetime` recorded as `saved_at` (default: now in UTC).
+        read_only: Only read an existing store: open the file with SQLite's `mode=ro`,
+            or, when the WAL's `-shm` file is missing and cannot be created (a read-only
+            folder), with `immutable=1`; never create the folder, the file or the tables,
+            never upgrade the schema; `save` raises `StoreError`. `list_runs` on a missing
+            file raises `StoreError` (`no store at PATH`), `load` and `load_checkpoint`
+            raise `RunNotFoundError`.
     """
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        read_only: bool = False,
+    ) -> None:
         self._path = Path(path)
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._read_only = read_only
         self._ready = False
+        self._uri: str | None = None
 
     def __repr__(self) -> str:
-        return f"SqliteRunStore({str(self._path)!r})"
+        flag = ", read_only=True" if self._read_only else ""
+        return f"SqliteRunStore({str(self._path)!r}{flag})"
 
     @property
     def path(self) -> Path:
         """The database file."""
         return self._path
 
+    @property
+    def read_only(self) -> bool:
+        """Whether the store only reads (see the class)."""
+        return self._read_only
+
     def _connect(self) -> sqlite3.Connection:
         import sqlite3
 
+        if self._read_only:
+            return self._connect_read_only()
         if not self._ready:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self._path, timeout=30.0, isolation_level=None)
@@ -90,6 +115,73 @@ class SqliteRunStore:
         connection.execute("PRAGMA synchronous = NORMAL")
         return connection
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        import sqlite3
+
+        if self._uri is not None:
+            return _open(self._uri)
+        if not self._path.is_file():
+            raise _NoStoreError(f"no store at {self._path}")
+        uri = f"{self._path.absolute().as_uri()}?mode=ro"
+        try:
+            connection = self._checked(_open(uri))
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorname != "SQLITE_CANTOPEN" or _shm(self._path).exists():
+                raise
+            # A WAL file needs its -shm file, missing here and not creatable (a read-only
+            # folder): read the file as it is, without the -shm file and the WAL.
+            uri += "&immutable=1"
+            connection = self._checked(_open(uri))
+        self._uri = uri
+        return connection
+
+    def _checked(self, connection: sqlite3.Connection) -> sqlite3.Connection:
+        """`connection`, once it reads a converge store of this schema version (else closed)."""
+        import sqlite3
+
+        try:
+            row = connection.execute(
+                "SELECT value FROM converge_meta WHERE key = 'schema_version'"
+            ).fetchone()
+        except sqlite3.OperationalError as error:
+            connection.close()
+            if error.sqlite_errorname != "SQLITE_ERROR":  # e.g. SQLITE_CANTOPEN
+                raise
+            raise StoreError(f"{self._path} is not a converge store ({error})") from None
+        except sqlite3.DatabaseError as error:
+            connection.close()
+            raise StoreError(f"{self._path} is not a converge store ({error})") from None
+        version = None if row is None else int(str(row[0]))
+        if version != SCHEMA_VERSION:
+            connection.close()
+            upgrade = (
+                " (read-only: opening it for writing upgrades it)" if version in UPGRADES else ""
+            )
+            raise StoreError(
+                f"{self._path} has schema version {version}; this converge reads version "
+                f"{SCHEMA_VERSION}{upgrade}"
+            )
+        return connection
+
+    async def _row(
+        self, run_id: str, column: Literal["record", "checkpoint"]
+    ) -> tuple[object, ...]:
+        """`column` and `version` of the row of `run_id`."""
+
+        def work(connection: sqlite3.Connection) -> tuple[object, ...] | None:
+            row = connection.execute(
+                f"SELECT {column}, version FROM converge_runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return None if row is None else tuple(row)
+
+        try:
+            row = await self._run(work)
+        except _NoStoreError:  # a read-only store that does not exist has no runs
+            row = None
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self._path}")
+        return row
+
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def task() -> T:
             connection = self._connect()
@@ -108,7 +200,10 @@ class SqliteRunStore:
 
         Raises:
             StaleRecordError: The run is not at `expected_version`; nothing was saved.
+            StoreError: The store is read-only; nothing was saved.
         """
+        if self._read_only:
+            raise StoreError(f"{self._path} is open read-only; run {record.run_id} not saved")
         row = to_row(record, self._clock().isoformat())
 
         def work(connection: sqlite3.Connection) -> int:
@@ -130,20 +225,15 @@ class SqliteRunStore:
             RunNotFoundError: No run has this id.
             StoreError: The stored record is invalid or belongs to another run.
         """
-
-        def work(connection: sqlite3.Connection) -> tuple[object, ...] | None:
-            row = connection.execute(
-                "SELECT record, version FROM converge_runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            return None if row is None else tuple(row)
-
-        row = await self._run(work)
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in {self._path}")
+        row = await self._row(run_id, "record")
         return record_from(run_id, str(row[0]), int(str(row[1])))
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
-        """The most recently saved runs first."""
+        """The most recently saved runs first.
+
+        Raises:
+            StoreError: The store is read-only and its file does not exist.
+        """
 
         def work(connection: sqlite3.Connection) -> list[tuple[object, ...]]:
             cursor = connection.execute(
@@ -152,26 +242,47 @@ class SqliteRunStore:
             )
             return [tuple(row) for row in cursor.fetchall()]
 
-        return tuple(to_summary(row) for row in await self._run(work))
+        try:
+            rows = await self._run(work)
+        except _NoStoreError as error:
+            raise StoreError(str(error)) from None
+        return tuple(to_summary(row) for row in rows)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.
 
         Raises:
             RunNotFoundError: No run has this id.
+            StoreError: The stored checkpoint is invalid.
         """
+        text = (await self._row(run_id, "checkpoint"))[0]
+        if text is None:
+            return None
+        try:
+            return Checkpoint.model_validate_json(str(text))
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in first["loc"]) or "checkpoint"
+            raise StoreError(
+                f"run {run_id}: the stored checkpoint is invalid ({error.error_count()} "
+                f"error(s); {where}: {first['msg']})"
+            ) from None
 
-        def work(connection: sqlite3.Connection) -> tuple[object, ...] | None:
-            row = connection.execute(
-                "SELECT checkpoint FROM converge_runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            return None if row is None else tuple(row)
 
-        row = await self._run(work)
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in {self._path}")
-        text = row[0]
-        return None if text is None else Checkpoint.model_validate_json(str(text))
+class _NoStoreError(StoreError):
+    """A read-only store's file does not exist."""
+
+
+def _open(uri: str) -> sqlite3.Connection:
+    import sqlite3
+
+    connection = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+    connection.execute("PRAGMA busy_timeout = 30000")
+    return connection
+
+
+def _shm(path: Path) -> Path:
+    return path.with_name(f"{path.name}-shm")
 
 
 def upgrade(connection: sqlite3.Connection) -> int:
