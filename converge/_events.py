@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Literal, Protocol, final
 
+import anyio
 from pydantic import Field, TypeAdapter
 
 from ._fact import GateKind
@@ -246,13 +247,34 @@ async def deliver(
     observers: Sequence[Observer],
     events: Sequence[EngineEvent],
     on_error: Callable[[Observer, EngineEvent, Exception], None],
+    within: float | None = None,
+) -> tuple[Observer, EngineEvent] | None:
+    """Hand `events` to every observer in order; report failures through `on_error`.
+
+    With `within`, delivery stops when that many seconds have passed: the observer it was
+    waiting for then, and the event, are returned (`None` when everything was delivered).
+    """
+    if within is None:
+        await _deliver(observers, events, on_error, [])
+        return None
+    current: list[tuple[Observer, EngineEvent]] = []
+    with anyio.move_on_after(within) as scope:
+        await _deliver(observers, events, on_error, current)
+    return current[0] if scope.cancel_called and current else None
+
+
+async def _deliver(
+    observers: Sequence[Observer],
+    events: Sequence[EngineEvent],
+    on_error: Callable[[Observer, EngineEvent, Exception], None],
+    current: list[tuple[Observer, EngineEvent]],
 ) -> None:
-    """Hand `events` to every observer in order; report failures through `on_error`."""
     for event in events:
         for observer in observers:
             try:
                 outcome = observer.on_event(event)
                 if inspect.isawaitable(outcome):
+                    current[:] = ((observer, event),)
                     await outcome
             except Exception as error:
                 on_error(observer, event, error)

@@ -2,17 +2,24 @@
 
 Results come back in registration order, never completion order. A failure or timeout is
 isolated into an `Execution` record unless the engine is set to re-raise.
+
+Only a cancellation somebody requested is a cancellation: a suggestor that raises the
+backend's cancellation exception while nothing is cancelling its call has failed. A result
+that comes back after its time limit (the suggestor blocked the event loop, or swallowed its
+cancellation) is a timeout, and its effect is dropped.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
+from math import inf
 from time import perf_counter
-from typing import Literal, final
+from typing import Any, Final, Literal, cast, final
 
 import anyio
+import anyio.lowlevel
 
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
@@ -20,9 +27,12 @@ from ._model import trusted
 from ._registry import Registration
 from ._trace import Execution, Outcome
 
-__all__ = ["ErrorMode", "Executor", "describe_error", "failure"]
+__all__ = ["LATE", "ErrorMode", "Executor", "describe_error", "failure"]
 
 ErrorMode = Literal["isolate", "raise"]
+
+LATE = "time budget exhausted: execute() returned after the run's deadline"
+"""The error of a result that came back after the run's time budget ran out."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -38,15 +48,20 @@ def failure(
     error: BaseException | str,
     *,
     phase: Literal["accepts", "execute"] = "execute",
+    text: str | None = None,
 ) -> Execution:
-    """An `Execution` record for a call that did not produce an effect."""
+    """An `Execution` record for a call that did not produce an effect.
+
+    `text` replaces the error's description, keeping its traceback.
+    """
     tokens = 0
     if isinstance(error, BaseException):
-        text = describe_error(error)
         formatted = "".join(traceback.format_exception(error))
         spent = getattr(error, "tokens", 0)
         if isinstance(spent, int) and spent > 0:
             tokens = spent  # a failure may still have cost model tokens
+        if text is None:
+            text = describe_error(error)
     else:
         text, formatted = error, None
     return trusted(
@@ -66,14 +81,16 @@ def failure(
     )
 
 
-def _ok(reg: Registration, started: float, effect: AgentEffect, record: bool) -> Execution:
+def _ok(
+    reg: Registration, started: float, finished: float, effect: AgentEffect, record: bool
+) -> Execution:
     return trusted(
         Execution,
         {
             "suggestor": reg.name,
             "suggestor_id": int(reg.id),
             "outcome": "ok",
-            "duration_ms": (perf_counter() - started) * 1000.0,
+            "duration_ms": (finished - started) * 1000.0,
             "proposals": len(effect.proposals),
             "tokens": effect.tokens,
             "error": None,
@@ -93,6 +110,11 @@ class Slot:
     effect: AgentEffect | None = None
     execution: Execution | None = None
     error: BaseException | None = None
+    late: bool = False
+    """Its result came back after the run's deadline (and was dropped)."""
+    held: float | None = None
+    """Seconds the call ran without awaiting while its time limit passed (so nothing could
+    cancel it): it held the event loop, with a blocking call."""
 
 
 @final
@@ -114,49 +136,75 @@ class Executor:
         self._timeout = timeout
         self._mode = mode
 
-    async def run(self, slots: Sequence[Slot], snapshot: ContextSnapshot) -> None:
+    async def run(
+        self, slots: Sequence[Slot], snapshot: ContextSnapshot, deadline: float | None = None
+    ) -> None:
         """Execute each slot's suggestor against `snapshot`, filling the slots in place.
 
         Slots stay in registration order; a slot whose call was cancelled keeps no execution.
+        `deadline` (a `perf_counter()` time) is the run's: a result after it is dropped.
         """
         if len(slots) == 1:
-            await self._run_one(slots[0], snapshot)  # a lone suggestor needs no task group
+            # a lone suggestor needs no task group: it runs in the caller's task
+            if self._limiter is None:
+                await self._call(slots[0], snapshot, deadline, True)
+            else:
+                await self._run_one(slots[0], snapshot, deadline, True)
         elif slots:
             call = self._call if self._limiter is None else self._run_one
             async with anyio.create_task_group() as group:
                 for slot in slots:
-                    group.start_soon(call, slot, snapshot, name=slot.reg.name)
+                    group.start_soon(call, slot, snapshot, deadline, name=slot.reg.name)
         if self._mode == "raise":
             for slot in slots:
                 if slot.error is not None:
                     raise slot.error
 
-    async def _run_one(self, slot: Slot, snapshot: ContextSnapshot) -> None:
+    async def _run_one(
+        self, slot: Slot, snapshot: ContextSnapshot, deadline: float | None, lone: bool = False
+    ) -> None:
         limiter = self._limiter
         if limiter is None:
-            await self._call(slot, snapshot)
+            await self._call(slot, snapshot, deadline, lone)
         else:
             async with limiter:
-                await self._call(slot, snapshot)
+                await self._call(slot, snapshot, deadline, lone)
 
-    async def _call(self, slot: Slot, snapshot: ContextSnapshot) -> None:
+    async def _call(
+        self, slot: Slot, snapshot: ContextSnapshot, deadline: float | None, lone: bool = False
+    ) -> None:
         reg = slot.reg
+        timeout = self._timeout
         started = perf_counter()
+        limit = inf if timeout is None else started + timeout
+        if deadline is not None and deadline < limit:
+            limit = deadline
+        cancelled = False
+        effect: object = None
         try:
-            if self._timeout is None:
-                effect = await reg.suggestor.execute(snapshot)
+            call: Awaitable[object] = reg.suggestor.execute(snapshot)
+            if limit < inf:  # time its steps, to tell whether it held the event loop
+                call = _Driven(call.__await__(), slot, limit)
+            if lone and limit == inf:
+                effect = await _lone(slot, call, started)
+            elif lone or timeout is not None:
+                effect, cancelled = await self._scoped(slot, call, started)
             else:
-                effect = None
-                with anyio.move_on_after(self._timeout) as scope:
-                    effect = await reg.suggestor.execute(snapshot)
-                if scope.cancelled_caught:
-                    error = TimeoutError(f"no effect within {self._timeout} s")
-                    slot.execution = failure(reg, "timed_out", started, error)
-                    slot.error = error
-                    return
+                # A task of the cycle's group: whoever cancels it does so through a cancel
+                # scope, which `has_pending_cancellation` sees.
+                try:
+                    effect = await call
+                except anyio.get_cancelled_exc_class() as error:
+                    await _raise_if_cancelled(error)
+                    _stray(slot, started, error)
+            if slot.execution is not None:
+                return
         except Exception as error:  # isolated: recorded, never swallowed silently
             slot.execution = failure(reg, "failed", started, error)
             slot.error = error
+            return
+        finished = perf_counter()
+        if limit < inf and self._late(slot, started, finished, cancelled, deadline):
             return
         if not isinstance(effect, AgentEffect):
             error = TypeError(
@@ -166,4 +214,169 @@ class Executor:
             slot.error = error
             return
         slot.effect = effect
-        slot.execution = _ok(reg, started, effect, self._record)
+        slot.execution = _ok(reg, started, finished, effect, self._record)
+
+    async def _scoped(
+        self, slot: Slot, call: Awaitable[object], started: float
+    ) -> tuple[object, bool]:
+        """Await `call` in a cancel scope of its own, under the timeout if there is one.
+
+        Returns the result and whether the timeout fired, or fills the slot when the call
+        timed out or raised a cancellation nobody requested: the scope tells a cancellation
+        of the caller (which propagates) from one nobody requested (a failure).
+        """
+        timeout = self._timeout
+        stray: BaseException | None = None
+        effect: object = None
+        with anyio.CancelScope() if timeout is None else anyio.move_on_after(timeout) as scope:
+            try:
+                effect = await call
+            except anyio.get_cancelled_exc_class() as error:
+                if not scope.cancel_called:
+                    stray = error  # unless the probe below shows someone is cancelling
+                    scope.cancel()
+                # Raises again: a cancellation of this scope alone ends here, the caller's
+                # (an outer scope, or a native cancellation of the task) propagates.
+                await anyio.lowlevel.checkpoint()
+                raise
+        if stray is not None:
+            _stray(slot, started, stray)
+        elif scope.cancelled_caught:
+            error = TimeoutError(f"no effect within {timeout} s")
+            slot.execution = failure(slot.reg, "timed_out", started, error)
+            slot.error = error
+        return effect, scope.cancel_called
+
+    def _late(
+        self, slot: Slot, started: float, finished: float, cancelled: bool, deadline: float | None
+    ) -> bool:
+        """Fill the slot if the result came back past the timeout or the run's deadline."""
+        timeout = self._timeout
+        took = finished - started
+        if timeout is not None and (cancelled or took > timeout):
+            if cancelled:
+                how = "execute() returned after it was cancelled"
+            elif slot.held is not None:
+                how = f"execute() held the event loop for {slot.held:.3f} s"
+            else:
+                how = f"execute() returned after {took:.3f} s"
+            error = TimeoutError(f"no effect within {timeout} s: {how}")
+            slot.execution = failure(slot.reg, "timed_out", started, error)
+            slot.error = error
+            return True
+        if deadline is not None and finished > deadline:
+            slot.execution = failure(slot.reg, "timed_out", started, LATE)
+            slot.late = True
+            return True
+        return False
+
+
+async def _lone(slot: Slot, call: Awaitable[object], started: float) -> object:
+    """Await a call with no time limit in the caller's own task.
+
+    The first step runs here: a call that finishes without awaiting cannot have been
+    cancelled. One that awaits goes on through `_Driven`, which notes a native cancellation of
+    the task (asyncio's `Task.cancel`, which leaves no trace a cancel scope could show).
+    """
+    steps = call.__await__()
+    driven: _Driven | None = None
+    try:
+        try:
+            first = steps.send(None)
+        except StopIteration as stop:
+            return cast(object, stop.value)
+        driven = _Driven(steps, slot, inf, first)
+        return await driven
+    except anyio.get_cancelled_exc_class() as error:
+        if driven is not None and driven.cancelled_natively:
+            raise
+        await _raise_if_cancelled(error)
+        _stray(slot, started, error)
+        return None
+
+
+async def _raise_if_cancelled(error: BaseException) -> None:
+    """Raise the task's cancellation if a cancel scope is cancelling it; else return."""
+    if anyio.get_current_task().has_pending_cancellation():
+        await anyio.lowlevel.checkpoint()  # raises the scope's own cancellation
+        raise error
+
+
+_UNSTARTED: Final = object()
+
+
+@final
+class _Driven:
+    """Awaits a call's steps as `await` would, noting what happens between them.
+
+    `cancelled_natively` is set when the event loop threw a cancellation into the call while
+    no cancel scope of the task was cancelled: asyncio's own `Task.cancel` (trio and cancel
+    scopes leave a pending cancellation that `has_pending_cancellation` sees).
+
+    With a `limit` (a `perf_counter()` time), each step is timed: one still running when the
+    limit passed held the event loop, so nothing could cancel it; its length goes to
+    `slot.held`.
+    """
+
+    __slots__ = ("_first", "_limit", "_slot", "_steps", "cancelled_natively")
+
+    def __init__(
+        self,
+        steps: Generator[Any, Any, object],
+        slot: Slot,
+        limit: float,
+        first: object = _UNSTARTED,
+    ) -> None:
+        self._steps = steps
+        self._slot = slot
+        self._limit = limit
+        self._first = first
+        self.cancelled_natively = False
+
+    def _step(self, step: Callable[[Any], Any], value: object) -> tuple[bool, object]:
+        """Run one step: `(True, result)` when the call returned, `(False, yielded)` if not."""
+        limit = self._limit
+        begun = perf_counter() if limit < inf else 0.0
+        try:
+            return False, step(value)
+        except StopIteration as stop:
+            return True, cast(object, stop.value)
+        finally:
+            if limit < inf:
+                ended = perf_counter()
+                if begun <= limit < ended:
+                    self._slot.held = ended - begun
+
+    def _thrown(self) -> None:
+        if not anyio.get_current_task().has_pending_cancellation():
+            self.cancelled_natively = True
+
+    def __await__(self) -> Generator[Any, Any, object]:
+        steps = self._steps
+        if self._first is _UNSTARTED:
+            done, value = self._step(steps.send, None)
+        else:
+            done, value = False, self._first
+        while not done:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as error:  # thrown in by the event loop
+                if isinstance(error, anyio.get_cancelled_exc_class()):
+                    self._thrown()
+                done, value = self._step(steps.throw, error)
+            else:
+                done, value = self._step(steps.send, sent)
+        return value
+
+
+def _stray(slot: Slot, started: float, error: BaseException) -> None:
+    """Record a cancellation exception that nothing requested as a failure."""
+    reg = slot.reg
+    text = f"{describe_error(error)}, raised while nothing was cancelling the call"
+    slot.execution = failure(reg, "failed", started, error, text=text)
+    wrapped = RuntimeError(f"execute() of {reg.name!r}: {text}")
+    wrapped.__cause__ = error
+    slot.error = wrapped

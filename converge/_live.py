@@ -2,7 +2,9 @@
 
 Candidates come from the registry view (the suggestors that read a key that changed); those
 whose `accepts` is true execute concurrently under the executor's limits and the run's time
-budget.
+budget. A result that comes back after the run's deadline stops the run like a cancelled
+cycle (it is not merged); a suggestor that held the event loop past its limit is logged as
+`suggestor_blocked`. The run's events are delivered under the same deadline.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ._executor import Executor, Slot, failure
 from ._hitl import GateRequest
 from ._key import ContextKey
 from ._registry import Registration, RegistryView
+from ._run_events import RunEvents
 from ._source import Batch, End
 from ._stop import StopReason
 from ._trace import Execution
@@ -31,9 +34,11 @@ __all__ = ["LiveEffects"]
 class LiveEffects:
     """The `EffectSource` of a live run: check `accepts`, execute the eligible, time it all."""
 
-    __slots__ = ("_budget", "_executor", "_raise", "_stopwatch", "_view")
+    __slots__ = ("_budget", "_events", "_executor", "_raise", "_stopwatch", "_view")
 
-    def __init__(self, config: RunConfig, view: RegistryView, stopwatch: Stopwatch) -> None:
+    def __init__(
+        self, config: RunConfig, view: RegistryView, stopwatch: Stopwatch, events: RunEvents
+    ) -> None:
         self._view = view
         self._executor = Executor(
             max_concurrency=config.max_concurrency,
@@ -44,12 +49,21 @@ class LiveEffects:
         self._budget = config.budget
         self._stopwatch = stopwatch
         self._raise = config.on_suggestor_error == "raise"
+        self._events = events
+        if self._budget.max_seconds is not None:
+            events.deliver_within(self._remaining)
 
     def end(self, cycle: int, /) -> End | None:
-        """The cycle budget: cycle `max_cycles + 1` never starts."""
+        """The cycle budget: cycle `max_cycles + 1` never starts; nor does one without time.
+
+        Time runs out between cycles only while the run waits for its observers.
+        """
         limit = self._budget.max_cycles
         if cycle > limit:
             return End(StopReason.CYCLE_BUDGET_EXHAUSTED, f"max_cycles ({limit})", limit)
+        seconds = self._budget.max_seconds
+        if seconds is not None and self._stopwatch.elapsed() > seconds:
+            return End(StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail(), cycle - 1)
         return None
 
     async def produce(
@@ -65,16 +79,21 @@ class LiveEffects:
         if remaining is None:
             await self._executor.run(slots, snapshot)
             timed_out = False
+        elif remaining > 0.0:
+            with anyio.move_on_after(remaining) as scope:
+                await self._executor.run(slots, snapshot, started + remaining)
+            # a result after the deadline (the loop was held, or a cancellation swallowed)
+            timed_out = scope.cancelled_caught or any(slot.late for slot in slots)
         else:
-            with anyio.move_on_after(max(remaining, 0.0)) as scope:
-                await self._executor.run(slots, snapshot)
-            timed_out = scope.cancelled_caught
+            timed_out = True  # observers spent the time that was left: nothing runs
         tokens = 0
         for slot in slots:
             if slot.effect is not None:
                 tokens += slot.effect.tokens
             elif slot.execution is not None:
                 tokens += slot.execution.tokens
+                if slot.held is not None:
+                    self._events.suggestor_blocked(cycle, slot.reg.name, slot.held)
         executions = _executions(refused, slots, started, cancelled=timed_out)
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()

@@ -61,7 +61,7 @@ class RunLoop:
 
     async def start(self, source: EffectSource | None = None) -> ConvergeResult:
         """Merge the inputs at cycle 0, then run cycles from `source` (live by default)."""
-        source = source or LiveEffects(self._config, self._view, self._stopwatch)
+        source = source or LiveEffects(self._config, self._view, self._stopwatch, self.events)
         self._started()
         result = self._merge_inputs(source)
         if result is None:
@@ -75,7 +75,8 @@ class RunLoop:
         """Apply the decisions of a paused run, then continue its cycles live."""
         self._started()
         self._apply_decisions(pending, decisions)
-        result = await self._drive(LiveEffects(self._config, self._view, self._stopwatch))
+        live = LiveEffects(self._config, self._view, self._stopwatch, self.events)
+        result = await self._drive(live)
         await self.events.flush()
         return result
 

@@ -3,13 +3,16 @@
 Each event goes to two consumers: the observers (buffered, delivered between phases on
 `flush`) and the log (`_log.EventLog`, written at once). An event is built only when one of
 them wants it: an observer listens, or the logger writes the event's level.
+
+A run with a time budget delivers under it (`deliver_within`): an observer still busy when the
+time is up is cut off, logged as `observer_timed_out`, and hears nothing more of the run.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import final
+from collections.abc import Callable, Sequence
+from typing import Final, final
 
 from ._events import (
     CycleFinished,
@@ -35,20 +38,37 @@ from ._key import ContextKey, in_key_order
 from ._log import EventLog
 from ._trace import Execution, Rejection
 
-__all__ = ["RunEvents"]
+__all__ = ["FINAL_GRACE", "RunEvents"]
+
+FINAL_GRACE: Final = 1.0
+"""Seconds the last delivery of a run (with `run_finished`) gets at least, even when the run's
+time budget is spent: a run stopped by its time budget still tells its observers so."""
 
 
 @final
 class RunEvents:
     """Builds a run's events for whoever wants them: observers on `flush`, the log at once."""
 
-    __slots__ = ("_buffer", "_log", "_observed", "_observers", "_run_id", "debug", "info", "warn")
+    __slots__ = (
+        "_buffer",
+        "_finished",
+        "_log",
+        "_observed",
+        "_observers",
+        "_remaining",
+        "_run_id",
+        "debug",
+        "info",
+        "warn",
+    )
 
     def __init__(self, run_id: str, observers: tuple[Observer, ...], log: EventLog) -> None:
         self._run_id = run_id
         self._observers = observers
         self._log = log
         self._buffer: list[EngineEvent] = []
+        self._remaining: Callable[[], float | None] | None = None
+        self._finished = False
         self._observed = bool(observers)
         threshold = log.threshold
         self.debug = self._observed or threshold <= logging.DEBUG
@@ -63,12 +83,37 @@ class RunEvents:
             self._buffer.append(event)
         self._log.write(event)
 
+    def deliver_within(self, remaining: Callable[[], float | None], /) -> None:
+        """Deliver from now on within the seconds `remaining()` gives (the run's time left)."""
+        self._remaining = remaining
+
     async def flush(self) -> None:
         """Deliver what is buffered; the run waits for its observers here, between phases."""
         if not self._buffer:
             return
         events, self._buffer = self._buffer, []
-        await deliver(self._observers, events, self._failed)
+        remaining = None if self._remaining is None else self._remaining()
+        if remaining is None:
+            await deliver(self._observers, events, self._failed)
+            return
+        timeout = max(remaining, FINAL_GRACE) if self._finished else max(remaining, 0.0)
+        cut = await deliver(self._observers, events, self._failed, timeout)
+        if cut is not None:
+            observer, event = cut
+            self._observers = tuple(kept for kept in self._observers if kept is not observer)
+            self._observed = bool(self._observers)
+            self._log.warning(
+                "observer_timed_out",
+                observer=type(observer).__name__,
+                event_type=event.type,
+                seconds=round(timeout, 3),
+            )
+
+    def suggestor_blocked(self, cycle: int, suggestor: str, held: float) -> None:
+        """A suggestor held the event loop past its time limit (its result was dropped)."""
+        self._log.warning(
+            "suggestor_blocked", suggestor=suggestor, cycle=cycle, held_seconds=round(held, 3)
+        )
 
     def _failed(self, observer: Observer, event: EngineEvent, error: Exception) -> None:
         self._log.warning(
@@ -213,6 +258,7 @@ class RunEvents:
     def run_finished(
         self, cycle: int, stop_reason: str, detail: str, proof: IntegrityProof, tokens: int
     ) -> None:
+        self._finished = True
         if self.info:
             self._emit(
                 RunFinished(
