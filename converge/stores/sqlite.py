@@ -40,9 +40,9 @@ class SqliteRunStore:
         read_only: Only read an existing store: open the file with SQLite's `mode=ro`,
             or, when the WAL's `-shm` file is missing and cannot be created (a read-only
             folder), with `immutable=1`; never create the folder, the file or the tables,
-            never upgrade the schema; `save` raises `StoreError`. `list_runs` on a missing
-            file raises `StoreError` (`no store at PATH`), `load` and `load_checkpoint`
-            raise `RunNotFoundError`.
+            never upgrade the schema; `save` raises `StoreError`. On a missing file
+            `list_runs` finds no runs, and `load` and `load_checkpoint` raise
+            `RunNotFoundError`.
     """
 
     def __init__(
@@ -229,11 +229,7 @@ class SqliteRunStore:
         return record_from(run_id, str(row[0]), int(str(row[1])))
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
-        """The most recently saved runs first.
-
-        Raises:
-            StoreError: The store is read-only and its file does not exist.
-        """
+        """The most recently saved runs first (none when a read-only store does not exist)."""
 
         def work(connection: sqlite3.Connection) -> list[tuple[object, ...]]:
             cursor = connection.execute(
@@ -244,8 +240,8 @@ class SqliteRunStore:
 
         try:
             rows = await self._run(work)
-        except _NoStoreError as error:
-            raise StoreError(str(error)) from None
+        except _NoStoreError:  # a read-only store that does not exist has no runs
+            return ()
         return tuple(to_summary(row) for row in rows)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:

@@ -384,8 +384,7 @@ async def test_read_only_sqlite_store_falls_back_to_immutable_without_shm(tmp_pa
 async def test_a_read_only_store_creates_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "runs.db"
     store = SqliteRunStore(missing, read_only=True)
-    with pytest.raises(StoreError, match=f"^no store at {missing}$"):
-        await store.list_runs()
+    assert await store.list_runs() == ()
     with pytest.raises(RunNotFoundError, match="no run 'x'"):
         await store.load("x")
     assert not missing.parent.exists()
@@ -405,8 +404,7 @@ async def test_a_read_only_store_creates_nothing(tmp_path: Path) -> None:
 def test_read_commands_on_a_missing_store_say_so_and_create_nothing(tmp_path: Path) -> None:
     store = tmp_path / "nowhere" / "runs.db"
     code, out, err = converge_process("--store", str(store), "runs")
-    assert (code, out) == (1, "")
-    assert err.splitlines()[0] == f"error: StoreError: no store at {store}"
+    assert (code, out, err) == (0, f"no runs in {store}\n", "")
     code, out, err = converge_process("--store", str(store), "show", "x")
     assert err.splitlines()[0] == f"error: no run 'x' in {store}"
     assert not store.parent.exists()
