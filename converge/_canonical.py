@@ -1,20 +1,36 @@
-"""Canonical JSON and the hashing rules of the integrity proof.
+"""Canonical JSON, the hashing rules of the integrity proof, and frozen JSON payloads.
 
 Canonical JSON: keys sorted, no insignificant whitespace, UTF-8, finite numbers only.
 Leaf = SHA-256(0x00 || canonical bytes); node = SHA-256(0x01 || left || right); an odd node
 is carried up unchanged; one leaf is its own root; no leaves gives SHA-256 of the empty string.
+
+A payload is frozen once, when a proposal is validated (`freeze_json`): every object becomes a
+`FrozenDict` and every array a `FrozenList`, which refuse every mutator. Proposals, held gate
+requests, recorded effects and facts then share that one payload, and nothing copies it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final, NoReturn, SupportsIndex, cast, final
 
 from pydantic import JsonValue
 
-__all__ = ["EMPTY_ROOT", "canonical_json", "copy_json", "leaf_digest", "merkle_root"]
+__all__ = [
+    "EMPTY_ROOT",
+    "MAX_JSON_DEPTH",
+    "FrozenDict",
+    "FrozenList",
+    "canonical_json",
+    "check_text",
+    "freeze_json",
+    "leaf_digest",
+    "merkle_root",
+    "payload_json",
+]
 
 _LEAF: Final = b"\x00"
 _NODE: Final = b"\x01"
@@ -22,6 +38,8 @@ _encoder: Final = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )
 EMPTY_ROOT: Final[str] = hashlib.sha256(b"").hexdigest()
+MAX_JSON_DEPTH: Final = 128
+"""How deeply objects and arrays may nest in a payload (a self-reference never ends)."""
 
 
 def canonical_json(value: object) -> bytes:
@@ -51,10 +69,237 @@ def merkle_root(leaves: Iterable[bytes]) -> str:
     return level[0].hex()
 
 
-def copy_json(value: JsonValue) -> JsonValue:
-    """A deep copy of a JSON value, so a promoted fact never shares mutable state."""
-    if isinstance(value, dict):
-        return {key: copy_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [copy_json(item) for item in value]
+def check_text(text: str, path: str) -> None:
+    """Raise `ValueError` if `text` cannot be UTF-8 (a lone surrogate), which hashing needs."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{path} holds a lone surrogate at position {error.start}; text must be valid UTF-8"
+        ) from None
+
+
+_FROZEN_MESSAGE = (
+    "a payload is frozen: it cannot be changed in place. Build a new value instead "
+    "(`.copy()` gives a plain, mutable copy of one level)"
+)
+
+
+def _refuse(*_args: object, **_kwargs: object) -> NoReturn:
+    raise TypeError(_FROZEN_MESSAGE)
+
+
+@final
+class FrozenDict(dict[str, JsonValue]):
+    """A JSON object that refuses every change: equal to a plain `dict`, serialised as one.
+
+    `FrozenDict(mapping)` freezes (and checks) a copy of `mapping`, deeply. `.copy()` gives a
+    plain `dict` of the same items, which may be changed.
+    """
+
+    __slots__ = ("_json",)
+
+    def __new__(cls, *args: Iterable[Any], **kwargs: object) -> FrozenDict:
+        return cast("FrozenDict", freeze_json(dict(*args, **kwargs)))
+
+    def __init__(self, *args: Iterable[Any], **kwargs: object) -> None:
+        """Filled by `__new__`; a later call changes nothing."""
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    __setattr__ = _refuse
+    __delattr__ = _refuse
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object] | None = None) -> FrozenDict:
+        return self
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, JsonValue]]]:
+        return (FrozenDict, (dict(self),))
+
+
+@final
+class FrozenList(list[JsonValue]):
+    """A JSON array that refuses every change: equal to a plain `list`, serialised as one.
+
+    `FrozenList(iterable)` freezes (and checks) a copy of its items, deeply. `.copy()` gives a
+    plain `list` of the same items, which may be changed.
+    """
+
+    __slots__ = ("_json",)
+
+    def __new__(cls, iterable: Iterable[object] = (), /) -> FrozenList:
+        return cast("FrozenList", freeze_json(list(iterable)))
+
+    def __init__(self, iterable: Iterable[object] = (), /) -> None:
+        """Filled by `__new__`; a later call changes nothing."""
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __iadd__ = _refuse
+    __imul__ = _refuse
+    __setattr__ = _refuse
+    __delattr__ = _refuse
+    append = _refuse
+    extend = _refuse
+    insert = _refuse
+    pop = _refuse
+    remove = _refuse
+    clear = _refuse
+    sort = _refuse
+    reverse = _refuse
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object] | None = None) -> FrozenList:
+        return self
+
+    def __reduce__(self) -> tuple[type[FrozenList], tuple[list[JsonValue]]]:
+        return (FrozenList, (list(self),))
+
+    def __mul__(self, count: SupportsIndex, /) -> list[JsonValue]:
+        return list(self) * count
+
+    __rmul__ = __mul__
+
+
+_new_dict = dict.__new__
+_new_list = list.__new__
+_fill_dict: Final = dict[str, JsonValue].update
+_fill_list: Final = list[JsonValue].extend
+_DICT_JSON: Final[Any] = FrozenDict.__dict__["_json"]
+_LIST_JSON: Final[Any] = FrozenList.__dict__["_json"]
+
+
+class _NotJson(ValueError):
+    """A value that is not JSON: `problem`, at the path built up in `trail` (innermost first)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.trail: list[str] = []
+
+
+def _text(value: str) -> str:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise _NotJson(
+                f" holds a lone surrogate at position {error.start}; text must be valid UTF-8"
+            ) from None
     return value
+
+
+def _freeze(value: object, depth: int) -> JsonValue:
+    kind = type(value)
+    if kind is str:
+        return _text(cast("str", value))
+    if kind is int or kind is bool or value is None:
+        return cast("int", value)
+    if kind is float:
+        if not math.isfinite(cast("float", value)):
+            raise _NotJson(f" holds a non-finite number ({value!r}); JSON has none")
+        return cast("float", value)
+    if kind is FrozenDict or kind is FrozenList:
+        return cast("JsonValue", value)
+    if isinstance(value, dict):
+        return _freeze_object(cast("dict[object, object]", value), depth)
+    if isinstance(value, list):
+        return _freeze_array(cast("list[object]", value), depth)
+    if isinstance(value, str):  # a subclass (an enum, say): its plain text
+        return _text(str.__str__(value))
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return _freeze(float.__float__(value), depth)
+    raise _NotJson(f" holds a {kind.__name__}, which is not a JSON value")
+
+
+def _freeze_object(value: dict[object, object], depth: int) -> FrozenDict:
+    if depth >= MAX_JSON_DEPTH:
+        raise _NotJson(f" nests deeper than {MAX_JSON_DEPTH} levels (or holds itself)")
+    items: dict[str, JsonValue] = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise _NotJson(f" has a key of type {type(key).__name__}; JSON keys are text")
+            key = str.__str__(key)
+        if not key.isascii():
+            try:
+                _text(key)
+            except _NotJson as error:
+                error.problem = f" key {key!r}{error.problem}"
+                raise
+        try:
+            items[key] = _freeze(item, depth + 1)
+        except _NotJson as error:
+            error.trail.append(f".{key}")
+            raise
+    frozen = _new_dict(FrozenDict)
+    _fill_dict(frozen, items)
+    return frozen
+
+
+def _freeze_array(value: list[object], depth: int) -> FrozenList:
+    if depth >= MAX_JSON_DEPTH:
+        raise _NotJson(f" nests deeper than {MAX_JSON_DEPTH} levels (or holds itself)")
+    items: list[JsonValue] = []
+    append = items.append
+    for index, item in enumerate(value):
+        try:
+            append(_freeze(item, depth + 1))
+        except _NotJson as error:
+            error.trail.append(f"[{index}]")
+            raise
+    frozen = _new_list(FrozenList)
+    _fill_list(frozen, items)
+    return frozen
+
+
+def freeze_json(value: object, path: str = "payload") -> JsonValue:
+    """`value` checked as JSON and frozen, deeply: objects and arrays become read-only.
+
+    Text keeps its characters, numbers their value; a subclass of `str`, `int` or `float` (an
+    enum member, say) becomes the plain value. Frozen parts are reused as they are.
+
+    Raises:
+        ValueError: The first part that is not JSON, by its path (`payload.rows[1]`): a
+            non-finite number, a lone surrogate, a key that is not text, a value of another
+            type, or nesting deeper than `MAX_JSON_DEPTH`.
+    """
+    try:
+        return _freeze(value, 0)
+    except _NotJson as error:
+        raise ValueError(path + "".join(reversed(error.trail)) + error.problem) from None
+
+
+def payload_json(payload: JsonValue) -> str:
+    """The canonical JSON text of a payload, computed once per frozen object or array.
+
+    For the gate and the seal only: `verify` and the restore recompute it from the values.
+    """
+    kind = type(payload)
+    if kind is FrozenDict:
+        slot = _DICT_JSON
+    elif kind is FrozenList:
+        slot = _LIST_JSON
+    else:
+        return _encoder.encode(payload)
+    try:
+        text: str = slot.__get__(payload, kind)
+    except AttributeError:
+        text = _encoder.encode(payload)
+        slot.__set__(payload, text)
+    return text

@@ -136,6 +136,7 @@ def restore_snapshot(
         ValueError: The first check that failed, naming the fact's index and reference.
     """
     facts: list[Fact] = []
+    leaves: list[str] = []  # the digests just recomputed, read before anyone else holds a fact
     seen: set[tuple[ContextKey, str]] = set()
     last_key = -1
     for index, record in enumerate(records):
@@ -149,7 +150,8 @@ def restore_snapshot(
         last_key = order
         seen.add((fact.key, fact.id))
         facts.append(fact)
-    snapshot = ContextSnapshot.empty()._extend(facts, cycle, clock)  # pyright: ignore[reportPrivateUsage]
+        leaves.append(fact.digest)
+    snapshot = ContextSnapshot.empty()._extend(facts, leaves, cycle, clock)  # pyright: ignore[reportPrivateUsage]
     root = snapshot.merkle_root()
     if root != merkle_root:
         raise ValueError(f"its facts hash to {root}, not to the recorded Merkle root {merkle_root}")

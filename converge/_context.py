@@ -3,6 +3,12 @@
 A snapshot keeps, per key, two persistent hash maps (`immutables.Map`, a HAMT): position →
 fact for insertion order, and id → fact. A new snapshot shares every node it did not change
 with the old one, so taking one costs O(facts added), and `find`, `has` and `count` are O(1).
+
+A snapshot also keeps, per key, the leaf digest the seal computed for each fact when it was
+promoted (or restored), in persistent chunks. The Merkle root is built from those, never from
+a digest read off a fact later, so a fact object changed below the public API (its
+`__dict__` written with `object.__setattr__`, say, and its `digest` recomputed) changes
+neither the root nor the proof, and `verify` finds it.
 Maps rather than a persistent vector: the garbage collector tracks a HAMT's nodes one by one,
 so a young snapshot costs a collection only its new nodes, whereas a new C `PVector` is
 traversed element by element by every young-generation collection (measured: 128 µs per
@@ -11,7 +17,8 @@ collection at 10,000 facts, growing with the context).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Final, Protocol, cast, final, overload
 
 import immutables
@@ -107,19 +114,38 @@ class FactSequence(Sequence[Fact]):
 _EMPTY_FACTS: Final = FactSequence(_EMPTY_ORDER, 0)
 
 
+_CHUNK: Final = 64
+"""Leaf digests are kept in shared, full chunks of this many, and a short tail."""
+
+
 @final
 class _KeyStore:
-    """The facts of one key: position → fact and id → fact, both persistent."""
+    """The facts of one key: position → fact and id → fact, both persistent, and the leaves.
 
-    __slots__ = ("count", "ids", "order", "view")
+    The leaves are the digests the seal computed, in insertion order: `chunks`, full chunks
+    shared between snapshots, then `tail`, fewer than `_CHUNK`.
+    """
+
+    __slots__ = ("chunks", "count", "ids", "order", "tail", "view")
 
     def __init__(
-        self, order: immutables.Map[int, Fact], ids: immutables.Map[str, Fact], count: int
+        self,
+        order: immutables.Map[int, Fact],
+        ids: immutables.Map[str, Fact],
+        count: int,
+        chunks: tuple[tuple[str, ...], ...],
+        tail: tuple[str, ...],
     ) -> None:
         self.order = order
         self.ids = ids
         self.count = count
+        self.chunks = chunks
+        self.tail = tail
         self.view = FactSequence(order, count)
+
+    def leaves(self) -> Iterator[str]:
+        """The leaf digests, in insertion order."""
+        return chain(chain.from_iterable(self.chunks), self.tail)
 
 
 @final
@@ -234,12 +260,25 @@ class ContextSnapshot:
         return tuple(fact for key in self.keys() for fact in self._stores[key].view)
 
     def merkle_root(self) -> str:
-        """The hex Merkle root over every fact's digest, in `facts()` order; computed once."""
+        """The hex Merkle root over the facts' leaves, in `facts()` order; computed once.
+
+        The leaves are the digests the engine computed when it promoted (or restored) each
+        fact, kept by the context, not the `digest` a fact object carries now.
+        """
         root = self._root
         if root is None:
-            root = merkle_root(bytes.fromhex(fact.digest) for fact in self.facts())
+            stores = self._stores
+            leaves = chain.from_iterable(stores[key].leaves() for key in self.keys())
+            root = merkle_root(map(bytes.fromhex, leaves))
             object.__setattr__(self, "_root", root)
         return root
+
+    def _sealed(self) -> Iterator[tuple[Fact, str]]:
+        """Every fact with the leaf digest the engine kept for it, in `facts()` order."""
+        stores = self._stores
+        for key in self.keys():
+            store = stores[key]
+            yield from zip(store.view, store.leaves(), strict=True)
 
     # -- kernel use --------------------------------------------------------------------------
 
@@ -248,31 +287,63 @@ class ContextSnapshot:
             return self
         return ContextSnapshot._make(self._stores, self._version, cycle, self._clock, self._size)
 
-    def _extend(self, facts: Iterable[Fact], cycle: int, clock: int) -> ContextSnapshot:
-        """A new snapshot with `facts` appended (ids must be new); shares everything else."""
-        grouped: dict[ContextKey, list[Fact]] = {}
-        added = 0
-        for fact in facts:
-            grouped.setdefault(fact.key, []).append(fact)
-            added += 1
-        if not added:
+    def _extend(
+        self, facts: Sequence[Fact], leaves: Sequence[str], cycle: int, clock: int
+    ) -> ContextSnapshot:
+        """A new snapshot with `facts` appended (ids must be new); shares everything else.
+
+        `leaves` are the facts' digests as the seal computed them, in the same order.
+        """
+        if len(leaves) != len(facts):
+            raise ValueError(f"{len(facts)} facts but {len(leaves)} leaf digests")
+        if not facts:
             return self._at_cycle(cycle)
         stores = dict(self._stores)
-        for key, new in grouped.items():
+        for key, new, new_leaves in _by_key(facts, leaves):
             store = stores.get(key)
             if store is None:
-                order, ids, count = _EMPTY_ORDER, _EMPTY_IDS, 0
+                order, ids, count, chunks, tail = _EMPTY_ORDER, _EMPTY_IDS, 0, (), ()
             else:
                 order, ids, count = store.order, store.ids, store.count
+                chunks, tail = store.chunks, store.tail
             order_mutation = order.mutate()
             id_mutation = ids.mutate()
             for fact in new:
                 order_mutation[count] = fact
                 id_mutation[fact.id] = fact
                 count += 1
-            stores[key] = _KeyStore(order_mutation.finish(), id_mutation.finish(), count)
+            tail += tuple(new_leaves)
+            if len(tail) >= _CHUNK:
+                full = len(tail) - len(tail) % _CHUNK
+                chunks += tuple(tail[start : start + _CHUNK] for start in range(0, full, _CHUNK))
+                tail = tail[full:]
+            stores[key] = _KeyStore(
+                order_mutation.finish(), id_mutation.finish(), count, chunks, tail
+            )
         if len(stores) != len(self._stores):
             stores = {key: stores[key] for key in KEYS if key in stores}
+        added = len(facts)
         return ContextSnapshot._make(
             stores, self._version + added, cycle, clock, self._size + added
         )
+
+
+def _by_key(
+    facts: Sequence[Fact], leaves: Sequence[str]
+) -> Sequence[tuple[ContextKey, Sequence[Fact], Sequence[str]]]:
+    """The facts and their leaves grouped by key, in order (one key, the usual case, as is)."""
+    first = facts[0].key
+    for fact in facts:
+        if fact.key is not first:
+            break
+    else:
+        return ((first, facts, leaves),)
+    grouped: dict[ContextKey, tuple[list[Fact], list[str]]] = {}
+    for fact, leaf in zip(facts, leaves, strict=True):
+        group = grouped.get(fact.key)
+        if group is None:
+            grouped[fact.key] = ([fact], [leaf])
+        else:
+            group[0].append(fact)
+            group[1].append(leaf)
+    return [(key, group[0], group[1]) for key, group in grouped.items()]

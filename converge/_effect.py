@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import final
+from collections.abc import Iterable, Mapping
+from typing import Any, Self, final
 
 from pydantic import Field
 
@@ -19,12 +19,26 @@ class AgentEffect(FrozenModel, frozen=True):
     """The proposals of one execution, plus the model tokens it spent.
 
     It holds `ProposedFact`s only: a `Fact` (or anything else) is a `ValidationError`.
+    `model_construct` and `model_copy(update=...)` validate too. (The gate checks each
+    proposal again whatever way it came: see `PromotionPolicy`.)
     """
 
     proposals: tuple[ProposedFact, ...] = Field(default=(), strict=False)
     """The proposals, in the order they should be merged."""
     tokens: int = Field(default=0, ge=0)
     """Model tokens spent producing them, counted against `Budget.max_tokens`."""
+
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: object) -> Self:
+        """Validates `values`, like the constructor: an effect is never left unchecked."""
+        return cls.model_validate(values)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with `update` applied and validated (an effect is immutable: no copy is needed
+        without one)."""
+        if not update:
+            return self
+        return self.model_validate({**self.__dict__, **update})
 
     @classmethod
     def empty(cls) -> AgentEffect:

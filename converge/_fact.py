@@ -2,26 +2,42 @@
 
 Only the kernel creates facts. Every public route that could build or change one raises
 `TypeError`: the constructor, `model_validate*`, `model_construct`, `model_copy`, pickling,
-attribute assignment, validation through a `TypeAdapter(Fact)`, and a `Fact` field inside
-another model. The kernel builds them with `seal`, called from two places only: the gate
+attribute assignment, validation through a `TypeAdapter(Fact)`, a `Fact` field inside another
+model, subclassing; and pydantic's base-class routes, which all go through `Fact.__new__` or
+the fact's `__dict__`: `BaseModel.model_construct`, `BaseModel.__copy__`/`__deepcopy__`,
+`BaseModel.model_copy(update=...)`, and the `__dict__`'s own mutators. The kernel builds facts
+with `seal` (`object.__new__`, never `Fact.__new__`), called from two places only: the gate
 (`_gate.Gate.promote`, a proposal crossing it) and the verified restore
 (`_checkpoint.restore_fact`, a record coming back from JSON).
+
+Code that reaches below the public API (`object.__setattr__`, `dict.__setitem__` on the
+`__dict__`) can still change a fact object; the context keeps the leaf digest the seal computed,
+so such a fact no longer verifies, restores nor resumes (`_context`, `_integrity`).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json.encoder
-from typing import Any, ClassVar, Literal, NoReturn, Self, TypeVar, final
+from collections.abc import Iterable
+from typing import Any, ClassVar, Final, Literal, NoReturn, Self, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue
 from pydantic_core import CoreSchema
 
-from ._canonical import canonical_json, copy_json, leaf_digest
+from ._canonical import (
+    FrozenDict,
+    FrozenList,
+    canonical_json,
+    freeze_json,
+    payload_json,
+)
 from ._key import ContextKey
-from ._model import FrozenModel, trusted
+from ._model import FrozenModel
 from ._proposal import ProposedFact
 
-__all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "seal"]
+__all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "promotion_record", "seal"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 GateKind = Literal["engine", "human", "input"]
@@ -55,6 +71,78 @@ class PromotionRecord(FrozenModel, frozen=True):
     """Who approved it, for facts a human let through."""
 
 
+@final
+class _NameSet(set[str]):
+    """The field names pydantic reads as "set" on a model, shared by every fact (or record).
+
+    One read-only set for all: a set per fact would cost a few hundred bytes and a build each.
+    A copy (what `model_copy` takes) is a plain, private `set`.
+    """
+
+    __slots__ = ()
+
+    __init__ = _refuse
+    add = _refuse
+    discard = _refuse
+    remove = _refuse
+    pop = _refuse
+    clear = _refuse
+    update = _refuse
+    difference_update = _refuse
+    intersection_update = _refuse
+    symmetric_difference_update = _refuse
+    __ior__ = _refuse
+    __iand__ = _refuse
+    __isub__ = _refuse
+    __ixor__ = _refuse
+
+    def __copy__(self) -> set[str]:
+        return set(self)
+
+    def __deepcopy__(self, memo: dict[int, object] | None = None) -> set[str]:
+        return set(self)
+
+    def __reduce__(self) -> tuple[type[set[str]], tuple[list[str]]]:
+        return (set, (list(self),))
+
+
+def _names(names: Iterable[str]) -> _NameSet:
+    shared = set.__new__(_NameSet)
+    set[str].update(shared, names)
+    return shared
+
+
+@final
+class _Fields(dict[str, object]):
+    """A fact's `__dict__`: its own mutators refuse, so pydantic's routes cannot rewrite it."""
+
+    __slots__ = ()
+
+    __init__ = _refuse
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __copy__(self) -> dict[str, object]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, object] | None = None) -> dict[str, object]:
+        return {name: copy.deepcopy(value, memo) for name, value in self.items()}
+
+    def __reduce__(self) -> NoReturn:
+        _refuse()
+
+
+_new = object.__new__
+_set = object.__setattr__
+_new_fields = dict.__new__
+_fill_fields: Final = dict[str, object].update
+_FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
 _building_fact = True
 
 
@@ -91,7 +179,14 @@ class Fact(BaseModel, frozen=True):
     digest: str
     """Hex leaf hash of its canonical JSON (see the integrity proof)."""
 
-    def __init__(self, /, **_data: object) -> None:
+    def __new__(cls, *_args: object, **_kwargs: object) -> Self:
+        """Refused: `model_construct` and pydantic's copies all build facts through here."""
+        _refuse()
+
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
+        _refuse()
+
+    def __init_subclass__(cls, **_kwargs: object) -> NoReturn:
         _refuse()
 
     @classmethod
@@ -158,7 +253,7 @@ class Fact(BaseModel, frozen=True):
     @property
     def ref(self) -> str:
         """The `"key/id"` reference other facts use as evidence."""
-        return f"{self.key.value}/{self.id}"
+        return f"{self.key}/{self.id}"
 
     def payload_as(self, model: type[ModelT], /) -> ModelT:
         """Validate the payload into a pydantic model.
@@ -187,22 +282,23 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
+_sha256 = hashlib.sha256
 
 
-def _canonical(
-    proposal: ProposedFact | Fact, payload: JsonValue | None, promotion: PromotionRecord
-) -> bytes:
-    """Canonical JSON of a fact, written out field by field in sorted-key order.
+def _leaf(proposal: ProposedFact | Fact, payload: str | None, promotion: PromotionRecord) -> str:
+    """The hex leaf digest of a fact: SHA-256 of 0x00 and its canonical JSON.
 
-    Byte for byte what `json.dumps(fields, sort_keys=True, separators=(",", ":"),
-    ensure_ascii=False)` gives for the fact's fields, without building the dict.
+    The canonical JSON is written out field by field in sorted-key order, byte for byte what
+    `json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives for
+    the fact's fields, without building the dict. `payload` is the payload's canonical JSON
+    text (`None` for no payload).
     """
     quote = _quote
     target = proposal.target
     approved_by = promotion.approved_by
-    return "".join(
+    record = "".join(
         (
-            '{"confidence":',
+            '\x00{"confidence":',
             float.__repr__(float(proposal.confidence)),
             ',"content":',
             quote(proposal.content),
@@ -211,9 +307,9 @@ def _canonical(
             '],"id":',
             quote(proposal.id),
             ',"key":',
-            quote(proposal.key.value),
+            quote(proposal.key),
             ',"payload":',
-            "null" if payload is None else canonical_json(payload).decode("utf-8"),
+            "null" if payload is None else payload,
             ',"promotion":{"approved_by":',
             "null" if approved_by is None else quote(approved_by),
             ',"clock":',
@@ -229,23 +325,36 @@ def _canonical(
             '},"provenance":',
             quote(proposal.provenance),
             ',"target":',
-            "null" if target is None else quote(target.value),
+            "null" if target is None else quote(target),
             "}",
         )
-    ).encode("utf-8")
+    )
+    return _sha256(record.encode("utf-8")).hexdigest()
 
 
 def fact_digest(fact: Fact) -> str:
-    """Recompute a fact's leaf digest from its fields (what `verify` does)."""
-    return leaf_digest(_canonical(fact, fact.payload, fact.promotion)).hex()
+    """Recompute a fact's leaf digest from its fields, nothing cached (what `verify` does)."""
+    payload = fact.payload
+    text = None if payload is None else canonical_json(payload).decode("utf-8")
+    return _leaf(fact, text, fact.promotion)
 
 
 def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
-    """Build the fact of a proposal with its promotion record. Gate and restore use only."""
-    payload = None if proposal.payload is None else copy_json(proposal.payload)
-    canonical = _canonical(proposal, payload, promotion)
-    return trusted(
-        Fact,
+    """Build the fact of a proposal with its promotion record. Gate and restore use only.
+
+    The fact shares the proposal's frozen payload; `fact.digest` is the leaf the context keeps.
+
+    Raises:
+        ValueError: A field cannot be hashed (a proposal that skipped validation).
+    """
+    payload = proposal.payload
+    if payload is not None and type(payload) not in _FROZEN_PAYLOAD:
+        payload = freeze_json(payload)
+    text = None if payload is None else payload_json(payload)
+    digest = _leaf(proposal, text, promotion)
+    fields = _new_fields(_Fields)
+    _fill_fields(
+        fields,
         {
             "key": proposal.key,
             "id": proposal.id,
@@ -256,6 +365,44 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
             "target": proposal.target,
             "evidence": proposal.evidence,
             "promotion": promotion,
-            "digest": leaf_digest(canonical).hex(),
+            "digest": digest,
         },
     )
+    fact = _new(Fact)
+    _set(fact, "__dict__", fields)
+    _set(fact, "__pydantic_fields_set__", _FACT_NAMES)
+    _set(fact, "__pydantic_extra__", None)
+    _set(fact, "__pydantic_private__", None)
+    return fact
+
+
+_FACT_NAMES: Final = _names(Fact.model_fields)
+_RECORD_NAMES: Final = _names(PromotionRecord.model_fields)
+
+
+def promotion_record(
+    cycle: int,
+    suggestor: str,
+    suggestor_id: int,
+    clock: int,
+    gate: GateKind,
+    approved_by: str | None,
+) -> PromotionRecord:
+    """A `PromotionRecord` of values the gate itself produced, built without re-validation."""
+    record = _new(PromotionRecord)
+    _set(
+        record,
+        "__dict__",
+        {
+            "cycle": cycle,
+            "suggestor": suggestor,
+            "suggestor_id": suggestor_id,
+            "clock": clock,
+            "gate": gate,
+            "approved_by": approved_by,
+        },
+    )
+    _set(record, "__pydantic_fields_set__", _RECORD_NAMES)
+    _set(record, "__pydantic_extra__", None)
+    _set(record, "__pydantic_private__", None)
+    return record

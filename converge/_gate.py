@@ -3,78 +3,319 @@
 `PromotionPolicy` holds the gate's limits and checks. A `Gate` applies them for one merge
 (one cycle, one gate kind: the engine's, the input gate or a human's) and promotes what
 passes, stamping each fact with its `PromotionRecord`.
+
+The gate trusts nothing it receives. `Gate.admit` takes a proposal as validation left it
+(every field of its declared type, the confidence in [0, 1], the payload frozen, the id in
+NFC) and validates anything else again: `model_copy(update=...)`, `model_construct` and
+pydantic's base-class routes skip validation, and what they build fails these checks. What
+validates is decided as the validated copy; what does not is refused with the field named.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Collection
-from typing import Final, final
+import unicodedata
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Final, cast, final
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from ._fact import Fact, GateKind, PromotionRecord, seal
+from ._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
+from ._fact import Fact, GateKind, promotion_record, seal
 from ._key import ContextKey
-from ._model import FrozenModel, trusted
+from ._model import FrozenModel
 from ._proposal import ProposedFact
 
-__all__ = ["Gate", "PromotionPolicy"]
+__all__ = ["RESERVED_PREFIX", "Gate", "PromotionPolicy", "stand_in", "unhashable"]
 
-_BAD_ID_CHARACTER: Final = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+_INVISIBLE: Final = (
+    "\u200b\u200c\u200d\u200e\u200f\u2060\ufeff"  # zero-width characters, word joiner, BOM
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # bidirectional controls
+)
+_BAD_ID_CHARACTER: Final = re.compile(f"[\\s\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+RESERVED_PREFIX: Final = "hitl-rejected:"
+"""Ids under `DIAGNOSTIC` with this prefix are the notes human rejections leave."""
+_FIELDS: Final = frozenset(ProposedFact.model_fields)
 
 
 @final
 class PromotionPolicy(FrozenModel, frozen=True):
     """Limits of the engine gate. The gate itself is always on.
 
-    The gate rejects, in this order: blank content; blank provenance; an id that is empty,
-    too long, or holds whitespace or control characters; content over `max_content_bytes`;
-    a key the suggestor may not write; a `PROPOSALS` proposal without a `target` or targeting
-    `PROPOSALS`, and a `target` on any other key; a `(key, id)` a human rejected in this run.
+    The gate rejects, in this order: a proposal that does not validate; blank content; blank
+    provenance or provenance over `max_provenance_length`; an id that is empty, too long,
+    holds whitespace, control, invisible or bidirectional control characters, or is reserved
+    for the engine's notes; content over `max_content_bytes`; a payload over
+    `max_payload_bytes`; a key the suggestor may not write; a `PROPOSALS` proposal without a
+    `target` or targeting `PROPOSALS`, and a `target` on any other key; a `(key, id)` a human
+    rejected in this run.
     """
 
     max_content_bytes: int = Field(default=1024 * 1024, ge=1)
     """Largest content, in UTF-8 bytes (default 1 MiB)."""
     max_id_length: int = Field(default=256, ge=1)
     """Longest id, in characters."""
+    max_provenance_length: int = Field(default=256, ge=1)
+    """Longest provenance, in characters."""
+    max_payload_bytes: int = Field(default=1024 * 1024, ge=1)
+    """Largest payload, in bytes of its canonical JSON (default 1 MiB)."""
 
     def check(
         self,
         proposal: ProposedFact,
         writes: Collection[ContextKey] | None,
         refused: Collection[tuple[ContextKey, str]] = (),
+        *,
+        gate: GateKind = "engine",
     ) -> str | None:
-        """The reason the gate refuses `proposal`, or `None` when it passes."""
-        if not proposal.content.strip():
-            return "content is blank"
-        if not proposal.provenance.strip():
-            return "provenance is blank"
-        ident = proposal.id
-        if not ident:
-            return "id is empty"
-        if len(ident) > self.max_id_length:
-            return f"id is {len(ident)} characters long, over the limit of {self.max_id_length}"
-        if _BAD_ID_CHARACTER.search(ident):
-            return f"id {ident!r} contains whitespace or control characters"
-        content = proposal.content
-        if len(content) * 4 > self.max_content_bytes:
-            size = len(content.encode("utf-8"))
-            if size > self.max_content_bytes:
-                return f"content is {size} bytes, over the limit of {self.max_content_bytes}"
-        key = proposal.key
-        if writes is not None and key not in writes:
-            return f"not authorised to write {key.value}"
-        target = proposal.target
-        if key is ContextKey.PROPOSALS:
-            if target is None:
-                return "a proposal under proposals needs a target"
-            if target is ContextKey.PROPOSALS:
-                return "a staged proposal cannot target proposals"
-        elif target is not None:
-            return f"target is only allowed under proposals, not under {key.value}"
-        if refused and (key, ident) in refused:
-            return f"{proposal.ref} was rejected by a human in this run"
+        """The reason the `gate` refuses `proposal`, or `None` when it passes."""
+        admitted = admit(proposal)
+        if isinstance(admitted, str):
+            return admitted
+        return _reason(self, admitted, writes, refused, gate)
+
+
+def _reason(
+    policy: PromotionPolicy,
+    proposal: ProposedFact,
+    writes: Collection[ContextKey] | None,
+    refused: Collection[tuple[ContextKey, str]],
+    gate: GateKind,
+) -> str | None:
+    """The first check `proposal` fails, in the documented order, or `None`."""
+    key = proposal.key
+    ident = proposal.id
+    content = proposal.content
+    provenance = proposal.provenance
+    if (  # one pass over what nearly every proposal passes; the details only when one fails
+        not content.strip()
+        or not provenance.strip()
+        or len(provenance) > policy.max_provenance_length
+        or not ident
+        or len(ident) > policy.max_id_length
+        or _BAD_ID_CHARACTER.search(ident) is not None
+        or (key is ContextKey.DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
+        or len(content) * 4 > policy.max_content_bytes
+        or proposal.payload is not None
+    ):
+        reason = _field_reason(policy, proposal, gate)
+        if reason is not None:
+            return reason
+    if writes is not None and key not in writes:
+        return f"not authorised to write {key}"
+    target = proposal.target
+    if key is ContextKey.PROPOSALS:
+        if target is None:
+            return "a proposal under proposals needs a target"
+        if target is ContextKey.PROPOSALS:
+            return "a staged proposal cannot target proposals"
+    elif target is not None:
+        return f"target is only allowed under proposals, not under {key}"
+    if refused and (key, ident) in refused:
+        return f"{key}/{ident} was rejected by a human in this run"
+    return None
+
+
+def _field_reason(policy: PromotionPolicy, proposal: ProposedFact, gate: GateKind) -> str | None:
+    """The checks of one proposal's own fields, in order: content, provenance, id, sizes."""
+    content = proposal.content
+    provenance = proposal.provenance
+    if not content.strip():
+        return "content is blank"
+    if not provenance.strip():
+        return "provenance is blank"
+    if len(provenance) > policy.max_provenance_length:
+        return (
+            f"provenance is {len(provenance)} characters long, "
+            f"over the limit of {policy.max_provenance_length}"
+        )
+    reason = _id_reason(policy, proposal.key, proposal.id, gate)
+    if reason is not None:
+        return reason
+    if len(content) * 4 > policy.max_content_bytes:
+        size = len(content.encode("utf-8"))
+        if size > policy.max_content_bytes:
+            return f"content is {size} bytes, over the limit of {policy.max_content_bytes}"
+    payload = proposal.payload
+    if payload is not None:
+        text = payload_json(payload)
+        if len(text) * 4 > policy.max_payload_bytes:
+            size = len(text.encode("utf-8"))
+            if size > policy.max_payload_bytes:
+                return (
+                    f"payload is {size} bytes of canonical JSON, "
+                    f"over the limit of {policy.max_payload_bytes}"
+                )
+    return None
+
+
+def _id_reason(policy: PromotionPolicy, key: ContextKey, ident: str, gate: GateKind) -> str | None:
+    if not ident:
+        return "id is empty"
+    if len(ident) > policy.max_id_length:
+        return f"id is {len(ident)} characters long, over the limit of {policy.max_id_length}"
+    bad = _BAD_ID_CHARACTER.search(ident)
+    if bad is not None:
+        character = bad.group()
+        if character in _INVISIBLE:
+            return (
+                f"id {ident!r} contains an invisible or bidirectional control character "
+                f"(U+{ord(character):04X})"
+            )
+        return f"id {ident!r} contains whitespace or control characters"
+    if key is ContextKey.DIAGNOSTIC and gate != "human" and ident.startswith(RESERVED_PREFIX):
+        return (
+            f"{key}/{ident} is reserved: only the human gate writes {key}/{RESERVED_PREFIX}* notes"
+        )
+    return None
+
+
+def _intact(fields: Mapping[str, Any]) -> bool:
+    """Whether a proposal's fields are as validation leaves them (the gate's fast path)."""
+    try:
+        key = fields["key"]
+        ident = fields["id"]
+        confidence = fields["confidence"]
+        target = fields["target"]
+        evidence: object = fields["evidence"]
+        payload: object = fields["payload"]
+        kind = type(payload)
+        return (
+            type(key) is ContextKey
+            and type(ident) is str
+            and type(fields["content"]) is str
+            and type(fields["provenance"]) is str
+            and type(confidence) is float
+            and 0.0 <= confidence <= 1.0
+            and (target is None or type(target) is ContextKey)
+            and type(evidence) is tuple
+            and (not evidence or all(type(ref) is str for ref in cast("tuple[object]", evidence)))
+            and (
+                payload is None
+                or kind is FrozenDict
+                or kind is FrozenList
+                or kind is str
+                or kind is int
+                or kind is bool
+                or (kind is float and math.isfinite(cast("float", payload)))
+            )
+            and (ident.isascii() or unicodedata.is_normalized("NFC", ident))
+        )
+    except KeyError:
+        return False
+
+
+def unhashable(error: ValueError) -> str:
+    """The reason for a proposal that cannot be hashed as canonical JSON."""
+    return f"cannot be hashed as canonical JSON ({type(error).__name__}: {error})"
+
+
+def _describe(error: ValidationError) -> str:
+    parts: list[str] = []
+    for detail in error.errors(include_url=False):
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in detail["loc"]
+        ).lstrip(".")
+        shown = _shown(detail.get("input"))
+        parts.append(f"{where or 'proposal'}: {detail['msg']} (got {shown})")
+    return "; ".join(parts)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__: say what it is instead
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def admit(proposal: object) -> ProposedFact | str:
+    """`proposal` as validation left it, or validated again; or why it does not validate."""
+    if type(proposal) is ProposedFact and _intact(proposal.__dict__):
+        return proposal
+    if not isinstance(proposal, ProposedFact):
+        return f"invalid proposal: not a ProposedFact but a {type(proposal).__name__}"
+    fields = {name: value for name, value in proposal.__dict__.items() if name in _FIELDS}
+    payload = fields.get("payload")
+    if payload is not None:
+        try:
+            fields["payload"] = freeze_json(payload)
+        except ValueError as error:
+            return unhashable(error)
+    try:
+        return ProposedFact.model_validate(fields)
+    except ValidationError as error:
+        return f"invalid proposal: {_describe(error)}"
+
+
+def _text(value: object, default: str) -> str:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return default if value is None else _shown(value, 256)
+
+
+def _key(value: object) -> ContextKey | None:
+    if isinstance(value, ContextKey):
+        return value
+    try:
+        return ContextKey(str.__str__(value)) if isinstance(value, str) else None
+    except ValueError:
         return None
+
+
+def _unit(value: object) -> float:
+    if type(value) is int or type(value) is float:
+        number = float(cast("float", value))
+        if 0.0 <= number <= 1.0:
+            return number
+    return 0.0
+
+
+def stand_in(proposal: object) -> ProposedFact:
+    """A valid proposal that records one that is not, for its `Rejection`.
+
+    The fields that validate are kept (text with a lone surrogate escaped); the others become
+    placeholders: key `DIAGNOSTIC`, id and text the value's `repr`, no payload, confidence 0.
+    """
+    raw = getattr(proposal, "__dict__", None)
+    fields: dict[str, object] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    try:
+        payload = freeze_json(fields.get("payload"))
+    except ValueError:
+        payload = None
+    confidence = fields.get("confidence")
+    evidence = fields.get("evidence")
+    try:
+        return ProposedFact.model_validate(
+            {
+                "key": _key(fields.get("key")) or ContextKey.DIAGNOSTIC,
+                "id": _text(fields.get("id"), "invalid"),
+                "content": _text(fields.get("content"), "") if fields else _shown(proposal),
+                "provenance": _text(fields.get("provenance"), ""),
+                "payload": payload,
+                "confidence": _unit(confidence),
+                "target": _key(fields.get("target")),
+                "evidence": (
+                    tuple(_text(ref, "") for ref in cast("Sequence[object]", evidence))
+                    if isinstance(evidence, tuple | list)
+                    else ()
+                ),
+            }
+        )
+    except Exception:  # nothing of it validates: a bare placeholder
+        return ProposedFact(key=ContextKey.DIAGNOSTIC, id="invalid", content="", provenance="")
+
+
+def check_hashable(proposal: ProposedFact) -> None:
+    """Raise `ValueError` if a field cannot be hashed (a copy that skipped validation)."""
+    check_text(proposal.id, "id")
+    check_text(proposal.content, "content")
+    check_text(proposal.provenance, "provenance")
+    for index, ref in enumerate(proposal.evidence):
+        check_text(ref, f"evidence[{index}]")
+    if proposal.payload is not None:
+        payload_json(proposal.payload)
 
 
 @final
@@ -96,9 +337,17 @@ class Gate:
         self._kind: GateKind = kind
         self._refused = refused
 
+    @staticmethod
+    def admit(proposal: object) -> ProposedFact | str:
+        """The proposal to decide on (`proposal` itself when validation left it as it is, else
+        a validated copy), or the reason it does not validate."""
+        if type(proposal) is ProposedFact and _intact(proposal.__dict__):
+            return proposal
+        return admit(proposal)
+
     def check(self, proposal: ProposedFact, writes: Collection[ContextKey] | None) -> str | None:
-        """Why the gate refuses `proposal` from a suggestor allowed to write `writes`, or `None`."""
-        return self._policy.check(proposal, writes, self._refused)
+        """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`."""
+        return _reason(self._policy, proposal, writes, self._refused, self._kind)
 
     def promote(
         self,
@@ -111,17 +360,9 @@ class Gate:
         """The fact of a proposal that passed, at Lamport time `clock`.
 
         Raises:
-            ValueError: The proposal skipped validation and its payload cannot be hashed.
+            ValueError: The proposal skipped validation and cannot be hashed.
         """
-        record = trusted(
-            PromotionRecord,
-            {
-                "cycle": self._cycle,
-                "suggestor": suggestor,
-                "suggestor_id": suggestor_id,
-                "clock": clock,
-                "gate": self._kind,
-                "approved_by": approved_by,
-            },
+        record = promotion_record(
+            self._cycle, suggestor, suggestor_id, clock, self._kind, approved_by
         )
         return seal(proposal, record)

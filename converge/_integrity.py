@@ -25,25 +25,29 @@ class IntegrityProof(FrozenModel, frozen=True):
 
     @classmethod
     def of(cls, snapshot: ContextSnapshot) -> IntegrityProof:
-        """The proof for `snapshot`, from its stored digests."""
+        """The proof for `snapshot`, from the leaf digests the engine kept for its facts."""
         return cls(
             merkle_root=snapshot.merkle_root(), clock=snapshot.clock, fact_count=len(snapshot)
         )
 
 
 def verify(snapshot: ContextSnapshot, proof: IntegrityProof) -> bool:
-    """Whether `snapshot` matches `proof`, recomputing every digest from the facts' fields.
+    """Whether `snapshot` holds exactly the facts the engine promoted, as `proof` commits.
 
-    A fact whose fields no longer match its stored digest (a payload mutated in place, say)
-    makes this false, as does any added, missing or reordered fact.
+    Each fact's digest is recomputed from its fields and compared with the leaf the context
+    kept when the engine promoted (or restored) that fact, and with the `digest` the fact
+    carries; the root is built from the kept leaves. A fact changed in any way since (its
+    digest recomputed or not), or a fact added, missing or reordered, makes this false.
     """
-    facts = snapshot.facts()
-    if len(facts) != proof.fact_count or snapshot.clock != proof.clock:
+    if len(snapshot) != proof.fact_count or snapshot.clock != proof.clock:
         return False
-    digests: list[bytes] = []
-    for fact in facts:
-        digest = fact_digest(fact)
-        if digest != fact.digest:
+    leaves: list[bytes] = []
+    for fact, leaf in snapshot._sealed():  # pyright: ignore[reportPrivateUsage]
+        try:
+            digest = fact_digest(fact)
+        except (ValueError, TypeError):  # changed below the API into something unhashable
             return False
-        digests.append(bytes.fromhex(digest))
-    return merkle_root(digests) == proof.merkle_root
+        if digest != leaf or fact.digest != leaf:
+            return False
+        leaves.append(bytes.fromhex(leaf))
+    return merkle_root(leaves) == proof.merkle_root

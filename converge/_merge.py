@@ -1,24 +1,30 @@
 """The serialized merge: effects enter the context one suggestor at a time, in id order.
 
-Each proposal gets one decision (`Merger._decide`), in order: the gate's checks (reject); the
-identity check (an identical fact is an idempotent restatement; a different one with the same
-key and id is a conflict); a slot already held (reject); the HITL policy (hold for a human);
-otherwise the gate promotes it. A suggestor's decisions are committed together
-(`Merger._commit`) after the structural invariants hold, so a conflict with
-`on_conflict="stop"` or a structural violation discards that suggestor's whole effect and
-nothing else.
+Each proposal gets one decision (`Merger._decide`), in order: the gate's admission (a proposal
+that skipped validation is validated again; one that does not validate is rejected, the field
+named) and checks (reject); the identity check (an identical fact is an idempotent
+restatement; a different one with the same key and id is a conflict); a slot already held
+(reject); the HITL policy (hold for a human); otherwise the gate promotes it. A suggestor's
+decisions are committed together (`Merger._commit`) after the structural invariants hold, so
+a conflict with `on_conflict="stop"` or a structural violation discards that suggestor's
+whole effect and nothing else. Any exception while deciding one proposal is that proposal's
+rejection, with the exception as its reason: a proposal never stops a run.
+
+A promoted fact's leaf digest is taken the moment the gate seals it and travels with it into
+the snapshot, which builds the Merkle root from those leaves only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Literal, final
+from operator import attrgetter
+from typing import Final, Literal, final
 
-from ._canonical import canonical_json
+from ._canonical import payload_json
 from ._context import ContextSnapshot
 from ._fact import Fact, GateKind
-from ._gate import Gate, PromotionPolicy
+from ._gate import Gate, PromotionPolicy, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import ContextKey
@@ -32,17 +38,17 @@ __all__ = ["ConflictMode", "Merger", "identical"]
 ConflictMode = Literal["stop", "reject"]
 
 
-def _unhashable(error: ValueError) -> str:
-    return f"cannot be hashed as canonical JSON ({type(error).__name__}: {error})"
+_key_of: Final = attrgetter("key")
 
 
 def identical(fact: Fact, proposal: ProposedFact) -> bool:
     """Whether `proposal` restates `fact`: same key, id, content and canonical payload."""
     if fact.content != proposal.content:
         return False
-    if fact.payload is None or proposal.payload is None:
-        return fact.payload is None and proposal.payload is None
-    return canonical_json(fact.payload) == canonical_json(proposal.payload)
+    mine, theirs = fact.payload, proposal.payload
+    if mine is None or theirs is None:
+        return mine is None and theirs is None
+    return mine is theirs or payload_json(mine) == payload_json(theirs)
 
 
 _Decision = Fact | Rejection | GateRequest | Conflict | None
@@ -53,11 +59,12 @@ _Decision = Fact | Rejection | GateRequest | Conflict | None
 class _Effect:
     """One suggestor's decisions, committed together or not at all."""
 
-    __slots__ = ("accepted", "clock", "held", "held_slots", "local", "rejected")
+    __slots__ = ("accepted", "clock", "held", "held_slots", "leaves", "local", "rejected")
 
     def __init__(self, clock: int) -> None:
         self.clock = clock
         self.accepted: list[Fact] = []
+        self.leaves: list[str] = []
         self.local: dict[tuple[ContextKey, str], Fact] = {}
         self.held: list[GateRequest] = []
         self.held_slots: set[tuple[ContextKey, str]] = set()
@@ -75,6 +82,7 @@ class Merger:
 
     __slots__ = (
         "_added",
+        "_added_leaves",
         "_base",
         "_clock",
         "_cycle",
@@ -111,6 +119,7 @@ class Merger:
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[ContextKey, str], Fact] = {}
         self._added: list[Fact] = []
+        self._added_leaves: list[str] = []
         self._structural = tuple(structural)
         self._hitl = hitl
         self._deadline = deadline
@@ -133,7 +142,7 @@ class Merger:
         suggestor: str,
         suggestor_id: int,
         writes: frozenset[ContextKey] | None,
-        proposals: Sequence[ProposedFact],
+        proposals: Iterable[ProposedFact],
         *,
         approved_by: str | None = None,
     ) -> Conflict | None:
@@ -141,15 +150,27 @@ class Merger:
         effect = _Effect(self._clock)
         decide = self._decide
         accepted = effect.accepted
+        leaves = effect.leaves
         local = effect.local
         rejected = effect.rejected
+        try:
+            proposals = tuple(proposals)
+        except Exception as error:  # an effect built without validation
+            reason = f"the effect's proposals cannot be read ({type(error).__name__}: {error})"
+            self.rejections.append(self._rejection(stand_in(proposals), suggestor, reason))
+            return None
         for proposal in proposals:
-            decision = decide(proposal, effect, suggestor, suggestor_id, writes, approved_by)
+            try:
+                decision = decide(proposal, effect, suggestor, suggestor_id, writes, approved_by)
+            except Exception as error:
+                reason = f"could not be decided ({type(error).__name__}: {error})"
+                decision = self._rejection(stand_in(proposal), suggestor, reason)
             if decision is None:  # an identical fact exists: an idempotent restatement
                 continue
             if type(decision) is Fact:
                 effect.clock += 1
                 accepted.append(decision)
+                leaves.append(decision.digest)  # the seal's own digest, taken at promotion
                 local[decision.key, decision.id] = decision
             elif type(decision) is Rejection:
                 rejected.append(decision)
@@ -171,7 +192,12 @@ class Merger:
         approved_by: str | None,
     ) -> _Decision:
         """Reject, restate (`None`), conflict, hold or promote one proposal."""
-        reason = self._gate.check(proposal, writes)
+        gate = self._gate
+        admitted = gate.admit(proposal)
+        if isinstance(admitted, str):
+            return self._rejection(stand_in(proposal), suggestor, admitted)
+        proposal = admitted
+        reason = gate.check(proposal, writes)
         if reason is not None:
             return self._rejection(proposal, suggestor, reason)
         slot = (proposal.key, proposal.id)
@@ -183,14 +209,13 @@ class Merger:
         if slot in self._held_slots or slot in effect.held_slots:
             reason = f"{proposal.ref} is already held for a human decision"
             return self._rejection(proposal, suggestor, reason)
-        if self._hitl is not None and self._hitl.gates(proposal):
-            return self._request(proposal, suggestor, suggestor_id)
         try:
-            return self._gate.promote(
-                proposal, suggestor, suggestor_id, effect.clock + 1, approved_by
-            )
+            if self._hitl is not None and self._hitl.gates(proposal):
+                check_hashable(proposal)
+                return self._request(proposal, suggestor, suggestor_id)
+            return gate.promote(proposal, suggestor, suggestor_id, effect.clock + 1, approved_by)
         except ValueError as error:  # model_copy/model_construct skip validation
-            return self._rejection(proposal, suggestor, _unhashable(error))
+            return self._rejection(stand_in(proposal), suggestor, unhashable(error))
 
     def _restated(
         self, existing: Fact, proposal: ProposedFact, suggestor: str
@@ -199,7 +224,7 @@ class Merger:
         try:
             same = identical(existing, proposal)
         except ValueError as error:  # an unvalidated copy holding unhashable text
-            return self._rejection(proposal, suggestor, _unhashable(error))
+            return self._rejection(stand_in(proposal), suggestor, unhashable(error))
         if same:
             return None
         if self._mode == "stop":
@@ -218,7 +243,9 @@ class Merger:
         accepted = effect.accepted
         if accepted:
             if self._structural:
-                candidate = self.snapshot()._extend(accepted, self._cycle, effect.clock)  # pyright: ignore[reportPrivateUsage]
+                candidate = self.snapshot()._extend(  # pyright: ignore[reportPrivateUsage]
+                    accepted, effect.leaves, self._cycle, effect.clock
+                )
                 violations = check_invariants(self._structural, candidate, self._cycle)
                 if violations:
                     self.violations.extend(violations)
@@ -227,6 +254,7 @@ class Merger:
             else:
                 self._overlay.update(effect.local)
                 self._added.extend(accepted)
+                self._added_leaves.extend(effect.leaves)
             self._clock = effect.clock
             self.promoted.extend(accepted)
         if effect.held:
@@ -253,8 +281,11 @@ class Merger:
     def snapshot(self) -> ContextSnapshot:
         """The context with everything merged so far."""
         if self._added:
-            self._base = self._base._extend(self._added, self._cycle, self._clock)  # pyright: ignore[reportPrivateUsage]
+            self._base = self._base._extend(  # pyright: ignore[reportPrivateUsage]
+                self._added, self._added_leaves, self._cycle, self._clock
+            )
             self._added = []
+            self._added_leaves = []
             self._overlay = {}
         elif self._base.cycle != self._cycle:
             self._base = self._base._at_cycle(self._cycle)  # pyright: ignore[reportPrivateUsage]
@@ -263,4 +294,4 @@ class Merger:
     @property
     def added_keys(self) -> frozenset[ContextKey]:
         """Keys that gained facts in this cycle."""
-        return frozenset(fact.key for fact in self.promoted)
+        return frozenset(map(_key_of, self.promoted))

@@ -2,41 +2,21 @@
 
 from __future__ import annotations
 
-import math
+import unicodedata
 from typing import final
 
 from pydantic import Field, JsonValue, ValidationInfo, field_validator
 
+from ._canonical import check_text, freeze_json
 from ._key import ContextKey
 from ._model import FrozenModel
 
 __all__ = ["ProposedFact", "check_json", "check_text"]
 
 
-def check_text(text: str, path: str) -> None:
-    """Raise `ValueError` if `text` cannot be UTF-8 (a lone surrogate), which hashing needs."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"{path} holds a lone surrogate at position {error.start}; text must be valid UTF-8"
-        ) from None
-
-
 def check_json(value: JsonValue, path: str = "payload") -> None:
-    """Raise `ValueError` naming the first NaN, infinity or lone surrogate in a JSON value."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{path} holds a non-finite number ({value!r}); JSON has none")
-    elif isinstance(value, str):
-        check_text(value, path)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(key, f"{path} key {key!r}")
-            check_json(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            check_json(item, f"{path}[{index}]")
+    """Raise `ValueError` naming the first part of `value` that is not JSON (see `freeze_json`)."""
+    freeze_json(value, path)
 
 
 @final
@@ -44,7 +24,8 @@ class ProposedFact(FrozenModel, frozen=True):
     """A claim a suggestor would like to become a fact; the engine decides whether it does.
 
     Anyone may build one. Two proposals are *identical* when key, id, content and the
-    canonical JSON of the payload are equal.
+    canonical JSON of the payload are equal. Validation freezes the payload (its objects and
+    arrays refuse every change) and writes the id in Unicode NFC.
     """
 
     key: ContextKey = Field(strict=False)
@@ -56,7 +37,7 @@ class ProposedFact(FrozenModel, frozen=True):
     provenance: str
     """Who claims it: a suggestor name, `"gpt-4o:run-17"`, `"input:crm"`."""
     payload: JsonValue | None = None
-    """Structured data; finite numbers only."""
+    """Structured data; finite numbers only. Frozen: objects and arrays refuse every change."""
     confidence: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
     """How sure the proposer is, from 0 to 1."""
     target: ContextKey | None = Field(default=None, strict=False)
@@ -64,14 +45,20 @@ class ProposedFact(FrozenModel, frozen=True):
     evidence: tuple[str, ...] = Field(default=(), strict=False)
     """`"key/id"` references of the facts it was derived from."""
 
-    @field_validator("payload")
+    @field_validator("payload", mode="plain", json_schema_input_type=JsonValue | None)
     @classmethod
-    def _payload_is_json(cls, value: JsonValue | None) -> JsonValue | None:
-        if value is not None:
-            check_json(value)
-        return value
+    def _payload_is_frozen_json(cls, value: object) -> JsonValue | None:
+        return None if value is None else freeze_json(value)
 
-    @field_validator("id", "content", "provenance")
+    @field_validator("id")
+    @classmethod
+    def _id_is_nfc(cls, value: str) -> str:
+        if value.isascii():
+            return value
+        check_text(value, "id")
+        return unicodedata.normalize("NFC", value)
+
+    @field_validator("content", "provenance")
     @classmethod
     def _text_is_utf8(cls, value: str, info: ValidationInfo) -> str:
         check_text(value, str(info.field_name))
@@ -87,4 +74,4 @@ class ProposedFact(FrozenModel, frozen=True):
     @property
     def ref(self) -> str:
         """The `"key/id"` reference this proposal would have as a fact."""
-        return f"{self.key.value}/{self.id}"
+        return f"{self.key}/{self.id}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import string
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
@@ -80,6 +81,11 @@ non_proposal_keys: Final = st.sampled_from(
 )
 """Any key but `PROPOSALS`: the keys a staged proposal may target."""
 
+INVISIBLE_CHARACTERS: Final = (
+    "\u200b\u200c\u200d\u200e\u200f\u2060\ufeff"
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+"""Zero-width and bidirectional control characters: the gate refuses ids holding one."""
 ID_ALPHABET: Final = string.ascii_letters + string.digits + "-_.:/@#"
 """Characters of generated ids. `~` is left out: it marks the ids of `AlwaysNew`."""
 SMALL_IDS: Final = ("a", "b", "c", "d")
@@ -90,13 +96,21 @@ valid_ids: Final = st.one_of(
     *[_small_ids] * 5,
     st.text(ID_ALPHABET, min_size=1, max_size=12),
     st.text(
-        st.characters(exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp"), exclude_characters="~"),
+        st.characters(
+            exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp"),
+            exclude_characters="~" + INVISIBLE_CHARACTERS,
+        ),
         min_size=1,
         max_size=8,
-    ).filter(lambda text: not any(char.isspace() for char in text)),
+    ).filter(
+        lambda text: (
+            not any(char.isspace() for char in text) and unicodedata.is_normalized("NFC", text)
+        )
+    ),
     st.text(ID_ALPHABET, min_size=256, max_size=256),
 )
-"""Ids the engine gate accepts: non-empty, at most 256 characters, no whitespace or controls."""
+"""Ids the engine gate accepts: non-empty, at most 256 characters, no whitespace, controls or
+invisible characters, in NFC (validation normalises ids to NFC, so others would change)."""
 
 _BAD_ID_CHARACTERS: Final = st.sampled_from(
     (" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x00", "\x1b", "\x7f", "\x85", "\u00a0", "\u2028")

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import unicodedata
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -180,7 +181,7 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
     expected = canonical(
         {
             "key": fact.key.value,
-            "id": ident,
+            "id": unicodedata.normalize("NFC", ident),  # ids are stored in NFC
             "content": content,
             "payload": fact.payload,
             "confidence": confidence,
