@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 from hitl_formation import SIGNING_KEY
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from converge import (
     AgentEffect,
@@ -359,3 +359,39 @@ def test_the_suggestors_own_payload_is_not_the_proposals() -> None:
     proposal = seed(given)
     given["rows"].append(3)
     assert proposal.payload == {"rows": [1, 2]}
+
+
+def test_a_payload_that_holds_itself_or_nests_too_deep_is_a_validation_error() -> None:
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    with pytest.raises(ValidationError, match="nests deeper than 128 levels"):
+        seed(cyclic)
+    deep: list[Any] = []
+    for _ in range(128):
+        deep = [deep]
+    with pytest.raises(ValidationError, match="nests deeper than 128 levels"):
+        seed(deep)
+    assert seed(deep[0]).payload == deep[0]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"a": {1, 2}}, r"payload\.a holds a set, which is not a JSON value"),
+        ({"a": [b"x"]}, r"payload\.a\[0\] holds a bytes, which is not a JSON value"),
+        ({1: "x"}, "payload has a key of type int; JSON keys are text"),
+        ({"\ud800": 1}, "payload key '\\\\ud800' holds a lone surrogate"),
+        ((1, 2), "payload holds a tuple, which is not a JSON value"),
+    ],
+)
+def test_a_payload_that_is_not_json_names_where(payload: object, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        ProposedFact.model_validate(
+            {"key": SEEDS, "id": "a", "content": "x", "provenance": "me", "payload": payload}
+        )
+
+
+def test_text_and_number_subclasses_become_plain_values() -> None:
+    payload = cast("dict[str, Any]", seed({"key": ContextKey.SEEDS, "flag": True}).payload)
+    assert type(payload["key"]) is str
+    assert payload == {"key": "seeds", "flag": True}
