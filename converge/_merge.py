@@ -41,6 +41,15 @@ ConflictMode = Literal["stop", "reject"]
 _key_of: Final = attrgetter("key")
 
 
+def _recordable(proposal: ProposedFact) -> ProposedFact:
+    """`proposal`, or its stand-in when a copy that skipped validation cannot be serialised."""
+    try:
+        check_hashable(proposal)
+    except ValueError:
+        return stand_in(proposal)
+    return proposal
+
+
 def identical(fact: Fact, proposal: ProposedFact) -> bool:
     """Whether `proposal` restates `fact`: same key, id, content and canonical payload."""
     if fact.content != proposal.content:
@@ -229,7 +238,7 @@ class Merger:
             return None
         if self._mode == "stop":
             return Conflict(
-                proposal=proposal,
+                proposal=_recordable(proposal),
                 suggestor=suggestor,
                 cycle=self._cycle,
                 existing_provenance=existing.provenance,
@@ -275,7 +284,12 @@ class Merger:
     def _rejection(self, proposal: ProposedFact, suggestor: str, reason: str) -> Rejection:
         return trusted(
             Rejection,
-            {"proposal": proposal, "suggestor": suggestor, "cycle": self._cycle, "reason": reason},
+            {
+                "proposal": _recordable(proposal),
+                "suggestor": suggestor,
+                "cycle": self._cycle,
+                "reason": reason,
+            },
         )
 
     def snapshot(self) -> ContextSnapshot:

@@ -402,3 +402,18 @@ def test_payload_has_a_size_limit_in_canonical_json_bytes() -> None:
     assert policy.check(text, None) == "payload is 22 bytes of canonical JSON, over the limit of 16"
     result = Engine(policy=policy).run_sync(inputs=[fits, big])
     assert [fact.id for fact in result.context.facts()] == ["a"]
+
+
+def test_a_refused_copy_holding_a_lone_surrogate_is_recorded_as_json() -> None:
+    fine = good("a")
+    blank = BaseModel.model_copy(good("b"), update={"content": "x\ud800", "provenance": " "})
+    conflicting = BaseModel.model_copy(good("a"), update={"content": "y\ud800"})
+    engine = Engine(on_conflict="reject")
+    engine.register_suggestor(Emits([fine, blank, conflicting]))
+    result = engine.run_sync()
+    reasons = [rejection.reason for rejection in result.rejections]
+    assert reasons[0] == "provenance is blank"
+    assert reasons[1].startswith("conflicts with existing fact hypotheses/a")
+    assert [r.proposal.content for r in result.rejections] == ["x\\ud800", "y\\ud800"]
+    record = RunRecord.of(result)
+    assert RunRecord.model_validate_json(record.model_dump_json()).rejections == result.rejections
