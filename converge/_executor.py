@@ -213,6 +213,15 @@ class Executor:
             slot.execution = failure(reg, "failed", started, error)
             slot.error = error
             return
+        if type(effect.proposals) is not tuple or type(effect.tokens) is not int:
+            error = TypeError(  # an AgentEffect built around validation (model_construct)
+                f"execute() of {reg.name!r} returned an AgentEffect that skipped validation "
+                f"(proposals: {type(effect.proposals).__name__}, "
+                f"tokens: {type(effect.tokens).__name__})"
+            )
+            slot.execution = failure(reg, "failed", started, error)
+            slot.error = error
+            return
         slot.effect = effect
         slot.execution = _ok(reg, started, finished, effect, self._record)
 

@@ -135,12 +135,11 @@ def test_an_unvalidated_proposal_is_a_recorded_rejection_not_a_crash(case: str) 
     assert RunRecord.model_validate_json(record.model_dump_json()).rejections == (rejection,)
 
 
-@pytest.mark.parametrize("case", sorted(UNVALIDATED))
+@pytest.mark.parametrize("case", sorted(set(UNVALIDATED) - {"not a proposal"}))
 def test_an_unvalidated_input_is_a_recorded_rejection_not_a_crash(case: str) -> None:
     build, field = UNVALIDATED[case]
-    bad = build()
-    if not isinstance(bad, ProposedFact):
-        pytest.skip("the engine refuses a non-proposal input before the run")
+    bad = build()  # (a non-proposal input is refused before the run: ConfigurationError)
+    assert isinstance(bad, ProposedFact)
     result = Engine().run_sync(inputs=[bad, good("fine")])
     assert result.stop_reason is StopReason.CONVERGED
     assert [fact.ref for fact in result.context.facts()] == ["hypotheses/fine"]
@@ -417,3 +416,27 @@ def test_a_refused_copy_holding_a_lone_surrogate_is_recorded_as_json() -> None:
     assert [r.proposal.content for r in result.rejections] == ["x\\ud800", "y\\ud800"]
     record = RunRecord.of(result)
     assert RunRecord.model_validate_json(record.model_dump_json()).rejections == result.rejections
+
+
+class ConstructedEffect:
+    """Returns an `AgentEffect` built around validation, holding an int as its proposals."""
+
+    name = "constructed"
+    dependencies = ()
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.cycle <= 1
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        construct = cast(Any, BaseModel.model_construct).__func__
+        return cast(AgentEffect, construct(AgentEffect, proposals=7, tokens=0))
+
+
+def test_an_effect_that_skipped_validation_is_a_failed_execution_not_a_crash() -> None:
+    engine = Engine()
+    engine.register_suggestor(ConstructedEffect())
+    result = engine.run_sync()
+    [execution] = result.trace.cycles[0].executions
+    assert execution.outcome == "failed"
+    assert execution.error is not None
+    assert "skipped validation (proposals: int" in execution.error
