@@ -42,4 +42,6 @@ KEYS: Final[tuple[ContextKey, ...]] = tuple(ContextKey)
 
 def in_key_order(keys: Collection[ContextKey]) -> tuple[ContextKey, ...]:
     """`keys` sorted in declaration order, without duplicates."""
-    return tuple(key for key in KEYS if key in keys)
+    if len(keys) == 1:
+        return tuple(keys)
+    return tuple([key for key in KEYS if key in keys])

@@ -103,9 +103,9 @@ class LiveEffects:
 
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
         """The fact, token or time budget, measured now."""
-        return budget_stop(
-            self._budget, facts=facts, tokens=tokens, elapsed=self._stopwatch.elapsed()
-        )
+        budget = self._budget
+        elapsed = 0.0 if budget.max_seconds is None else self._stopwatch.elapsed()
+        return budget_stop(budget, facts=facts, tokens=tokens, elapsed=elapsed)
 
     def decisions(self, held: Sequence[GateRequest], /) -> None:
         """A live run always pauses for a human."""

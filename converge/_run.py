@@ -139,7 +139,8 @@ class RunLoop:
         if not merger.promoted:
             self._record(cycle, dirty, batch, merger)
             return self._fixed_point()
-        semantic = check_invariants(self._view.semantic, state.snapshot, cycle)
+        checks = self._view.semantic
+        semantic = check_invariants(checks, state.snapshot, cycle) if checks else ()
         self._record(cycle, dirty, batch, merger, semantic)
         state.dirty = merger.added_keys
         return None
@@ -287,12 +288,12 @@ class RunLoop:
             held: tuple[str, ...] = ()
             violations: tuple[Violation, ...] = tuple(semantic)
         else:
-            promoted = tuple(fact.ref for fact in merger.promoted)
+            promoted = tuple([fact.ref for fact in merger.promoted])
             rejected = tuple(merger.rejections)
-            held = tuple(request.gate_id for request in merger.held)
+            held = tuple([request.gate_id for request in merger.held]) if merger.held else ()
             violations = (*merger.violations, *semantic)
         events = self.events
-        if events.warn:
+        if events.debug or (events.warn and _noteworthy(batch, merger, violations)):
             events.executions(cycle, batch.executions)
             if merger is not None:
                 events.merged(cycle, merger.promoted, merger.rejections, merger.held, violations)
@@ -308,7 +309,7 @@ class RunLoop:
                 {
                     "cycle": cycle,
                     "dirty": in_key_order(dirty),
-                    "eligible": tuple(reg.name for reg in batch.eligible),
+                    "eligible": tuple([reg.name for reg in batch.eligible]),
                     "executions": batch.executions,
                     "promoted": promoted,
                     "rejected": rejected,
@@ -372,3 +373,10 @@ def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedF
         provenance=f"human:{decision.by}",
         evidence=tuple(proposal.evidence),
     )
+
+
+def _noteworthy(batch: Batch, merger: Merger | None, violations: Sequence[Violation]) -> bool:
+    """Whether a cycle has anything above debug level to narrate: failures, holds, violations."""
+    if violations or (merger is not None and merger.held):
+        return True
+    return any(execution.outcome != "ok" for execution in batch.executions)

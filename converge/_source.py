@@ -24,7 +24,7 @@ __all__ = ["Batch", "EffectSource", "End"]
 
 
 @final
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Batch:
     """One cycle's work, ready to merge."""
 
