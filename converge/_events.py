@@ -26,6 +26,7 @@ __all__ = [
     "ProposalRejected",
     "RunFinished",
     "RunStarted",
+    "SuggestorBlocked",
     "SuggestorFailed",
     "SuggestorFinished",
     "deliver",
@@ -82,6 +83,22 @@ class SuggestorFinished(_Event, frozen=True):
     """Proposals in its effect."""
     tokens: int
     """Tokens it reported."""
+
+
+@final
+class SuggestorBlocked(_Event, frozen=True):
+    """A suggestor held the event loop past its time limit without awaiting.
+
+    Its result came too late and was dropped (its execution is `timed_out`); the event says
+    which suggestor blocked, so its blocking call can be moved to a worker thread.
+    """
+
+    type: Literal["suggestor_blocked"] = "suggestor_blocked"
+    """Discriminator."""
+    suggestor: str
+    """Its name."""
+    held_seconds: float
+    """How long it held the loop without awaiting."""
 
 
 @final
@@ -217,6 +234,7 @@ EngineEvent = Annotated[
     | CycleStarted
     | SuggestorFinished
     | SuggestorFailed
+    | SuggestorBlocked
     | FactPromoted
     | ProposalRejected
     | GateRequested

@@ -52,6 +52,7 @@ EVENT_LEVELS: Final[dict[str, int]] = {
     "run_started": logging.INFO,
     "cycle_started": logging.DEBUG,
     "suggestor_failed": logging.WARNING,
+    "suggestor_blocked": logging.WARNING,
     "gate_requested": logging.INFO,
     "gate_decided": logging.INFO,
     "invariant_violated": logging.WARNING,

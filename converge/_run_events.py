@@ -26,6 +26,7 @@ from ._events import (
     ProposalRejected,
     RunFinished,
     RunStarted,
+    SuggestorBlocked,
     SuggestorFailed,
     SuggestorFinished,
     deliver,
@@ -111,8 +112,13 @@ class RunEvents:
 
     def suggestor_blocked(self, cycle: int, suggestor: str, held: float) -> None:
         """A suggestor held the event loop past its time limit (its result was dropped)."""
-        self._log.warning(
-            "suggestor_blocked", suggestor=suggestor, cycle=cycle, held_seconds=round(held, 3)
+        self._emit(
+            SuggestorBlocked(
+                run_id=self._run_id,
+                cycle=cycle,
+                suggestor=suggestor,
+                held_seconds=round(held, 3),
+            )
         )
 
     def _failed(self, observer: Observer, event: EngineEvent, error: Exception) -> None:

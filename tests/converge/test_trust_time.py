@@ -28,6 +28,7 @@ from converge import (
     EngineEvent,
     Execution,
     StopReason,
+    SuggestorBlocked,
 )
 from tests.doubles import fact
 
@@ -305,6 +306,24 @@ async def test_a_result_after_the_suggestor_timeout_is_a_timeout_and_not_merged(
     assert (warning["suggestor"], warning["cycle"]) == ("blocker", 1)
     assert warning["held_seconds"] > 0.1
     assert warning["run_id"] == result.run_id
+
+
+async def test_a_blocking_suggestor_is_also_an_event_for_observers() -> None:
+    events: list[EngineEvent] = []
+    engine = Engine(suggestor_timeout=0.05, observers=[Collect(events)])
+    engine.register_suggestor(Once("blocker", blocks(0.3)))
+    result = await engine.run()
+    [blocked] = [event for event in events if isinstance(event, SuggestorBlocked)]
+    assert (blocked.suggestor, blocked.cycle, blocked.run_id) == ("blocker", 1, result.run_id)
+    assert blocked.held_seconds > 0.1
+
+
+class Collect:
+    def __init__(self, into: list[EngineEvent]) -> None:
+        self._into = into
+
+    def on_event(self, event: EngineEvent, /) -> None:
+        self._into.append(event)
 
 
 async def test_a_late_result_in_raise_mode_raises_the_timeout() -> None:
