@@ -17,7 +17,7 @@ from ._cli_support import CliError
 from ._stop import StopReason
 from ._store import RunRecord
 
-__all__ = ["STALE", "decided_by", "formation_locator", "paused_checkpoint", "signing_key"]
+__all__ = ["STALE", "formation_locator", "paused_checkpoint", "signing_key"]
 
 STALE: Final = 8
 """Exit status when someone else saved the run first (a decision would have been lost)."""
@@ -27,18 +27,6 @@ def signing_key() -> bytes | None:
     """`CONVERGE_SIGNING_KEY`, when set."""
     key = os.environ.get("CONVERGE_SIGNING_KEY")
     return key.encode() if key else None
-
-
-def decided_by(record: RunRecord) -> str:
-    """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
-    decisions = record.trace.decisions
-    if not decisions:
-        return ""
-    said = "; ".join(
-        f"{decision.by}: {'approved' if decision.approved else 'rejected'} {decision.gate_id}"
-        for decision in decisions
-    )
-    return f" (decided by {said})"
 
 
 def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Checkpoint:
@@ -55,7 +43,7 @@ def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Chec
     if checkpoint is None or record.stop_reason is not StopReason.AWAITING_HUMAN:
         raise CliError(
             f"run {run_id} is not waiting for a decision "
-            f"({record.stop_reason.value}){decided_by(record)}"
+            f"({record.stop_reason.value}){record.decided_by()}"
         )
     if checkpoint.run_id != run_id or checkpoint.merkle_root != record.integrity.merkle_root:
         raise CliError(

@@ -219,14 +219,8 @@ async def current_version(store: RunStore | None, checkpoint: Checkpoint) -> int
     except RunNotFoundError:
         return 0
     if record.checkpoint != checkpoint:
-        decided = ", ".join(
-            f"{d.by} ({'approved' if d.approved else 'rejected'} {d.gate_id})"
-            for d in record.trace.decisions
-        )
         raise InvalidResumeError(
-            f"run {checkpoint.run_id} has moved on since this checkpoint "
-            f"(now {record.stop_reason.value}"
-            + (f", decided by {decided}" if decided else "")
-            + "); a checkpoint is usable once"
+            f"run {checkpoint.run_id} has moved on since this checkpoint (now "
+            f"{record.stop_reason.value}){record.decided_by()}; a checkpoint is usable once"
         )
     return record.version

@@ -134,6 +134,17 @@ class RunRecord(FrozenModel, frozen=True):
         )
         return record if key is None else record.signed(key)
 
+    def decided_by(self) -> str:
+        """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
+        decisions = self.trace.decisions
+        if not decisions:
+            return ""
+        said = "; ".join(
+            f"{decision.by}: {'approved' if decision.approved else 'rejected'} {decision.gate_id}"
+            for decision in decisions
+        )
+        return f" (decided by {said})"
+
     def signed(self, key: bytes) -> RunRecord:
         """This record with its signature set under `key`."""
         return self.model_copy(update={"signature": signature_of(self, key)})

@@ -31,7 +31,7 @@ from typing import TextIO
 import anyio
 from pydantic import ValidationError
 
-from ._cli_records import STALE, decided_by, formation_locator, paused_checkpoint, signing_key
+from ._cli_records import STALE, formation_locator, paused_checkpoint, signing_key
 from ._cli_support import (
     EXIT_CODES,
     INTERRUPTED,
@@ -296,7 +296,7 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     if record.checkpoint is None:
         out.write(
             f"run {visible(record.run_id)} is not waiting for anyone "
-            f"({record.stop_reason.value}){visible(decided_by(record))}\n"
+            f"({record.stop_reason.value}){visible(record.decided_by())}\n"
         )
         return 0
     checkpoint = paused_checkpoint(record, args.run_id, signing_key())
@@ -333,7 +333,7 @@ async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         return await _finish(result, formation, locator, args, out, expected_version=record.version)
     except StaleRecordError as error:
         current = await store.load(args.run_id)
-        print(f"error: {visible(f'{error}{decided_by(current)}')}", file=sys.stderr)
+        print(f"error: {visible(f'{error}{current.decided_by()}')}", file=sys.stderr)
         return STALE
 
 

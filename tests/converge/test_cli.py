@@ -1,6 +1,5 @@
 """The `converge` command: run, review, resume from another process, verify, replay, errors."""
 
-import io
 import json
 import sys
 from pathlib import Path
@@ -8,29 +7,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from converge.cli import main
+from tests.cli_runs import cli, run_id_of
 
 HERE = Path(__file__).resolve().parent
 FORMATION = str(HERE / "cli_formation.py")
 GATE = "gate:2:strategies/costly"
 
 
-def cli(*args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(args), out=out)
-    return code, out.getvalue()
-
-
 async def converge_process(*args: str) -> tuple[int, str, str]:
     process = await anyio.run_process([sys.executable, "-m", "converge.cli", *args], check=False)
     return process.returncode, process.stdout.decode(), process.stderr.decode()
-
-
-def run_id_of(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith("saved run"):
-            return line.split()[2]
-    raise AssertionError(f"no run id in {output!r}")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ in one line.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -24,8 +23,8 @@ import anyio
 import pytest
 
 from converge import Engine, RunNotFoundError, RunRecord, SqliteRunStore, StoreError
-from converge.cli import main
 from converge_suggestors import SeedSuggestor
+from tests.cli_runs import cli, run_id_of
 
 HERE = Path(__file__).resolve().parent
 FORMATION = str(HERE / "cli_formation.py")
@@ -94,24 +93,11 @@ def raw_controls(text: str) -> list[str]:
     ]
 
 
-def cli(*args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(list(args), out=out)
-    return code, out.getvalue()
-
-
 def converge_process(*args: str) -> tuple[int, str, str]:
     process = subprocess.run(
         [sys.executable, "-m", "converge.cli", *args], capture_output=True, text=True, check=False
     )
     return process.returncode, process.stdout, process.stderr
-
-
-def run_id_of(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith("saved run"):
-            return line.split()[2]
-    raise AssertionError(f"no run id in {output!r}")
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from converge import (
     StaleRecordError,
     StopReason,
 )
-from converge.cli import main
+from tests.cli_runs import cli, run_id_of
 from tests.converge.hitl_formation import SIGNING_KEY, build_engine
 from tests.doubles import seed
 
@@ -30,17 +30,10 @@ FORMATION = str(HERE / "cli_formation.py")
 GATE = "gate:2:strategies/costly"
 
 
-def cli(*args: str) -> tuple[int, str]:
-    import io
-
-    out = io.StringIO()
-    return main(list(args), out=out), out.getvalue()
-
-
 def paused_run(store: str) -> str:
     code, out = cli("--store", store, "run", FORMATION)
     assert code == 6
-    return next(line.split()[2] for line in out.splitlines() if line.startswith("saved run"))
+    return run_id_of(out)
 
 
 def stored_json(store: str, run_id: str) -> dict[str, object]:
