@@ -10,6 +10,7 @@ from ._budget import Budget
 from ._checkpoint import Checkpoint, FactRecord
 from ._context import Context, ContextSnapshot
 from ._decorator import FunctionSuggestor, SuggestorFunction, suggestor
+from ._durable import Durability
 from ._effect import AgentEffect
 from ._engine import Engine
 from ._events import (
@@ -58,10 +59,10 @@ from ._pack import GateVerdict, Pack
 from ._proposal import ProposedFact
 from ._report import render_report
 from ._result import Conflict, ConvergeResult
-from ._stop import StopReason
-from ._store import RunRecord, RunStore, RunSummary
+from ._stop import RunStatus, StopReason
+from ._store import ProgressHead, RunProgress, RunRecord, RunStore, RunSummary
 from ._suggestor import Suggestor, SuggestorId
-from ._trace import CycleTrace, Execution, Outcome, Rejection, RunTrace
+from ._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
 from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
@@ -77,11 +78,13 @@ __all__ = [
     "Context",
     "ContextKey",
     "ContextSnapshot",
+    "Continuation",
     "ConvergeError",
     "ConvergeResult",
     "CycleFinished",
     "CycleStarted",
     "CycleTrace",
+    "Durability",
     "Engine",
     "EngineEvent",
     "EngineOptions",
@@ -111,6 +114,7 @@ __all__ = [
     "Outcome",
     "Pack",
     "PostgresRunStore",
+    "ProgressHead",
     "PromotionPolicy",
     "PromotionRecord",
     "ProposalRejected",
@@ -120,8 +124,10 @@ __all__ = [
     "RunError",
     "RunFinished",
     "RunNotFoundError",
+    "RunProgress",
     "RunRecord",
     "RunStarted",
+    "RunStatus",
     "RunStore",
     "RunSummary",
     "RunTrace",

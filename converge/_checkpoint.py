@@ -19,7 +19,7 @@ from ._invariant import Violation
 from ._key import KEY_ORDER, ContextKey
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
-from ._trace import CycleTrace, Rejection
+from ._trace import Continuation, CycleTrace, Rejection
 
 __all__ = ["Checkpoint", "FactRecord", "restore_fact", "restore_snapshot"]
 
@@ -103,6 +103,8 @@ class Checkpoint(FrozenModel, frozen=True):
     """Structural violations of the inputs."""
     initial_root: str
     """The Merkle root of the starting context."""
+    continuations: tuple[Continuation, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """Where the run was interrupted and continued so far (left out of JSON when none)."""
     signature: str | None = None
     """HMAC-SHA256 of the rest, hex, when the engine has a signing key."""
 

@@ -14,10 +14,10 @@ from typing import Final, TextIO
 
 from ._checkpoint import Checkpoint
 from ._cli_support import CliError
-from ._stop import StopReason
+from ._stop import RunStatus, StopReason
 from ._store import RunRecord
 
-__all__ = ["STALE", "formation_locator", "paused_checkpoint", "signing_key"]
+__all__ = ["STALE", "formation_locator", "paused_checkpoint", "resumable", "signing_key"]
 
 STALE: Final = 8
 """Exit status when someone else saved the run first (a decision would have been lost)."""
@@ -42,8 +42,7 @@ def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Chec
     checkpoint = record.checkpoint
     if checkpoint is None or record.stop_reason is not StopReason.AWAITING_HUMAN:
         raise CliError(
-            f"run {run_id} is not waiting for a decision "
-            f"({record.stop_reason.value}){record.decided_by()}"
+            f"run {run_id} is not waiting for a decision ({record.outcome}){record.decided_by()}"
         )
     if checkpoint.run_id != run_id or checkpoint.merkle_root != record.integrity.merkle_root:
         raise CliError(
@@ -51,6 +50,37 @@ def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Chec
             f"(run {checkpoint.run_id}, root {checkpoint.merkle_root[:12]})"
         )
     return checkpoint
+
+
+def resumable(record: RunRecord, run_id: str, key: bytes | None, *, decided: bool) -> str | None:
+    """Check that `converge resume` can act on `record`; what another process did if not.
+
+    Returns the message for the conflict exit status when someone else holds the run (it is
+    running) or already decided it; `None` when it is paused, or interrupted and `decided`
+    is false.
+
+    Raises:
+        CliError: The run finished without anyone deciding, or decisions were given for an
+            interrupted run, or (when paused) as `paused_checkpoint`.
+        StoreError: With a key, the record is unsigned or its signature does not match.
+    """
+    record.verify_signature(key)
+    status = record.status
+    if status is RunStatus.PAUSED:
+        paused_checkpoint(record, run_id, key)
+        return None
+    if status is RunStatus.INTERRUPTED:
+        if decided:
+            raise CliError(
+                f"run {run_id} is interrupted, not waiting for a decision",
+                f"continue it with: converge resume {run_id}",
+            )
+        return None
+    if status is RunStatus.RUNNING:
+        return f"run {run_id} is running in another process ({record.detail}){record.decided_by()}"
+    if record.trace.decisions:
+        return f"run {run_id} was already resumed (now {record.outcome}){record.decided_by()}"
+    raise CliError(f"run {run_id} is not waiting for a decision ({record.outcome})")
 
 
 def formation_locator(record: RunRecord, given: str | None, key: bytes | None, err: TextIO) -> str:

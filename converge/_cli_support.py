@@ -38,6 +38,7 @@ __all__ = [
     "Progress",
     "UsageParser",
     "VisibleLines",
+    "close_stores",
     "error_text",
     "json_visible",
     "load_formation",
@@ -229,15 +230,33 @@ def _loading(locator: str, load: Callable[[], T]) -> T:
         ) from None
 
 
+_OPEN: dict[tuple[str, bool], tuple[SqliteRunStore | PostgresRunStore, str]] = {}
+"""The stores this command opened, reused within it and closed by `close_stores`."""
+
+
 def open_store(option: str | None, *, read_only: bool = False) -> tuple[RunStore, str]:
     """The store named by `--store`, `CONVERGE_STORE`, or the default SQLite file.
 
     `read_only` opens a SQLite file read-only (it must exist; nothing is created or written).
+    Opening the same store twice in one command gives the same store (one connection).
     """
     target = option or os.environ.get("CONVERGE_STORE") or str(DEFAULT_STORE)
-    if target.startswith(("postgresql://", "postgres://")):
-        return PostgresRunStore(target), "PostgreSQL store"
-    return SqliteRunStore(target, read_only=read_only), target
+    postgres = target.startswith(("postgresql://", "postgres://"))
+    opened = _OPEN.get((target, read_only and not postgres))
+    if opened is None:
+        if postgres:
+            opened = PostgresRunStore(target), "PostgreSQL store"
+        else:
+            opened = SqliteRunStore(target, read_only=read_only), target
+        _OPEN[target, read_only and not postgres] = opened
+    return opened
+
+
+def close_stores() -> None:
+    """Close every store `open_store` opened (a SQLite file is left without its WAL)."""
+    while _OPEN:
+        _, (store, _) = _OPEN.popitem()
+        store.close()
 
 
 _UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9._-]")
@@ -309,7 +328,7 @@ def summary_lines(record: RunRecord) -> list[str]:
     for fact in record.facts:
         by_key[fact.key.value] = by_key.get(fact.key.value, 0) + 1
     lines = [
-        f"stop reason  {record.stop_reason.value} ({visible(record.detail)})",
+        f"stop reason  {record.outcome} ({visible(record.detail)})",
         f"cycles       {record.cycles}",
         f"facts        {len(record.facts)}"
         + (f" ({', '.join(f'{k} {n}' for k, n in by_key.items())})" if by_key else ""),

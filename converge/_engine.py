@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from dataclasses import replace
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Literal, final
 
@@ -13,13 +13,11 @@ from ._budget import Budget
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
+from ._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
 from ._events import EngineEvent, Observer
 from ._exceptions import (
     ConfigurationError,
     InvalidResumeError,
-    ReplayError,
-    StaleRecordError,
-    StoreError,
 )
 from ._executor import ErrorMode
 from ._gate import PromotionPolicy
@@ -29,13 +27,15 @@ from ._merge import ConflictMode
 from ._pause import current_version, resume_state
 from ._proposal import ProposedFact
 from ._registry import Registry
-from ._replay import RecordedEffects
+from ._replay import replay_run
 from ._result import ConvergeResult
 from ._run import RunLoop
 from ._state import RunState
-from ._store import RunRecord, RunStore
+from ._stop import RunStatus
+from ._store import RunStore
+from ._stream import stream_run
 from ._suggestor import Suggestor, SuggestorId
-from ._trace import RunTrace
+from ._trace import Continuation, RunTrace
 
 
 def _utc_now() -> datetime:
@@ -63,7 +63,18 @@ class Engine:
         clock: Returns the current aware `datetime`, for gate deadlines (default: now in UTC).
         signing_key: Signs checkpoints with HMAC-SHA256 and refuses unsigned or mis-signed
             ones on resume.
-        store: Saves every finished or paused run before `run`/`resume` returns.
+        store: Saves every run: after every merged cycle with `durability="cycle"`, and
+            always when it finishes or pauses, before `run`/`resume` returns.
+        durability: With a store, `"cycle"` (the default) saves the run after every merged
+            cycle, before the next one starts, so a crash, a kill or a cancelled caller
+            loses at most the cycle in flight (`resume_run` continues it); `"exit"` saves
+            only when the run finishes or pauses.
+        lease: Seconds a running run counts as alive in the store without a save; the
+            engine renews it every third of that while a long cycle runs. A run whose
+            lease ran out is shown as interrupted and can be continued elsewhere.
+        name: The formation's name, recorded with each saved run.
+        formation: Where the formation can be loaded from (a file path or module name),
+            recorded with each saved run for `converge resume` and `replay`.
         observers: Receive every event of every run (see `EngineEvent`).
         record_effects: Keep each execution's `AgentEffect` in the trace, for `replay`.
     """
@@ -81,6 +92,10 @@ class Engine:
         clock: Callable[[], datetime] | None = None,
         signing_key: bytes | str | None = None,
         store: RunStore | None = None,
+        durability: Durability = "cycle",
+        lease: float = DEFAULT_LEASE,
+        name: str | None = None,
+        formation: str | None = None,
         observers: Sequence[Observer] = (),
         record_effects: bool = False,
     ) -> None:
@@ -115,7 +130,13 @@ class Engine:
         if self._config.signing_key is not None and not self._config.signing_key:
             raise ConfigurationError("signing_key must not be empty")
         self._registry = Registry()
-        self._store = store
+        self._keeper = RunKeeper(
+            store,
+            durability=durability,
+            lease=lease,
+            label=(name, formation),
+            key=self._config.signing_key,
+        )
 
     def __repr__(self) -> str:
         return f"Engine(suggestors={len(self._registry.names)}, budget={self._config.budget!r})"
@@ -220,32 +241,15 @@ class Engine:
                     f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
                 )
         state = RunState.start(start, given)
-        result = await RunLoop(config, self._registry.view(), state).start()
-        return await self._save(result)
+        view = self._registry.view()
+        saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
+        result = await with_lease(saver, RunLoop(config, view, state, saver).start)
+        return await self._keeper.save(result, 0, saver)
 
     @property
     def store(self) -> RunStore | None:
         """Where runs are saved, if anywhere."""
-        return self._store
-
-    async def _save(self, result: ConvergeResult, expected_version: int = 0) -> ConvergeResult:
-        store = self._store
-        if store is None:
-            return result
-        record = RunRecord.of(result, key=self._config.signing_key)
-        try:
-            with anyio.CancelScope(shield=True):
-                await store.save(record, expected_version=expected_version)
-        except StaleRecordError as error:
-            error.result = result
-            raise
-        except Exception as error:
-            raise StoreError(
-                f"run {result.run_id} ({result.stop_reason.value}) could not be saved: "
-                f"{type(error).__name__}: {error}",
-                result=result,
-            ) from error
-        return result
+        return self._keeper.store
 
     async def resume(
         self,
@@ -281,18 +285,82 @@ class Engine:
             raise InvalidResumeError(
                 f"the checkpoint is of run {checkpoint.run_id}, not of run {run_id}"
             )
-        expected = await current_version(self._store, checkpoint)
+        expected = await current_version(self._keeper.store, checkpoint)
+        return await self._resume(checkpoint, tuple(decisions), expected=expected)
+
+    async def resume_run(
+        self, run_id: str, decisions: Iterable[GateDecision] = (), /
+    ) -> ConvergeResult:
+        """Continue a stored run: decide a paused one, or pick up an interrupted one.
+
+        A paused run gets `decisions` as `resume` applies them. An interrupted run (its
+        caller cancelled it, or its process died and its lease ran out) continues from its
+        last saved cycle, with no decisions; its clock, spent budgets and trace carry over,
+        and its trace records the continuation. Of two processes continuing or resuming the
+        same run, one wins; the other gets `StaleRecordError` before running any cycle
+        (with `durability="cycle"`) or when it saves.
+
+        Raises:
+            ConfigurationError: The engine has no store.
+            RunNotFoundError: The store has no such run.
+            StoreError: With a signing key, the stored run is unsigned or its signature
+                does not match; or the stored run does not verify.
+            InvalidResumeError: The run is finished, or still running (its lease has not run
+                out), or decisions were given for an interrupted run; or as for `resume`.
+            StaleRecordError: Someone else continued or resumed the run first.
+        """
+        store = self._keeper.store
+        if store is None:
+            raise ConfigurationError("resume_run needs an engine with a store")
+        record = await store.load(run_id)
+        key = self._config.signing_key
+        record.verify_signature(key)
+        given = tuple(decisions)
+        checkpoint = record.checkpoint
+        if record.status is RunStatus.PAUSED and checkpoint is not None:
+            return await self._resume(checkpoint, given, expected=record.version, key=key)
+        if record.status is not RunStatus.INTERRUPTED or checkpoint is None:
+            state = "finished" if record.stop_reason is None else record.stop_reason.value
+            raise InvalidResumeError(
+                f"run {run_id} is {record.status.value} ({state}; {record.detail})"
+                f"{record.decided_by()}; only a paused or interrupted run can be resumed"
+            )
+        if given:
+            raise InvalidResumeError(
+                f"run {run_id} is interrupted, not waiting for a decision; it continues "
+                "without decisions"
+            )
+        cause = record.interruption or "lost"
+        continuation = Continuation(after_cycle=checkpoint.cycle, cause=cause)
+        return await self._resume(
+            checkpoint, (), expected=record.version, key=None, continuation=continuation
+        )
+
+    async def _resume(
+        self,
+        checkpoint: Checkpoint,
+        decisions: tuple[GateDecision, ...],
+        *,
+        expected: int,
+        key: bytes | Literal[False] | None = False,
+        continuation: Continuation | None = None,
+    ) -> ConvergeResult:
+        """Resume `checkpoint` (verified with `key`; the engine's own unless given)."""
         view = self._registry.view()
         state, chosen = resume_state(
             checkpoint,
-            tuple(decisions),
+            decisions,
             fingerprint=view.fingerprint,
-            key=self._config.signing_key,
+            key=self._config.signing_key if key is False else key,
             now=self._config.clock(),
             hitl=self._config.hitl,
         )
-        loop = RunLoop(self._config, view, state)
-        return await self._save(await loop.resume(checkpoint.pending, chosen), expected)
+        if continuation is not None:
+            state.continuations = (*state.continuations, continuation)
+        saver = self._keeper.saver(state.run_id, view.fingerprint, expected)
+        loop = RunLoop(self._config, view, state, saver)
+        result = await with_lease(saver, lambda: loop.resume(checkpoint.pending, chosen))
+        return await self._keeper.save(result, expected, saver)
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None
@@ -310,23 +378,7 @@ class Engine:
                 not match, or the replayed root differs from the recorded one.
         """
         start = ContextSnapshot.empty() if context is None else context
-        initial_root = start.merkle_root()
-        if initial_root != trace.initial_root:
-            raise ReplayError(
-                f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
-                f"given context has root {initial_root}"
-            )
-        view = self._registry.view()
-        state = RunState.start(start, trace.inputs, run_id=trace.run_id)
-        loop = RunLoop(self._config, view, state)
-        result = await loop.start(RecordedEffects(trace, view.registrations))
-        final_root = result.integrity.merkle_root
-        if trace.final_root is not None and final_root != trace.final_root:
-            raise ReplayError(
-                f"replaying run {trace.run_id} gives root {final_root}, not the recorded "
-                f"{trace.final_root}: the trace or the registrations differ"
-            )
-        return result
+        return await replay_run(self._config, self._registry.view(), trace, start)
 
     async def stream(
         self,
@@ -341,41 +393,13 @@ class Engine:
         is dropped). To stop early, break out inside `contextlib.aclosing(engine.stream())`:
         closing the stream cancels the run.
         """
-        send, receive = anyio.create_memory_object_stream[EngineEvent | ConvergeResult](buffer)
 
-        class Channel:
-            async def on_event(self, event: EngineEvent, /) -> None:
-                await send.send(event)
+        async def run(config: RunConfig) -> ConvergeResult:
+            return await self._run(config, context, inputs)
 
-        config = replace(self._config, observers=(*self._config.observers, Channel()))
-
-        failure: list[Exception] = []
-
-        async def produce() -> None:
-            try:
-                async with send:
-                    result = await self._run(config, context, inputs)
-                    await send.send(result)
-            except anyio.BrokenResourceError:  # the consumer went away
-                pass
-            except Exception as error:  # re-raised to the consumer as `run` would raise it
-                failure.append(error)
-
-        closed = False
-        async with anyio.create_task_group() as group:
-            group.start_soon(produce)
-            try:
-                async for item in receive:
-                    yield item
-            except GeneratorExit:
-                closed = True
-                group.cancel_scope.cancel()
-            finally:
-                receive.close()
-        if closed:
-            raise GeneratorExit
-        if failure:
-            raise failure[0]
+        async with aclosing(stream_run(run, self._config, buffer)) as items:
+            async for item in items:
+                yield item
 
     def run_sync(
         self,

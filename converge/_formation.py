@@ -9,6 +9,7 @@ from typing import TypedDict, Unpack, final
 
 from ._budget import Budget
 from ._context import ContextSnapshot
+from ._durable import Durability
 from ._engine import Engine
 from ._events import Observer
 from ._executor import ErrorMode
@@ -37,6 +38,10 @@ class EngineOptions(TypedDict, total=False):
     clock: Callable[[], datetime] | None
     signing_key: bytes | str | None
     store: RunStore | None
+    durability: Durability
+    lease: float
+    name: str | None
+    formation: str | None
     observers: Sequence[Observer]
     record_effects: bool
 
@@ -70,6 +75,7 @@ class Formation:
     def engine(self, **overrides: Unpack[EngineOptions]) -> Engine:
         """A new engine with this formation's settings (overridable) and registrations."""
         options: EngineOptions = {
+            "name": self.name,
             "budget": self.budget,
             "hitl": self.hitl,
             "record_effects": self.record_effects,

@@ -94,6 +94,7 @@ def checkpoint_of(
         inputs=state.inputs,
         input_violations=state.input_violations,
         initial_root=state.initial_root,
+        continuations=state.continuations,
     )
     return sign(checkpoint, key)
 
@@ -145,6 +146,7 @@ def resume_state(
         rejections=list(checkpoint.rejections),
         cycles=list(checkpoint.cycles),
         input_violations=checkpoint.input_violations,
+        continuations=checkpoint.continuations,
     )
     return state, chosen
 
@@ -221,6 +223,6 @@ async def current_version(store: RunStore | None, checkpoint: Checkpoint) -> int
     if record.checkpoint != checkpoint:
         raise InvalidResumeError(
             f"run {checkpoint.run_id} has moved on since this checkpoint (now "
-            f"{record.stop_reason.value}){record.decided_by()}; a checkpoint is usable once"
+            f"{record.outcome}){record.decided_by()}; a checkpoint is usable once"
         )
     return record.version

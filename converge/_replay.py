@@ -10,17 +10,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
+from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
 from ._exceptions import ReplayError
 from ._hitl import GateDecision, GateRequest
 from ._key import ContextKey
-from ._registry import Registration
+from ._registry import Registration, RegistryView
+from ._result import ConvergeResult
+from ._run import RunLoop
 from ._source import Batch, End
+from ._state import RunState
 from ._stop import StopReason
 from ._trace import CycleTrace, RunTrace
 
-__all__ = ["RecordedEffects"]
+__all__ = ["RecordedEffects", "replay_run"]
 
 _BUDGET_STOPS = frozenset(
     {
@@ -114,3 +118,30 @@ class RecordedEffects:
                 )
             effects.append((reg, execution.effect))
         return tuple(eligible), tuple(effects)
+
+
+async def replay_run(
+    config: RunConfig, view: RegistryView, trace: RunTrace, start: ContextSnapshot
+) -> ConvergeResult:
+    """Re-merge `trace` from `start` through the one cycle; refuse a different root.
+
+    Raises:
+        ReplayError: `start` is not the trace's starting context, an effect is missing or
+            a suggestor differs, or the replayed root differs from the recorded one.
+    """
+    initial_root = start.merkle_root()
+    if initial_root != trace.initial_root:
+        raise ReplayError(
+            f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
+            f"given context has root {initial_root}"
+        )
+    state = RunState.start(start, trace.inputs, run_id=trace.run_id)
+    loop = RunLoop(config, view, state)
+    result = await loop.start(RecordedEffects(trace, view.registrations))
+    final_root = result.integrity.merkle_root
+    if trace.final_root is not None and final_root != trace.final_root:
+        raise ReplayError(
+            f"replaying run {trace.run_id} gives root {final_root}, not the recorded "
+            f"{trace.final_root}: the trace or the registrations differ"
+        )
+    return result

@@ -10,7 +10,9 @@ one into a checkpoint and back. Everything the loop has to say goes through `Run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import TYPE_CHECKING, final
+
+import anyio
 
 from ._budget import Stopwatch
 from ._checkpoint import Checkpoint
@@ -35,6 +37,9 @@ from ._state import RunState
 from ._stop import StopReason
 from ._trace import CycleTrace, Rejection, RunTrace
 
+if TYPE_CHECKING:
+    from ._durable import CycleSaver
+
 __all__ = ["HUMAN_SUGGESTOR_ID", "INPUT_SUGGESTOR_ID", "RunLoop"]
 
 INPUT_SUGGESTOR_ID = -1
@@ -47,12 +52,19 @@ HUMAN_SUGGESTOR_ID = -2
 class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
-    __slots__ = ("_config", "_state", "_stopwatch", "_view", "events")
+    __slots__ = ("_config", "_saver", "_state", "_stopwatch", "_view", "events")
 
-    def __init__(self, config: RunConfig, view: RegistryView, state: RunState) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        view: RegistryView,
+        state: RunState,
+        saver: CycleSaver | None = None,
+    ) -> None:
         self._config = config
         self._view = view
         self._state = state
+        self._saver = saver
         self._stopwatch = Stopwatch(state.elapsed_before)
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
@@ -72,9 +84,11 @@ class RunLoop:
     async def resume(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
     ) -> ConvergeResult:
-        """Apply the decisions of a paused run, then continue its cycles live."""
+        """Apply the decisions of a paused run (none for an interrupted one), then continue
+        its cycles live."""
         self._started()
-        self._apply_decisions(pending, decisions)
+        if pending:
+            self._apply_decisions(pending, decisions)
         live = LiveEffects(self._config, self._view, self._stopwatch, self.events)
         result = await self._drive(live)
         await self.events.flush()
@@ -83,8 +97,22 @@ class RunLoop:
     # -- the cycle -------------------------------------------------------------------------------
 
     async def _drive(self, source: EffectSource) -> ConvergeResult:
+        """Run cycles to a stop reason; with a saver, save before each and keep a cancelled run."""
+        saver = self._saver
+        if saver is None:
+            return await self._cycles(source)
+        try:
+            return await self._cycles(source)
+        except anyio.get_cancelled_exc_class():
+            await saver.interrupted(self._state, self._stopwatch.elapsed())
+            raise
+
+    async def _cycles(self, source: EffectSource) -> ConvergeResult:
         state = self._state
+        saver = self._saver
         while True:
+            if saver is not None:
+                await saver.saved(state, self._stopwatch.elapsed())
             await self.events.flush()
             state.cycle += 1
             result = await self._cycle(source, state.cycle)
@@ -344,6 +372,7 @@ class RunLoop:
                 "stop_reason": reason,
                 "detail": detail,
                 "final_root": proof.merkle_root,
+                "continuations": state.continuations,
             },
         )
         self.events.run_finished(state.cycle, reason.value, detail, proof, state.tokens)

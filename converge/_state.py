@@ -15,7 +15,7 @@ from ._hitl import GateDecision
 from ._invariant import Violation
 from ._key import ContextKey
 from ._proposal import ProposedFact
-from ._trace import CycleTrace, Rejection
+from ._trace import Continuation, CycleTrace, Rejection
 
 __all__ = ["RunState"]
 
@@ -39,6 +39,7 @@ class RunState:
     rejections: list[Rejection] = field(default_factory=list[Rejection])
     cycles: list[CycleTrace] = field(default_factory=list[CycleTrace])
     input_violations: tuple[Violation, ...] = ()
+    continuations: tuple[Continuation, ...] = ()
 
     @classmethod
     def start(

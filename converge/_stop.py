@@ -1,11 +1,11 @@
-"""`StopReason`: why a run stopped."""
+"""`StopReason`: why a run stopped; `RunStatus`: where a stored run stands."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import final
 
-__all__ = ["StopReason"]
+__all__ = ["RunStatus", "StopReason"]
 
 
 @final
@@ -28,3 +28,18 @@ class StopReason(StrEnum):
     """A proposal contradicted an existing fact and `on_conflict="stop"`."""
     AWAITING_HUMAN = "awaiting_human"
     """Proposals are held for a human decision."""
+
+
+@final
+class RunStatus(StrEnum):
+    """Where a stored run stands. Only `FINISHED` and `PAUSED` runs have a stop reason."""
+
+    RUNNING = "running"
+    """A process is running it and holds its lease (see `Engine`'s `lease`)."""
+    PAUSED = "paused"
+    """Stopped with `AWAITING_HUMAN`; `Engine.resume_run` applies the decisions."""
+    FINISHED = "finished"
+    """Stopped for any other reason; nothing more will happen to it."""
+    INTERRUPTED = "interrupted"
+    """Its caller cancelled it, or its process died (its lease ran out) between two saved
+    cycles; `Engine.resume_run` continues it from the last saved cycle."""

@@ -1,16 +1,19 @@
 """The run store contract: the `RunStore` protocol and the records it saves and lists.
 
 The backends live in `converge.stores` (`SqliteRunStore`, `PostgresRunStore`), one module
-each, so that importing converge loads no database driver. Both keep one row per run:
-searchable columns plus the whole record as JSON, under the versioned schema
-`SCHEMA_VERSION`.
+each, so that importing converge loads no database driver. Both keep one row per run, with
+searchable columns, a status and a version, under the versioned schema `SCHEMA_VERSION`.
+A finished or paused run's row holds its whole `RunRecord` as JSON. A running run's row
+holds a small `ProgressHead`, and each cycle's additions are appended beside it as one
+journal entry (`RunProgress`), so a per-cycle save costs what the cycle added, not the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Protocol, Self, final
+from typing import Final, Literal, Protocol, Self, final
 
 from pydantic import Field, model_validator
 
@@ -19,16 +22,98 @@ from ._context import ContextSnapshot
 from ._exceptions import StoreError
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
+from ._invariant import Violation
+from ._key import ContextKey
 from ._model import FrozenModel
+from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult
 from ._signature import signature_matches, signature_of
-from ._stop import StopReason
-from ._trace import Rejection, RunTrace
+from ._stop import RunStatus, StopReason
+from ._trace import Continuation, Rejection, RunTrace
 
-__all__ = ["SCHEMA_VERSION", "RunRecord", "RunStore", "RunSummary"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "ProgressHead",
+    "RunProgress",
+    "RunRecord",
+    "RunStore",
+    "RunSummary",
+]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The version of the tables every backend writes; a store refuses any other."""
+
+Interruption = Literal["cancelled", "lost"]
+"""Why a run is `INTERRUPTED`: its caller cancelled it, or its process stopped saving."""
+
+
+@final
+class ProgressHead(FrozenModel, frozen=True):
+    """What a running run's row holds besides its journal: everything but the facts, the
+    cycle traces, the rejections and the decisions, which the journal entries carry.
+
+    `journal_digest` chains every entry's JSON (`SHA-256(previous digest + entry)`, from
+    `SHA-256("converge-journal:" + run_id)`), and `signature` (with a signing key) covers
+    the head, so an entry changed, dropped, added or reordered in the store is refused.
+    """
+
+    run_id: str
+    """The run."""
+    name: str | None = None
+    """The formation's name, if recorded."""
+    formation: str | None = None
+    """Where the formation can be loaded from, if recorded."""
+    registrations: tuple[str, ...]
+    """The registrations fingerprint, as a checkpoint records it."""
+    invariants: tuple[str, ...]
+    """The invariants fingerprint, as a checkpoint records it."""
+    inputs: tuple[ProposedFact, ...] = ()
+    """The run's inputs."""
+    input_violations: tuple[Violation, ...] = ()
+    """Structural violations of the inputs."""
+    initial_root: str
+    """The Merkle root of the starting context."""
+    cycle: int
+    """The last cycle saved."""
+    clock: int
+    """The Lamport clock after it."""
+    version: int
+    """The context's version after it."""
+    fact_count: int
+    """Facts in the context after it."""
+    dirty: tuple[ContextKey, ...]
+    """Keys that gained facts in it (what the next cycle wakes up)."""
+    tokens: int
+    """Tokens spent so far."""
+    elapsed_seconds: float = Field(ge=0.0)
+    """The run's own time so far."""
+    refused: tuple[str, ...] = ()
+    """`"key/id"` of proposals a human rejected in this run."""
+    continuations: tuple[Continuation, ...] = ()
+    """Where the run was interrupted and continued so far."""
+    journal_length: int = Field(ge=0)
+    """How many journal entries the run has."""
+    journal_digest: str
+    """The chain over those entries (see the class)."""
+    signature: str | None = None
+    """HMAC-SHA256 over the rest of the head (hex), with a signing key."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """One per-cycle save of a running run: its new head and what to append to its journal."""
+
+    head: ProgressHead
+    """The run's head after this save."""
+    entry: str | None
+    """The journal entry to append (JSON; `None` appends nothing)."""
+    status: Literal[RunStatus.RUNNING, RunStatus.INTERRUPTED]
+    """`RUNNING` while the run goes on; `INTERRUPTED` when its caller cancelled it."""
+    lease_seconds: float
+    """How long the run counts as running without another save or `renew_lease`."""
+    restart: bool = False
+    """Drop the journal (and any finished record) first: this entry starts it again."""
 
 
 @final
@@ -37,8 +122,10 @@ class RunSummary(FrozenModel, frozen=True):
 
     run_id: str
     """The run's id."""
-    stop_reason: StopReason
-    """How it ended (so far)."""
+    status: RunStatus
+    """Where it stands (a running run whose lease ran out shows as `INTERRUPTED`)."""
+    stop_reason: StopReason | None
+    """How it ended; `None` while running or interrupted."""
     detail: str
     """The stop detail."""
     cycles: int
@@ -46,11 +133,16 @@ class RunSummary(FrozenModel, frozen=True):
     fact_count: int
     """Facts in its context."""
     merkle_root: str
-    """Its context's Merkle root."""
+    """Its context's Merkle root (empty while running or interrupted)."""
     saved_at: datetime
     """When it was last saved (UTC)."""
     name: str | None = None
     """The formation's name, if recorded."""
+
+    @property
+    def outcome(self) -> str:
+        """The stop reason's value, or the status's while the run has none (`"running"`)."""
+        return self.status.value if self.stop_reason is None else self.stop_reason.value
 
 
 @final
@@ -59,8 +151,8 @@ class RunRecord(FrozenModel, frozen=True):
 
     run_id: str
     """The run's id."""
-    stop_reason: StopReason
-    """How it ended."""
+    stop_reason: StopReason | None
+    """How it ended; `None` while running or interrupted."""
     detail: str
     """The stop detail."""
     cycles: int
@@ -87,9 +179,31 @@ class RunRecord(FrozenModel, frozen=True):
     """Where the formation can be loaded from again (a file path or module name)."""
     signature: str | None = None
     """HMAC-SHA256 over the rest of the record (hex), when it was saved with a signing key."""
+    progress: ProgressHead | None = None
+    """The stored head of a running or interrupted run (its signature covers the record)."""
+    status: RunStatus = Field(default=RunStatus.FINISHED, exclude=True)
+    """Where the run stands; `PAUSED` exactly when `stop_reason` is `AWAITING_HUMAN`. Not
+    part of the record's JSON: each store keeps it beside the record."""
+    interruption: Interruption | None = Field(default=None, exclude=True)
+    """Why an `INTERRUPTED` run is interrupted."""
     version: int = Field(default=0, ge=0, exclude=True)
     """The store's version of this record when it was loaded (0: never saved). Not part of
     the record's JSON: each store keeps it beside the record and bumps it on every save."""
+
+    @model_validator(mode="after")
+    def _status_fits(self) -> Self:
+        if "status" not in self.model_fields_set and self.stop_reason is StopReason.AWAITING_HUMAN:
+            object.__setattr__(self, "status", RunStatus.PAUSED)  # the default, derived
+        stopped = self.status in (RunStatus.FINISHED, RunStatus.PAUSED)
+        paused = self.stop_reason is StopReason.AWAITING_HUMAN
+        if stopped != (self.stop_reason is not None) or paused != (self.status is RunStatus.PAUSED):
+            raise ValueError(
+                f"run {self.run_id}: status {self.status.value} does not fit stop reason "
+                f"{None if self.stop_reason is None else self.stop_reason.value}"
+            )
+        if (self.progress is not None) == stopped:
+            raise ValueError(f"run {self.run_id}: only a running run has a progress head")
+        return self
 
     @model_validator(mode="after")
     def _pending_is_the_checkpoints(self) -> Self:
@@ -134,6 +248,11 @@ class RunRecord(FrozenModel, frozen=True):
         )
         return record if key is None else record.signed(key)
 
+    @property
+    def outcome(self) -> str:
+        """The stop reason's value, or the status's while the run has none (`"running"`)."""
+        return self.status.value if self.stop_reason is None else self.stop_reason.value
+
     def decided_by(self) -> str:
         """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
         decisions = self.trace.decisions
@@ -147,7 +266,7 @@ class RunRecord(FrozenModel, frozen=True):
 
     def signed(self, key: bytes) -> RunRecord:
         """This record with its signature set under `key`."""
-        return self.model_copy(update={"signature": signature_of(self, key)})
+        return self.model_copy(update={"signature": signature_of(self, key, _UNSIGNED)})
 
     def verify_signature(self, key: bytes | None) -> None:
         """Refuse an unsigned or mis-signed record when there is a key (nothing without one).
@@ -157,11 +276,23 @@ class RunRecord(FrozenModel, frozen=True):
         """
         if key is None:
             return
+        head = self.progress
+        if head is not None:
+            if head.signature is None:
+                raise StoreError(
+                    f"run {self.run_id}: the stored progress is unsigned, but a signing key is set"
+                )
+            if not signature_matches(head, head.signature, key):
+                raise StoreError(
+                    f"run {self.run_id}: the stored progress has a bad signature: it was "
+                    "changed or signed with another key"
+                )
+            return
         if self.signature is None:
             raise StoreError(
                 f"run {self.run_id}: the stored record is unsigned, but a signing key is set"
             )
-        if not signature_matches(self, self.signature, key):
+        if not signature_matches(self, self.signature, key, _UNSIGNED):
             raise StoreError(
                 f"run {self.run_id}: the stored record has a bad signature: it was changed "
                 "or signed with another key"
@@ -187,6 +318,7 @@ class RunRecord(FrozenModel, frozen=True):
         """This record as one line."""
         return RunSummary(
             run_id=self.run_id,
+            status=self.status,
             stop_reason=self.stop_reason,
             detail=self.detail,
             cycles=self.cycles,
@@ -195,6 +327,10 @@ class RunRecord(FrozenModel, frozen=True):
             saved_at=saved_at,
             name=self.name,
         )
+
+
+_UNSIGNED: Final = frozenset({"progress"})
+"""Record fields the record's own signature leaves out (the head is signed by itself)."""
 
 
 class RunStore(Protocol):
@@ -210,8 +346,29 @@ class RunStore(Protocol):
         """
         ...
 
+    async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
+        """Save one cycle of a running run atomically and return the run's new version.
+
+        Writes `progress.head` and the status, appends `progress.entry` to the run's journal
+        (after dropping the journal when `progress.restart`), and sets the lease to now plus
+        `progress.lease_seconds`. `expected_version` works as for `save` (0: a new run).
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
+        """Extend a running run's lease to now plus `lease_seconds`, keeping its version.
+
+        Raises `StaleRecordError` when the run is no longer at `version`.
+        """
+        ...
+
     async def load(self, run_id: str, /) -> RunRecord:
-        """The stored record with its `version`; raises `RunNotFoundError` when there is none."""
+        """The stored record with its `version` and `status`; raises `RunNotFoundError`.
+
+        A running or interrupted run comes back assembled from its head and journal (see
+        `converge.stores.assemble`), with `stop_reason=None` and its `checkpoint` the point
+        to continue from.
+        """
         ...
 
     async def list_runs(self, *, limit: int = 50) -> Sequence[RunSummary]:

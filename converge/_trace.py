@@ -14,7 +14,7 @@ from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._stop import StopReason
 
-__all__ = ["CycleTrace", "Execution", "Outcome", "Rejection", "RunTrace"]
+__all__ = ["Continuation", "CycleTrace", "Execution", "Outcome", "Rejection", "RunTrace"]
 
 Outcome = Literal["ok", "failed", "timed_out"]
 """How an execution ended."""
@@ -85,6 +85,17 @@ class CycleTrace(FrozenModel, frozen=True):
 
 
 @final
+class Continuation(FrozenModel, frozen=True):
+    """Where an interrupted run was picked up again."""
+
+    after_cycle: int
+    """The last cycle saved before the interruption; the run went on from the next one."""
+    cause: Literal["cancelled", "lost"]
+    """`"cancelled"`: its caller cancelled it; `"lost"`: its process stopped saving (killed,
+    crashed) and its lease ran out."""
+
+
+@final
 class RunTrace(FrozenModel, frozen=True):
     """The JSON-serialisable record of a run."""
 
@@ -106,3 +117,5 @@ class RunTrace(FrozenModel, frozen=True):
     """The stop detail."""
     final_root: str | None = None
     """The Merkle root of the context it ended with; `Engine.replay` must reproduce it."""
+    continuations: tuple[Continuation, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """Where the run was interrupted and continued, in order (left out of JSON when none)."""

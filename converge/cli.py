@@ -31,14 +31,15 @@ from typing import TextIO
 import anyio
 from pydantic import ValidationError
 
-from ._cli_records import STALE, formation_locator, paused_checkpoint, signing_key
+from ._cli_parser import parser
+from ._cli_records import STALE, formation_locator, paused_checkpoint, resumable, signing_key
 from ._cli_support import (
     EXIT_CODES,
     INTERRUPTED,
     CliError,
     Progress,
-    UsageParser,
     VisibleLines,
+    close_stores,
     error_text,
     json_visible,
     load_formation,
@@ -47,10 +48,10 @@ from ._cli_support import (
     report_path,
     summary_lines,
     visible,
-    who,
 )
 from ._exceptions import (
     ConvergeError,
+    InvalidResumeError,
     ReplayError,
     RunNotFoundError,
     StaleRecordError,
@@ -60,6 +61,7 @@ from ._formation import EngineOptions, Formation
 from ._hitl import GateDecision
 from ._integrity import verify
 from ._result import ConvergeResult
+from ._stop import StopReason
 from ._store import RunRecord, RunStore
 
 __all__ = ["main"]
@@ -69,67 +71,22 @@ DEFAULT_DEMO = "vendor_selection"
 VERIFY_FAILED = 7
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = UsageParser(
-        prog="converge",
-        description="Run converge formations; review, verify, replay and report stored runs.",
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser.add_argument(
-        "--store",
-        help="run store: a SQLite file or a PostgreSQL DSN (env CONVERGE_STORE; "
-        "default .converge/runs.db)",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    run = commands.add_parser("run", help="run a formation file or module")
-    run.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
-    for sub in (run, commands.add_parser("demo", help="run a bundled demo")):
-        sub.add_argument("--max-cycles", type=int, help="override the formation's cycle budget")
-        sub.add_argument("--json", action="store_true", help="print the run record as JSON")
-    commands.choices["demo"].add_argument("name", nargs="?", default=DEFAULT_DEMO)
-
-    commands.add_parser("runs", help="list stored runs").add_argument(
-        "--limit", type=int, default=20
-    )
-    commands.add_parser("show", help="show a stored run").add_argument("run_id")
-    commands.add_parser("review", help="show the gates a paused run waits on").add_argument(
-        "run_id"
-    )
-    resume = commands.add_parser("resume", help="decide a paused run's gates and continue")
-    resume.add_argument("run_id")
-    resume.add_argument("--approve", nargs="*", default=[], metavar="GATE")
-    resume.add_argument("--reject", nargs="*", default=[], metavar="GATE")
-    resume.add_argument("--by", required=True, type=who, help="who decides")
-    resume.add_argument("--reason", help="why, for rejections")
-    resume.add_argument("--json", action="store_true", help="print the run record as JSON")
-    resume.add_argument(
-        "--formation", help="the formation to load (default: the one the stored run names)"
-    )
-    commands.add_parser("verify", help="check a run's facts against its proof").add_argument(
-        "target", metavar="RUN_ID|FILE"
-    )
-    replay = commands.add_parser("replay", help="re-merge a run's recorded effects")
-    replay.add_argument("run_id")
-    replay.add_argument(
-        "--formation", help="the formation to load (default: the one the stored run names)"
-    )
-    report = commands.add_parser("report", help="write a run's HTML report")
-    report.add_argument("run_id")
-    report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
-    for sub in commands.choices.values():  # `--store` after the command works too
-        sub.add_argument("--store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        sub.add_argument(
-            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
-        )
-    return parser
-
-
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
     stream = out or sys.stdout
-    args = _parser().parse_args(argv)
+    args = parser(DEFAULT_DEMO).parse_args(argv)
     command: Callable[[argparse.Namespace, TextIO], Awaitable[int]] = _COMMANDS[args.command]
+    try:
+        return _main(command, args, stream)
+    finally:
+        close_stores()
+
+
+def _main(
+    command: Callable[[argparse.Namespace, TextIO], Awaitable[int]],
+    args: argparse.Namespace,
+    stream: TextIO,
+) -> int:
     try:
         return anyio.run(command, args, stream)
     except KeyboardInterrupt:
@@ -161,8 +118,17 @@ def _fail(message: str, hint: str | None, debug: bool) -> int:
     return 1
 
 
-def _engine_options(args: argparse.Namespace, formation: Formation, out: TextIO) -> EngineOptions:
-    options: EngineOptions = {}
+def _engine_options(
+    args: argparse.Namespace, formation: Formation, out: TextIO, locator: str, store: RunStore
+) -> EngineOptions:
+    if not args.lease > 0:
+        raise CliError(f"--lease must be positive, got {args.lease}")
+    options: EngineOptions = {
+        "store": store,
+        "formation": locate(locator),
+        "lease": args.lease,
+        "durability": getattr(args, "durability", "cycle"),
+    }
     if getattr(args, "max_cycles", None) is not None:
         if args.max_cycles < 1:
             raise CliError("--max-cycles must be at least 1")
@@ -192,12 +158,10 @@ async def _finish(
     locator: str,
     args: argparse.Namespace,
     out: TextIO,
-    *,
-    expected_version: int = 0,
+    label: str,
 ) -> int:
-    store, label = open_store(args.store)
+    """Print the saved run's summary (or JSON) and write its report."""
     record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
-    await store.save(record, expected_version=expected_version)
     report = _write_report(record, report_path(label, result.run_id))
     if args.json:
         out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
@@ -218,13 +182,14 @@ async def _finish(
 
 async def _run_formation(locator: str, args: argparse.Namespace, out: TextIO) -> int:
     formation = load_formation(locator)
-    engine = formation.engine(**_engine_options(args, formation, out))
+    store, label = open_store(args.store)
+    engine = formation.engine(**_engine_options(args, formation, out, locator, store))
     if not args.json:
         out.write(f"converge: running {visible(formation.name)}")
         description = formation.description
         out.write(f" ({visible(description)})\n" if description else "\n")
     result = await engine.run(inputs=formation.inputs)
-    return await _finish(result, formation, locator, args, out)
+    return await _finish(result, formation, locator, args, out, label)
 
 
 async def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
@@ -257,7 +222,7 @@ async def _cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     for run in runs:
         out.write(
             f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.stop_reason.value:<22} "
+            f"{run.status.value:<11} {run.outcome:<22} "
             f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
         )
     return 0
@@ -296,7 +261,7 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     if record.checkpoint is None:
         out.write(
             f"run {visible(record.run_id)} is not waiting for anyone "
-            f"({record.stop_reason.value}){visible(record.decided_by())}\n"
+            f"({record.outcome}){visible(record.decided_by())}\n"
         )
         return 0
     checkpoint = paused_checkpoint(record, args.run_id, signing_key())
@@ -316,25 +281,33 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     gates = " ".join(visible(gate.gate_id) for gate in checkpoint.pending)
     run_id = visible(record.run_id)
     out.write(f"decide with: converge resume {run_id} --approve {gates} --by NAME\n")
-    return EXIT_CODES[record.stop_reason]
+    return EXIT_CODES[StopReason.AWAITING_HUMAN]
 
 
 async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     store, record = await _load(args, args.run_id, read_only=False)
     key = signing_key()
-    checkpoint = paused_checkpoint(record, args.run_id, key)
-    locator = formation_locator(record, args.formation, key, VisibleLines(sys.stderr))
-    formation = load_formation(locator)
     decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
     decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
-    engine = formation.engine(**_engine_options(args, formation, out))
-    result = await engine.resume(checkpoint, decisions, run_id=args.run_id)
+    if decisions and args.by is None:
+        raise CliError("--by is required with --approve or --reject")
+    stale = resumable(record, args.run_id, key, decided=bool(decisions))
+    if stale is not None:
+        print(f"error: {visible(stale)}", file=sys.stderr)
+        return STALE
+    locator = formation_locator(record, args.formation, key, VisibleLines(sys.stderr))
+    formation = load_formation(locator)
+    _, label = open_store(args.store)
+    engine = formation.engine(**_engine_options(args, formation, out, locator, store))
     try:
-        return await _finish(result, formation, locator, args, out, expected_version=record.version)
-    except StaleRecordError as error:
+        result = await engine.resume_run(args.run_id, decisions)
+    except (StaleRecordError, InvalidResumeError) as error:
         current = await store.load(args.run_id)
+        if isinstance(error, InvalidResumeError) and current.version == record.version:
+            raise
         print(f"error: {visible(f'{error}{current.decided_by()}')}", file=sys.stderr)
         return STALE
+    return await _finish(result, formation, locator, args, out, label)
 
 
 async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:

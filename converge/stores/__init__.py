@@ -5,11 +5,14 @@
 - `converge.stores.postgres`: `PostgresRunStore`, for many writers (extra `postgres`:
   psycopg 3, imported lazily).
 
-Both are re-exported from `converge`; the `RunStore` protocol, `RunRecord` and `RunSummary`
-they share are there too. Importing this package loads no database driver.
+Both are re-exported from `converge`; the `RunStore` protocol, `RunRecord`, `RunSummary`
+and `RunProgress` they share are there too. `CycleDelta` (one journal entry) and `assemble`
+(a running run's head and journal back into its `RunRecord`) are here for a store of your
+own. Importing this package loads no database driver.
 """
 
+from .._journal import CycleDelta, assemble
 from .postgres import PostgresRunStore
 from .sqlite import SqliteRunStore
 
-__all__ = ["PostgresRunStore", "SqliteRunStore"]
+__all__ = ["CycleDelta", "PostgresRunStore", "SqliteRunStore", "assemble"]

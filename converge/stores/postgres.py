@@ -2,11 +2,13 @@
 
 psycopg is imported when a store is built or connects, never with this module, so importing
 converge does not need it. Its synchronous API runs in anyio worker threads, so the store
-works under asyncio and trio alike.
+works under asyncio and trio alike, and across event loops. A store opens one connection
+on first use and reuses it (calls run one at a time), reconnecting if it broke.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, LiteralString, TypeVar, final
@@ -14,9 +16,10 @@ from typing import TYPE_CHECKING, LiteralString, TypeVar, final
 import anyio.to_thread
 
 from .._checkpoint import Checkpoint
-from .._exceptions import RunNotFoundError, StaleRecordError, StoreError
-from .._store import SCHEMA_VERSION, RunRecord, RunSummary
-from ._sql import COLUMNS, INSERT, UPDATE, UPGRADES, UPSERT, record_from, to_row, to_summary
+from .._exceptions import StoreError
+from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
+from ._db import load_record, renew_lease, write_progress, write_record
+from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,6 +57,8 @@ class PostgresRunStore:
         self._dsn = dsn
         self._clock = clock or (lambda: datetime.now(UTC))
         self._ready = False
+        self._connection: psycopg.Connection[tuple[object, ...]] | None = None
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return "PostgresRunStore(...)"
@@ -61,7 +66,9 @@ class PostgresRunStore:
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
         import psycopg
 
-        connection: psycopg.Connection[tuple[object, ...]] = psycopg.connect(self._dsn)
+        connection: psycopg.Connection[tuple[object, ...]] = psycopg.connect(
+            self._dsn, autocommit=True
+        )
         if not self._ready:
             try:
                 with connection.transaction():
@@ -76,8 +83,10 @@ class PostgresRunStore:
                         "cycles INTEGER NOT NULL, fact_count INTEGER NOT NULL, "
                         "merkle_root TEXT NOT NULL, saved_at TIMESTAMPTZ NOT NULL, "
                         "name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
-                        "version INTEGER NOT NULL DEFAULT 1)"
+                        "version INTEGER NOT NULL DEFAULT 1, "
+                        "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT)"
                     )
+                    connection.execute(JOURNAL_TABLE)
                     version = _upgrade(connection)
             except BaseException:
                 connection.close()
@@ -93,13 +102,38 @@ class PostgresRunStore:
 
     async def _run(self, work: Callable[[psycopg.Connection[tuple[object, ...]]], T]) -> T:
         def task() -> T:
-            with self._connect() as connection:
+            with self._lock:
+                connection = self._connection
+                if connection is None or connection.closed or connection.broken:
+                    if connection is not None:
+                        connection.close()
+                    connection = self._connection = self._connect()
                 return work(connection)
 
         return await anyio.to_thread.run_sync(task)
 
+    async def _transaction(self, work: Callable[[_Db], T]) -> T:
+        def task(connection: psycopg.Connection[tuple[object, ...]]) -> T:
+            with connection.transaction():
+                connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return work(_Db(connection))
+
+        return await self._run(task)
+
+    def close(self) -> None:
+        """Close the store's connection (the next call opens a new one)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def __del__(self) -> None:
+        connection = getattr(self, "_connection", None)
+        if connection is not None:
+            connection.close()
+
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
-        """Save the record in one transaction; return its new version.
+        """Save the record in one transaction (dropping its journal); return its new version.
 
         `expected_version=None` inserts or replaces whatever is stored; `0` inserts a run
         that must not exist yet; `k` replaces the run only if it is still at version `k`.
@@ -107,46 +141,42 @@ class PostgresRunStore:
         Raises:
             StaleRecordError: The run is not at `expected_version`; nothing was saved.
         """
-        row = to_row(record, self._clock())
-        run_id = record.run_id
+        saved_at = self._clock()
+        return await self._transaction(
+            lambda db: write_record(db, record, saved_at, expected_version)
+        )
 
-        def work(connection: psycopg.Connection[tuple[object, ...]]) -> int:
-            with connection.transaction():
-                if expected_version is None:
-                    written = connection.execute(_pg(UPSERT), row).fetchone()
-                elif expected_version == 0:
-                    written = connection.execute(_pg(INSERT), row).fetchone()
-                else:
-                    values = (*row, run_id, expected_version)
-                    written = connection.execute(_pg(UPDATE), values).fetchone()
-                if written is None:
-                    current = connection.execute(
-                        "SELECT version FROM converge_runs WHERE run_id = %s", (run_id,)
-                    ).fetchone()
-                    now = None if current is None else int(str(current[0]))
-                    raise StaleRecordError(run_id, expected_version or 0, now)
-            return int(str(written[0]))
+    async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
+        """Save one cycle of a running run in one transaction; return its new version.
 
-        return await self._run(work)
+        Raises:
+            StaleRecordError: The run is not at `expected_version`; nothing was saved.
+        """
+        now = self._clock()
+        return await self._transaction(
+            lambda db: write_progress(db, progress, now, now, expected_version)
+        )
+
+    async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
+        """Extend a running run's lease, keeping its version.
+
+        Raises:
+            StaleRecordError: The run is no longer running at `version`.
+        """
+        now = self._clock()
+        await self._transaction(lambda db: renew_lease(db, run_id, version, now, lease_seconds))
 
     async def load(self, run_id: str, /) -> RunRecord:
-        """The stored record, with its `version`.
+        """The stored record, with its `version` and `status`.
 
         Raises:
             RunNotFoundError: No run has this id.
             StoreError: The stored record is invalid or belongs to another run.
         """
-
-        def work(connection: psycopg.Connection[tuple[object, ...]]) -> tuple[object, ...] | None:
-            row = connection.execute(
-                "SELECT record, version FROM converge_runs WHERE run_id = %s", (run_id,)
-            ).fetchone()
-            return None if row is None else tuple(row)
-
-        row = await self._run(work)
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store")
-        return record_from(run_id, str(row[0]), int(str(row[1])))
+        now = self._clock()
+        return await self._transaction(
+            lambda db: load_record(db, run_id, now, "the PostgreSQL store")
+        )
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
         """The most recently saved runs first."""
@@ -158,34 +188,43 @@ class PostgresRunStore:
             )
             return [tuple(row) for row in cursor.fetchall()]
 
+        now = self._clock()
         rows = await self._run(work)
-        return tuple(
-            to_summary(
-                (*row[:6], row[6].isoformat() if isinstance(row[6], datetime) else row[6], row[7])
-            )
-            for row in rows
-        )
+        return tuple(to_summary(row, now) for row in rows)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.
 
         Raises:
             RunNotFoundError: No run has this id.
+            StoreError: The stored record is invalid.
         """
+        record = await self.load(run_id)
+        return record.checkpoint if record.pending else None
 
-        def work(
-            connection: psycopg.Connection[tuple[object, ...]],
-        ) -> tuple[object, ...] | None:
-            row = connection.execute(
-                "SELECT checkpoint FROM converge_runs WHERE run_id = %s", (run_id,)
-            ).fetchone()
-            return None if row is None else tuple(row)
 
-        row = await self._run(work)
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store")
-        text = row[0]
-        return None if text is None else Checkpoint.model_validate_json(str(text))
+@final
+class _Db:
+    """A psycopg connection as the shared operations use it (`?` becomes `%s`)."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: psycopg.Connection[tuple[object, ...]]) -> None:
+        self._connection = connection
+
+    def one(
+        self, statement: LiteralString, values: tuple[object, ...], /
+    ) -> tuple[object, ...] | None:
+        row = self._connection.execute(_pg(statement), values).fetchone()
+        return None if row is None else tuple(row)
+
+    def all(
+        self, statement: LiteralString, values: tuple[object, ...], /
+    ) -> list[tuple[object, ...]]:
+        return [tuple(row) for row in self._connection.execute(_pg(statement), values).fetchall()]
+
+    def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
+        self._connection.execute(_pg(statement), values)
 
 
 def _pg(statement: LiteralString) -> LiteralString:

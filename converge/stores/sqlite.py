@@ -1,26 +1,27 @@
 """`SqliteRunStore`: the embedded store, one SQLite file in WAL mode.
 
 The standard library's `sqlite3` is imported on the first connection, not with this module,
-so importing converge does not load it. Every call opens its own connection in an anyio
-worker thread, and every save is one transaction. A read-only store opens the file with
-`mode=ro` (or, when WAL's `-shm` file is missing and cannot be created, `immutable=1`) and
-never creates or writes anything.
+so importing converge does not load it. A store opens one connection on first use and
+reuses it (calls run one at a time in anyio worker threads); every save is one transaction.
+A read-only store opens the file with `mode=ro` (or, when WAL's `-shm` file is missing and
+cannot be created, `immutable=1`) and never creates or writes anything.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar, final
+from typing import TYPE_CHECKING, Literal, LiteralString, TypeVar, final
 
 import anyio.to_thread
-from pydantic import ValidationError
 
 from .._checkpoint import Checkpoint
-from .._exceptions import RunNotFoundError, StaleRecordError, StoreError
-from .._store import SCHEMA_VERSION, RunRecord, RunSummary
-from ._sql import COLUMNS, INSERT, UPDATE, UPGRADES, UPSERT, record_from, to_row, to_summary
+from .._exceptions import RunNotFoundError, StoreError
+from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
+from ._db import load_record, renew_lease, write_progress, write_record
+from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
 
 if TYPE_CHECKING:
     import sqlite3
@@ -37,6 +38,10 @@ class SqliteRunStore:
     Args:
         path: The database file; its folder is created if needed (not when `read_only`).
         clock: Returns the aware `datetime` recorded as `saved_at` (default: now in UTC).
+        synchronous: SQLite's `synchronous` setting in WAL mode. `"normal"` (the default)
+            keeps every committed save through a crash or `kill -9` of the process; after a
+            power loss or OS crash the last saves may be missing, never corrupt. `"full"`
+            also keeps them through a power loss, for an fsync per save.
         read_only: Only read an existing store: open the file with SQLite's `mode=ro`,
             or, when the WAL's `-shm` file is missing and cannot be created (a read-only
             folder), with `immutable=1`; never create the folder, the file or the tables,
@@ -50,13 +55,19 @@ class SqliteRunStore:
         path: str | Path,
         *,
         clock: Callable[[], datetime] | None = None,
+        synchronous: Literal["normal", "full"] = "normal",
         read_only: bool = False,
     ) -> None:
+        if synchronous not in ("normal", "full"):
+            raise ValueError(f"synchronous must be 'normal' or 'full', got {synchronous!r}")
         self._path = Path(path)
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._synchronous: LiteralString = "FULL" if synchronous == "full" else "NORMAL"
         self._read_only = read_only
         self._ready = False
         self._uri: str | None = None
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         flag = ", read_only=True" if self._read_only else ""
@@ -79,7 +90,9 @@ class SqliteRunStore:
             return self._connect_read_only()
         if not self._ready:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self._path, timeout=30.0, isolation_level=None)
+        connection = sqlite3.connect(
+            self._path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
         connection.execute("PRAGMA busy_timeout = 30000")
         if not self._ready:
             connection.execute("PRAGMA journal_mode = WAL")
@@ -94,11 +107,13 @@ class SqliteRunStore:
                     "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, cycles INTEGER NOT NULL, "
                     "fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
                     "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
-                    "version INTEGER NOT NULL DEFAULT 1)"
+                    "version INTEGER NOT NULL DEFAULT 1, "
+                    "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT)"
                 )
                 connection.execute(
                     "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
                 )
+                connection.execute(JOURNAL_TABLE)
                 version = upgrade(connection)
                 connection.execute("COMMIT")
             except BaseException:
@@ -112,7 +127,7 @@ class SqliteRunStore:
                     f"version {SCHEMA_VERSION}"
                 )
             self._ready = True
-        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         return connection
 
     def _connect_read_only(self) -> sqlite3.Connection:
@@ -163,37 +178,47 @@ class SqliteRunStore:
             )
         return connection
 
-    async def _row(
-        self, run_id: str, column: Literal["record", "checkpoint"]
-    ) -> tuple[object, ...]:
-        """`column` and `version` of the row of `run_id`."""
-
-        def work(connection: sqlite3.Connection) -> tuple[object, ...] | None:
-            row = connection.execute(
-                f"SELECT {column}, version FROM converge_runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            return None if row is None else tuple(row)
-
-        try:
-            row = await self._run(work)
-        except _NoStoreError:  # a read-only store that does not exist has no runs
-            row = None
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id!r} in {self._path}")
-        return row
-
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def task() -> T:
-            connection = self._connect()
-            try:
+            with self._lock:
+                connection = self._connection
+                if connection is None:
+                    connection = self._connection = self._connect()
                 return work(connection)
-            finally:
-                connection.close()
 
         return await anyio.to_thread.run_sync(task)
 
+    async def _transaction(self, work: Callable[[_Db], T], *, write: bool = True) -> T:
+        def task(connection: sqlite3.Connection) -> T:
+            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                value = work(_Db(connection))
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+            return value
+
+        return await self._run(task)
+
+    def close(self) -> None:
+        """Close the store's connection (the next call opens a new one)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def __del__(self) -> None:
+        connection = getattr(self, "_connection", None)
+        if connection is not None:
+            connection.close()
+
+    def _writable(self, run_id: str) -> None:
+        if self._read_only:
+            raise StoreError(f"{self._path} is open read-only; run {run_id} not saved")
+
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
-        """Save the record in one transaction; return its new version.
+        """Save the record in one transaction (dropping its journal); return its new version.
 
         `expected_version=None` inserts or replaces whatever is stored; `0` inserts a run
         that must not exist yet; `k` replaces the run only if it is still at version `k`.
@@ -202,31 +227,49 @@ class SqliteRunStore:
             StaleRecordError: The run is not at `expected_version`; nothing was saved.
             StoreError: The store is read-only; nothing was saved.
         """
-        if self._read_only:
-            raise StoreError(f"{self._path} is open read-only; run {record.run_id} not saved")
-        row = to_row(record, self._clock().isoformat())
+        self._writable(record.run_id)
+        saved_at = self._clock().isoformat()
+        return await self._transaction(
+            lambda db: write_record(db, record, saved_at, expected_version)
+        )
 
-        def work(connection: sqlite3.Connection) -> int:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                version = _write(connection, record.run_id, row, expected_version)
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            return version
+    async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
+        """Save one cycle of a running run in one transaction; return its new version.
 
-        return await self._run(work)
+        Raises:
+            StaleRecordError: The run is not at `expected_version`; nothing was saved.
+            StoreError: The store is read-only; nothing was saved.
+        """
+        self._writable(progress.head.run_id)
+        now = self._clock()
+        return await self._transaction(
+            lambda db: write_progress(db, progress, now, now.isoformat(), expected_version)
+        )
+
+    async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
+        """Extend a running run's lease, keeping its version.
+
+        Raises:
+            StaleRecordError: The run is no longer running at `version`.
+        """
+        self._writable(run_id)
+        now = self._clock()
+        await self._transaction(lambda db: renew_lease(db, run_id, version, now, lease_seconds))
 
     async def load(self, run_id: str, /) -> RunRecord:
-        """The stored record, with its `version`.
+        """The stored record, with its `version` and `status`.
 
         Raises:
             RunNotFoundError: No run has this id.
             StoreError: The stored record is invalid or belongs to another run.
         """
-        row = await self._row(run_id, "record")
-        return record_from(run_id, str(row[0]), int(str(row[1])))
+        now = self._clock()
+        try:
+            return await self._transaction(
+                lambda db: load_record(db, run_id, now, str(self._path)), write=False
+            )
+        except _NoStoreError:  # a read-only store that does not exist has no runs
+            raise RunNotFoundError(f"no run {run_id!r} in {self._path}") from None
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
         """The most recently saved runs first (none when a read-only store does not exist)."""
@@ -238,41 +281,58 @@ class SqliteRunStore:
             )
             return [tuple(row) for row in cursor.fetchall()]
 
+        now = self._clock()
         try:
             rows = await self._run(work)
         except _NoStoreError:  # a read-only store that does not exist has no runs
             return ()
-        return tuple(to_summary(row) for row in rows)
+        return tuple(to_summary(row, now) for row in rows)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.
 
         Raises:
             RunNotFoundError: No run has this id.
-            StoreError: The stored checkpoint is invalid.
+            StoreError: The stored record is invalid.
         """
-        text = (await self._row(run_id, "checkpoint"))[0]
-        if text is None:
-            return None
-        try:
-            return Checkpoint.model_validate_json(str(text))
-        except ValidationError as error:
-            first = error.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in first["loc"]) or "checkpoint"
-            raise StoreError(
-                f"run {run_id}: the stored checkpoint is invalid ({error.error_count()} "
-                f"error(s); {where}: {first['msg']})"
-            ) from None
+        record = await self.load(run_id)
+        return record.checkpoint if record.pending else None
 
 
 class _NoStoreError(StoreError):
     """A read-only store's file does not exist."""
 
 
+@final
+class _Db:
+    """A SQLite connection as the shared operations use it."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def one(
+        self, statement: LiteralString, values: tuple[object, ...], /
+    ) -> tuple[object, ...] | None:
+        row = self._connection.execute(statement, values).fetchone()
+        return None if row is None else tuple(row)
+
+    def all(
+        self, statement: LiteralString, values: tuple[object, ...], /
+    ) -> list[tuple[object, ...]]:
+        return [tuple(row) for row in self._connection.execute(statement, values).fetchall()]
+
+    def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
+        self._connection.execute(statement, values)
+
+
 def _open(uri: str) -> sqlite3.Connection:
     import sqlite3
 
-    connection = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+    connection = sqlite3.connect(
+        uri, uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
+    )
     connection.execute("PRAGMA busy_timeout = 30000")
     return connection
 
@@ -299,23 +359,3 @@ def upgrade(connection: sqlite3.Connection) -> int:
             "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)
         )
     return version
-
-
-def _write(
-    connection: sqlite3.Connection,
-    run_id: str,
-    row: tuple[object, ...],
-    expected: int | None,
-) -> int:
-    if expected is None:
-        written = connection.execute(UPSERT, row).fetchone()
-    elif expected == 0:
-        written = connection.execute(INSERT, row).fetchone()
-    else:
-        written = connection.execute(UPDATE, (*row, run_id, expected)).fetchone()
-    if written is None:
-        current = connection.execute(
-            "SELECT version FROM converge_runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        raise StaleRecordError(run_id, expected or 0, None if current is None else current[0])
-    return int(written[0])

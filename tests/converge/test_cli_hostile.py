@@ -354,6 +354,7 @@ async def test_read_only_sqlite_store_falls_back_to_immutable_without_shm(tmp_pa
     engine = Engine(store=writer)
     engine.register_suggestor(SeedSuggestor("budget", "Pick a plan"))
     result = await engine.run()
+    writer.close()
     assert not await anyio.Path(f"{path}-shm").exists()
     with read_only(path, folder):
         store = SqliteRunStore(path, read_only=True)
@@ -465,9 +466,11 @@ def test_a_corrupt_stored_checkpoint_is_one_line(store: str) -> None:
     run_id = run_id_of(cli("--store", store, "run", FORMATION)[1])
     with sqlite3.connect(store) as connection:
         connection.execute(
-            "UPDATE converge_runs SET checkpoint = '{\"run_id\": 1}' WHERE run_id = ?", (run_id,)
+            "UPDATE converge_runs SET record = "
+            "json_set(record, '$.checkpoint', json('{\"run_id\": 1}')) WHERE run_id = ?",
+            (run_id,),
         )
-    with pytest.raises(StoreError, match="the stored checkpoint is invalid") as raised:
+    with pytest.raises(StoreError, match="the stored record is invalid") as raised:
         anyio.run(SqliteRunStore(store, read_only=True).load_checkpoint, run_id)
     assert "\n" not in str(raised.value)
 

@@ -18,7 +18,9 @@ from converge import (
     GateDecision,
     PostgresRunStore,
     RunNotFoundError,
+    RunProgress,
     RunRecord,
+    RunStatus,
     RunStore,
     SqliteRunStore,
     StaleRecordError,
@@ -26,6 +28,7 @@ from converge import (
     StoreError,
     verify,
 )
+from converge._store import SCHEMA_VERSION
 from tests.doubles import seed
 
 HERE = Path(__file__).resolve().parent
@@ -240,6 +243,12 @@ async def test_a_failing_store_raises_store_error_keeping_the_result() -> None:
         async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
             raise OSError("disk full")
 
+        async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
+            raise NotImplementedError
+
+        async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
+            raise NotImplementedError
+
         async def load(self, run_id: str, /) -> RunRecord:
             raise NotImplementedError
 
@@ -250,7 +259,7 @@ async def test_a_failing_store_raises_store_error_keeping_the_result() -> None:
             return None
 
     with pytest.raises(StoreError, match="could not be saved: OSError: disk full") as caught:
-        await Engine(store=Broken()).run(inputs=[seed("a")])
+        await Engine(store=Broken(), durability="exit").run(inputs=[seed("a")])
     assert caught.value.result is not None
     assert caught.value.result.context.find(ContextKey.SEEDS, "a") is not None
 
@@ -277,7 +286,9 @@ async def test_a_schema_1_store_is_upgraded_in_place_with_nothing_lost(tmp_path:
         (schema,) = connection.execute(
             "SELECT value FROM converge_meta WHERE key = 'schema_version'"
         ).fetchone()
-    assert schema == "2"
+    assert schema == str(SCHEMA_VERSION)
+    assert runs[V1_PAUSED].status is RunStatus.PAUSED
+    assert runs[V1_CONVERGED].status is RunStatus.FINISHED
     converged = await store.load(V1_CONVERGED)
     assert converged.version == 1
     assert verify(converged.restore_context(), converged.integrity)

@@ -21,6 +21,7 @@ from converge import (
     StaleRecordError,
     StopReason,
 )
+from converge._cli_records import STALE
 from tests.cli_runs import cli, run_id_of
 from tests.converge.hitl_formation import SIGNING_KEY, build_engine
 from tests.doubles import seed
@@ -147,8 +148,8 @@ def test_an_old_checkpoint_written_back_into_a_decided_run_is_refused(
     decided["checkpoint"], decided["pending"] = old["checkpoint"], old["pending"]
     write_json(store, run_id, decided)
     code, _ = cli("--store", store, "resume", run_id, "--reject", GATE, "--by", "mallory")
-    assert code == 1
-    assert "is not waiting for a decision (converged) (decided by jane" in capsys.readouterr().err
+    assert code == STALE
+    assert "already resumed (now converged) (decided by jane" in capsys.readouterr().err
 
 
 def test_two_resumes_of_one_paused_run_one_wins_the_other_names_the_winner(store: str) -> None:
@@ -188,10 +189,12 @@ def test_an_engine_with_a_store_uses_a_checkpoint_once(tmp_path: Path) -> None:
         assert paused.checkpoint is not None
         approve = [GateDecision.approve(paused.pending[0].gate_id, by="ann")]
         assert (await engine.resume(paused.checkpoint, approve)).converged
+        decided = await store.load(paused.run_id)
         with pytest.raises(InvalidResumeError, match="decided by ann"):
             await engine.resume(paused.checkpoint, approve)
         stored = await store.load(paused.run_id)
-        assert (stored.stop_reason, stored.version) == (StopReason.CONVERGED, 2)
+        assert stored.stop_reason is StopReason.CONVERGED
+        assert stored.version == decided.version
         with pytest.raises(InvalidResumeError, match="is of run"):
             await engine.resume(paused.checkpoint, approve, run_id="someone-else")
 
