@@ -328,7 +328,12 @@ def summary_lines(record: RunRecord) -> list[str]:
     for fact in record.facts:
         by_key[fact.key.value] = by_key.get(fact.key.value, 0) + 1
     lines = [
-        f"stop reason  {record.outcome} ({visible(record.detail)})",
+        (
+            f"stop reason  {record.outcome}"
+            if record.stop_reason
+            else f"status       {record.outcome}"
+        )
+        + f" ({visible(record.detail)})",
         f"cycles       {record.cycles}",
         f"facts        {len(record.facts)}"
         + (f" ({', '.join(f'{k} {n}' for k, n in by_key.items())})" if by_key else ""),

@@ -222,7 +222,7 @@ async def _cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     for run in runs:
         out.write(
             f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {run.outcome:<22} "
+            f"{run.status.value:<11} {run.stop_reason.value if run.stop_reason else '-':<22} "
             f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
         )
     return 0
@@ -258,7 +258,7 @@ async def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
-    if record.checkpoint is None:
+    if not record.pending:
         out.write(
             f"run {visible(record.run_id)} is not waiting for anyone "
             f"({record.outcome}){visible(record.decided_by())}\n"
@@ -340,6 +340,11 @@ async def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
+    if record.stop_reason is None:
+        raise CliError(
+            f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",
+            f"continue it first: converge resume {record.run_id}",
+        )
     locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
     engine = load_formation(locator).engine()
     try:
