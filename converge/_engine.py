@@ -285,6 +285,11 @@ class Engine:
             raise InvalidResumeError(
                 f"the checkpoint is of run {checkpoint.run_id}, not of run {run_id}"
             )
+        if not checkpoint.pending:
+            raise InvalidResumeError(
+                f"the checkpoint of run {checkpoint.run_id} waits on no gate: it is where an "
+                "interrupted run continues; continue it with Engine.resume_run(run_id)"
+            )
         expected = await current_version(self._keeper.store, checkpoint)
         return await self._resume(checkpoint, tuple(decisions), expected=expected)
 
