@@ -219,7 +219,10 @@ class Engine:
         Raises:
             ConfigurationError: `context` is not a `ContextSnapshot`, or an input is not a
                 `ProposedFact`.
-            StoreError: The engine has a store and saving failed (`error.result` keeps the run).
+            StoreError: The engine has a store and saving failed. When the final save
+                failed, `error.result` keeps the run; when a per-cycle save failed, the run
+                stopped there (`error.result` is `None`) and the store keeps it as of its last
+                saved cycle, to be continued with `resume_run` once its lease runs out.
         """
         return await self._run(self._config, context, inputs)
 
@@ -279,7 +282,10 @@ class Engine:
                 registrations differ from the paused run's. Nothing changes.
             StaleRecordError: Someone saved the run while this resume ran; nothing was saved
                 (`error.result` keeps this resume's result).
-            StoreError: The engine has a store and saving failed (`error.result` keeps the run).
+            StoreError: The engine has a store and saving failed. When the final save
+                failed, `error.result` keeps the run; when a per-cycle save failed, the run
+                stopped there (`error.result` is `None`) and the store keeps it as of its last
+                saved cycle, to be continued with `resume_run` once its lease runs out.
         """
         if run_id is not None and checkpoint.run_id != run_id:
             raise InvalidResumeError(
@@ -325,9 +331,8 @@ class Engine:
         if record.status is RunStatus.PAUSED and checkpoint is not None:
             return await self._resume(checkpoint, given, expected=record.version, key=key)
         if record.status is not RunStatus.INTERRUPTED or checkpoint is None:
-            state = "finished" if record.stop_reason is None else record.stop_reason.value
             raise InvalidResumeError(
-                f"run {run_id} is {record.status.value} ({state}; {record.detail})"
+                f"run {run_id} is {record.status.value} ({record.detail})"
                 f"{record.decided_by()}; only a paused or interrupted run can be resumed"
             )
         if given:

@@ -69,6 +69,8 @@ __all__ = ["main"]
 DEMO_PACKAGE = "converge_suggestors.demos"
 DEFAULT_DEMO = "vendor_selection"
 VERIFY_FAILED = 7
+BROKEN_PIPE = 141
+"""Exit status when the reader of the output went away (128 + SIGPIPE, as a shell reports)."""
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -89,6 +91,9 @@ def _main(
 ) -> int:
     try:
         return anyio.run(command, args, stream)
+    except BrokenPipeError:  # the reader went away (`converge runs | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     except KeyboardInterrupt:
         if args.debug:
             traceback.print_exc()
@@ -305,7 +310,10 @@ async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         current = await store.load(args.run_id)
         if isinstance(error, InvalidResumeError) and current.version == record.version:
             raise
-        print(f"error: {visible(f'{error}{current.decided_by()}')}", file=sys.stderr)
+        said = (
+            f"{error}{current.decided_by()}" if isinstance(error, StaleRecordError) else str(error)
+        )
+        print(f"error: {visible(said)}", file=sys.stderr)
         return STALE
     return await _finish(result, formation, locator, args, out, label)
 
