@@ -112,10 +112,15 @@ class PostgresRunStore:
 
         return await anyio.to_thread.run_sync(task)
 
-    async def _transaction(self, work: Callable[[_Db], T]) -> T:
+    async def _transaction(self, work: Callable[[_Db], T], *, read: bool = False) -> T:
+        """`work` in one transaction: a consistent snapshot when `read`, else read committed
+        (a concurrent save makes a versioned write find no row: `StaleRecordError`, not a
+        serialization failure)."""
+
         def task(connection: psycopg.Connection[tuple[object, ...]]) -> T:
             with connection.transaction():
-                connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                if read:
+                    connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 return work(_Db(connection))
 
         return await self._run(task)
@@ -175,7 +180,7 @@ class PostgresRunStore:
         """
         now = self._clock()
         return await self._transaction(
-            lambda db: load_record(db, run_id, now, "the PostgreSQL store")
+            lambda db: load_record(db, run_id, now, "the PostgreSQL store"), read=True
         )
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
