@@ -113,9 +113,11 @@ class PostgresRunStore:
         return await anyio.to_thread.run_sync(task)
 
     async def _transaction(self, work: Callable[[_Db], T], *, read: bool = False) -> T:
-        """`work` in one transaction: a consistent snapshot when `read`, else read committed
-        (a concurrent save makes a versioned write find no row: `StaleRecordError`, not a
-        serialization failure)."""
+        """`work` in one transaction: one consistent snapshot when `read`.
+
+        Writes run at read committed, so a concurrent save makes a versioned write find no
+        row (`StaleRecordError`), never a serialization failure.
+        """
 
         def task(connection: psycopg.Connection[tuple[object, ...]]) -> T:
             with connection.transaction():
