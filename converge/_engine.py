@@ -324,12 +324,11 @@ class Engine:
         if store is None:
             raise ConfigurationError("resume_run needs an engine with a store")
         record = await store.load(run_id)
-        key = self._config.signing_key
-        record.verify_signature(key)
+        record.verify_signature(self._config.signing_key)
         given = tuple(decisions)
         checkpoint = record.checkpoint
         if record.status is RunStatus.PAUSED and checkpoint is not None:
-            return await self._resume(checkpoint, given, expected=record.version, key=key)
+            return await self._resume(checkpoint, given, expected=record.version)
         if record.status is not RunStatus.INTERRUPTED or checkpoint is None:
             raise InvalidResumeError(
                 f"run {run_id} is {record.status.value} ({record.detail})"

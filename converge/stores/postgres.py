@@ -9,6 +9,7 @@ on first use and reuses it (calls run one at a time), reconnecting if it broke.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, LiteralString, TypeVar, final
@@ -108,6 +109,9 @@ class PostgresRunStore:
                     if connection is not None:
                         connection.close()
                     connection = self._connection = self._connect()
+                    # Closed when the store goes, before the connection's own finaliser
+                    # could warn (garbage cycles included), or at interpreter exit.
+                    weakref.finalize(self, connection.close)
                 return work(connection)
 
         return await anyio.to_thread.run_sync(task)
@@ -134,10 +138,6 @@ class PostgresRunStore:
                 self._connection.close()
                 self._connection = None
 
-    def __del__(self) -> None:
-        connection = getattr(self, "_connection", None)
-        if connection is not None:
-            connection.close()
 
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
         """Save the record in one transaction (dropping its journal); return its new version.

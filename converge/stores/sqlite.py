@@ -10,6 +10,7 @@ cannot be created, `immutable=1`) and never creates or writes anything.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,6 +185,9 @@ class SqliteRunStore:
                 connection = self._connection
                 if connection is None:
                     connection = self._connection = self._connect()
+                    # Closed when the store goes, before the connection's own finaliser
+                    # could warn (garbage cycles included), or at interpreter exit.
+                    weakref.finalize(self, connection.close)
                 return work(connection)
 
         return await anyio.to_thread.run_sync(task)
@@ -208,10 +212,6 @@ class SqliteRunStore:
                 self._connection.close()
                 self._connection = None
 
-    def __del__(self) -> None:
-        connection = getattr(self, "_connection", None)
-        if connection is not None:
-            connection.close()
 
     def _writable(self, run_id: str) -> None:
         if self._read_only:

@@ -677,18 +677,6 @@ async def test_without_a_key_an_edited_fact_is_refused_when_continuing(
 
 # -- 7. two continuations at once -----------------------------------------------------------------
 
-PG_SERIALIZATION = (
-    "library bug: on PostgreSQL (REPEATABLE READ) a versioned save that waited behind a "
-    "concurrent save of the same run fails with psycopg's SerializationFailure ('could not "
-    "serialize access due to concurrent update': raw from store.save, a plain StoreError from "
-    "the engine) instead of StaleRecordError"
-)
-
-
-def xfail_on_postgres(request: pytest.FixtureRequest, target: StoreTarget) -> None:
-    if target[0] == "postgres":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=PG_SERIALIZATION))
-
 
 @contextmanager
 def row_locked(target: StoreTarget, run_id: str, *, bump: bool = False) -> Generator[None]:
@@ -780,7 +768,6 @@ async def race(
 async def test_of_two_concurrent_continuations_one_wins_and_the_other_saves_nothing(
     store: RunStore, target: StoreTarget, request: pytest.FixtureRequest, durability: Durability
 ) -> None:
-    xfail_on_postgres(request, target)
     expected = await reference()
     run_id = await cancelled_run(store, at=3)
     version = (await store.load(run_id)).version
@@ -816,7 +803,6 @@ async def test_of_two_concurrent_continuations_one_wins_and_the_other_saves_noth
 async def test_of_two_concurrent_decisions_on_a_paused_run_only_the_winners_is_kept(
     store: RunStore, target: StoreTarget, request: pytest.FixtureRequest
 ) -> None:
-    xfail_on_postgres(request, target)
     paused = await build_engine(store=store).run()
     run_id = paused.run_id
     decisions = {
@@ -842,7 +828,6 @@ async def test_of_two_concurrent_decisions_on_a_paused_run_only_the_winners_is_k
 async def test_a_versioned_save_waiting_behind_a_concurrent_save_is_stale(
     store: RunStore, target: StoreTarget, request: pytest.FixtureRequest
 ) -> None:
-    xfail_on_postgres(request, target)
     record = RunRecord.of(await Engine().run(inputs=[seed("a")]))
     version = await store.save(record, expected_version=0)
     outcome: list[int | Exception] = []
@@ -1098,15 +1083,27 @@ async def test_a_schema_1_sqlite_store_upgrades_and_its_paused_run_resumes_by_id
     await check_upgraded(SqliteRunStore(v1_copy(tmp_path)), signing_key=None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="upgrade gap: a schema-1 record has no record signature (records were signed from "
-    "schema 2 on), so an engine with the signing key its checkpoint was signed with refuses "
-    "resume_run (and `converge resume` under CONVERGE_SIGNING_KEY) with 'the stored record is "
-    "unsigned'; only Engine.resume(checkpoint) still works",
-)
-async def test_a_schema_1_paused_run_resumes_by_id_with_its_signing_key(tmp_path: Path) -> None:
-    await check_upgraded(SqliteRunStore(v1_copy(tmp_path)), signing_key=SIGNING_KEY)
+async def test_a_schema_1_paused_run_under_a_key_resumes_from_its_signed_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Release 1 signed checkpoints, not records: with a key, `resume_run` refuses the unsigned
+    record (an unsigned record could hold any earlier checkpoint of the run), and the run is
+    resumed from its checkpoint, whose signature is verified (docs/stores.md says so)."""
+    store = SqliteRunStore(v1_copy(tmp_path))
+    engine = build_engine(store=store, signing_key=SIGNING_KEY)
+    paused = await store.load(V1_PAUSED)
+    [gate] = paused.pending
+    decision = GateDecision.approve(gate.gate_id, by="ok")
+    with pytest.raises(StoreError, match="the stored record is unsigned"):
+        await engine.resume_run(V1_PAUSED, [decision])
+    assert (await store.load(V1_PAUSED)).version == paused.version
+    assert paused.checkpoint is not None
+    result = await engine.resume(paused.checkpoint, [decision], run_id=V1_PAUSED)
+    assert result.stop_reason is StopReason.CONVERGED
+    assert (await store.load(V1_PAUSED)).trace.decisions == (decision,)
+    forged = paused.checkpoint.model_copy(update={"tokens": paused.checkpoint.tokens + 1})
+    with pytest.raises(InvalidResumeError):  # used up, and forged besides
+        await engine.resume(forged, [decision], run_id=V1_PAUSED)
 
 
 async def test_a_schema_1_postgres_database_is_upgraded_in_place_with_nothing_lost(
