@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from . import chain, fanout, growth, wide_idle
+from . import chain, durability, fanout, growth, wide_idle
 from ._common import MIN_RUNS, Figures, Settings, machine, progress
 
 WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
@@ -21,6 +21,7 @@ WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
     "W2": fanout.measure,
     "W3": growth.measure,
     "W4": wide_idle.measure,
+    "W5": durability.measure,
 }
 
 # (name, workload, figure, limit): a target is met when the figure is at most the limit.
@@ -30,6 +31,14 @@ TARGETS: Final = (
     ("W2_wall_ms", "W2", "wall_ms", 25.0),
     ("W3_ratio_last10_first10", "W3", "ratio_last10_first10", 1.2),
     ("W4_ratio_1000_to_1", "W4", "ratio_1000_to_1", 1.2),
+    ("W5_sqlite_normal_save_ms", "W5", "sqlite_normal_save_ms", 2.0),
+    ("W5_sqlite_full_save_ms", "W5", "sqlite_full_save_ms", 2.0),
+    ("W5_postgres_save_ms", "W5", "postgres_save_ms", 5.0),
+    ("W5_sqlite_normal_ratio_last20_first20", "W5", "sqlite_normal_ratio_last20_first20", 1.2),
+    ("W5_sqlite_full_ratio_last20_first20", "W5", "sqlite_full_ratio_last20_first20", 1.2),
+    ("W5_postgres_ratio_last20_first20", "W5", "postgres_ratio_last20_first20", 1.2),
+    ("W5_bytes_ratio_finished", "W5", "bytes_ratio_finished", 1.5),
+    ("W5_bytes_ratio_in_progress", "W5", "bytes_ratio_in_progress", 1.5),
 )
 
 
