@@ -246,8 +246,12 @@ class Engine:
         state = RunState.start(start, given)
         view = self._registry.view()
         saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
-        result = await with_lease(saver, RunLoop(config, view, state, saver).start)
-        return await self._keeper.save(result, 0, saver)
+        loop = RunLoop(config, view, state, saver)
+
+        async def run_and_save() -> ConvergeResult:
+            return await self._keeper.save(await loop.start(), 0, saver)
+
+        return await with_lease(saver, run_and_save)
 
     @property
     def store(self) -> RunStore | None:
@@ -368,8 +372,12 @@ class Engine:
             state.continuations = (*state.continuations, continuation)
         saver = self._keeper.saver(state.run_id, view.fingerprint, expected)
         loop = RunLoop(self._config, view, state, saver)
-        result = await with_lease(saver, lambda: loop.resume(checkpoint.pending, chosen))
-        return await self._keeper.save(result, expected, saver)
+
+        async def resume_and_save() -> ConvergeResult:
+            result = await loop.resume(checkpoint.pending, chosen)
+            return await self._keeper.save(result, expected, saver)
+
+        return await with_lease(saver, resume_and_save)
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, final
 
 import anyio
+import anyio.lowlevel
 
 from ._budget import Stopwatch
 from ._checkpoint import Checkpoint
@@ -75,37 +76,36 @@ class RunLoop:
         """Merge the inputs at cycle 0, then run cycles from `source` (live by default)."""
         source = source or LiveEffects(self._config, self._view, self._stopwatch, self.events)
         self._started()
-        result = self._merge_inputs(source)
-        if result is None:
-            result = await self._drive(source)
-        await self.events.flush()
-        return result
+        return await self._drive(source, self._merge_inputs(source))
 
     async def resume(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
     ) -> ConvergeResult:
-        """Apply the decisions of a paused run (none for an interrupted one), then continue
-        its cycles live."""
+        """Apply a paused run's decisions (an interrupted run has none); continue it live."""
         self._started()
         if pending:
             self._apply_decisions(pending, decisions)
         live = LiveEffects(self._config, self._view, self._stopwatch, self.events)
-        result = await self._drive(live)
-        await self.events.flush()
-        return result
+        return await self._drive(live, None)
 
     # -- the cycle -------------------------------------------------------------------------------
 
-    async def _drive(self, source: EffectSource) -> ConvergeResult:
-        """Run cycles to a stop reason; with a saver, save before each and keep a cancelled run."""
+    async def _drive(self, source: EffectSource, result: ConvergeResult | None) -> ConvergeResult:
+        """Run cycles to a stop reason (unless `result` is one already), then flush the events.
+
+        With a saver, the run is saved before each cycle, and a cancelled run is kept as
+        interrupted at its last merged cycle before the cancellation goes on.
+        """
         saver = self._saver
-        if saver is None:
-            return await self._cycles(source)
         try:
-            return await self._cycles(source)
+            if result is None:
+                result = await self._cycles(source)
+            await self.events.flush()
         except anyio.get_cancelled_exc_class():
-            await saver.interrupted(self._state, self._stopwatch.elapsed())
+            if saver is not None:
+                await saver.interrupted(self._state, self._stopwatch.elapsed())
             raise
+        return result
 
     async def _cycles(self, source: EffectSource) -> ConvergeResult:
         state = self._state
@@ -113,6 +113,9 @@ class RunLoop:
         while True:
             if saver is not None:
                 await saver.saved(state, self._stopwatch.elapsed())
+                # The save is shielded: a cancellation that came meanwhile is raised here,
+                # even if no suggestor of the next cycle ever awaits.
+                await anyio.lowlevel.checkpoint_if_cancelled()
             await self.events.flush()
             state.cycle += 1
             result = await self._cycle(source, state.cycle)

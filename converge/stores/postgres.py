@@ -138,7 +138,6 @@ class PostgresRunStore:
                 self._connection.close()
                 self._connection = None
 
-
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
         """Save the record in one transaction (dropping its journal); return its new version.
 

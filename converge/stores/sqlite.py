@@ -212,7 +212,6 @@ class SqliteRunStore:
                 self._connection.close()
                 self._connection = None
 
-
     def _writable(self, run_id: str) -> None:
         if self._read_only:
             raise StoreError(f"{self._path} is open read-only; run {run_id} not saved")

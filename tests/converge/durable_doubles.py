@@ -37,6 +37,7 @@ __all__ = [
     "FailingProgress",
     "Hook",
     "Risky",
+    "Slow",
     "formation",
 ]
 
@@ -203,3 +204,22 @@ formation = Formation(
     ),
 )
 """The formation `test_durable` runs as `Chain(steps=STEPS)` with `INPUTS` (same fingerprint)."""
+
+
+class Slow(Delegating):
+    """Each `save_progress` takes `seconds` longer; with `final`, only the final `save` does."""
+
+    def __init__(self, inner: RunStore, *, seconds: float, final: bool = False) -> None:
+        super().__init__(inner)
+        self.seconds = seconds
+        self.final = final
+
+    async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
+        if not self.final:
+            await anyio.sleep(self.seconds)
+        return await super().save_progress(progress, expected_version=expected_version)
+
+    async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
+        if self.final:
+            await anyio.sleep(self.seconds)
+        return await super().save(record, expected_version=expected_version)

@@ -18,7 +18,16 @@ from typing import LiteralString
 
 import anyio
 import pytest
-from durable_doubles import Arrivals, Chain, EventLog, FailingProgress, Hook, Risky, formation
+from durable_doubles import (
+    Arrivals,
+    Chain,
+    EventLog,
+    FailingProgress,
+    Hook,
+    Risky,
+    Slow,
+    formation,
+)
 from hitl_formation import SIGNING_KEY, build_engine
 from test_store import V1_CONVERGED, V1_FIXTURE, V1_PAUSED, open_store, postgres_or_skip
 
@@ -28,6 +37,7 @@ from converge import (
     ConvergeResult,
     Durability,
     Engine,
+    EngineEvent,
     GateDecision,
     HitlPolicy,
     InvalidCheckpointError,
@@ -1161,3 +1171,69 @@ async def test_a_schema_1_postgres_database_is_upgraded_in_place_with_nothing_lo
         store.close()
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(pg.SQL("DROP DATABASE {} WITH (FORCE)").format(pg.Identifier(name)))
+
+
+# -- cancellation at the edges of a save ----------------------------------------------------------
+
+
+async def test_a_cancel_during_a_shielded_save_stops_a_run_whose_suggestors_never_await(
+    store: RunStore,
+) -> None:
+    """The per-cycle save is shielded; the cancellation that arrived meanwhile must still be
+    raised before the next cycle, even though `Chain.execute` (no hook) never awaits."""
+    log = EventLog()
+    engine, chain = chain_engine(Slow(store, seconds=0.05), steps=40, log=log)
+    with anyio.move_on_after(0.2) as scope:
+        await engine.run(inputs=INPUTS)
+    assert scope.cancelled_caught
+    assert chain.calls < 40
+    record = await store.load(log.events[0].run_id)
+    assert (record.status, record.interruption) == (RunStatus.INTERRUPTED, "cancelled")
+    assert record.cycles == chain.calls
+
+
+async def test_a_cancel_during_the_final_save_keeps_the_finished_run(
+    store: RunStore, target: StoreTarget
+) -> None:
+    """A cancellation landing after the last cycle, during the (shielded) final save, does
+    not lose the finished record: whether the caller then sees the cancellation or the result
+    depends on whether anything awaits after the save, which differs by backend."""
+    log = EventLog()
+    engine, chain = chain_engine(Slow(store, seconds=0.3, final=True), steps=3, log=log)
+    with anyio.fail_after(5), anyio.move_on_after(0.15):
+        await engine.run(inputs=INPUTS)
+    assert chain.calls == 3
+    record = await store.load(log.events[0].run_id)
+    assert (record.status, record.stop_reason) == (RunStatus.FINISHED, StopReason.CONVERGED)
+    assert journal(target, record.run_id) == []
+
+
+async def test_a_cancel_during_the_last_event_flush_leaves_a_run_that_continues(
+    store: RunStore,
+) -> None:
+    """Cancelled while an observer takes the run's last events: the run is kept interrupted
+    (not left `running` until its lease runs out) and continues to the same end."""
+
+    class SlowAtTheEnd:
+        def __init__(self) -> None:
+            self.run_id = ""
+
+        async def on_event(self, event: EngineEvent, /) -> None:
+            if event.type == "run_started":
+                self.run_id = event.run_id
+            if event.type == "run_finished":
+                await anyio.sleep(1)
+
+    observer = SlowAtTheEnd()
+    engine = Engine(store=store, observers=(observer,))
+    engine.register_suggestor(Chain(steps=3))
+    with anyio.move_on_after(0.3) as scope:
+        await engine.run(inputs=INPUTS)
+    assert scope.cancelled_caught
+    record = await store.load(observer.run_id)
+    assert (record.status, record.interruption) == (RunStatus.INTERRUPTED, "cancelled")
+    again, _ = chain_engine(store, steps=3)
+    result = await again.resume_run(observer.run_id)
+    full, _ = chain_engine(None, steps=3)
+    expected = await full.run(inputs=INPUTS)
+    assert result.integrity.merkle_root == expected.integrity.merkle_root
