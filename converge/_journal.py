@@ -20,7 +20,7 @@ from ._exceptions import StoreError
 from ._hitl import GateDecision
 from ._integrity import IntegrityProof
 from ._key import KEY_ORDER, ContextKey, in_key_order
-from ._model import FrozenModel
+from ._model import FrozenModel, trusted
 from ._signature import signature_of
 from ._state import RunState
 from ._stop import RunStatus
@@ -112,7 +112,7 @@ class Journal:
         length, digest = (0, genesis(self.run_id)) if restart else (self._length, self._digest)
         delta, marks = self._delta(state)
         entry = None
-        if restart or delta != _EMPTY:
+        if restart or any(delta.__dict__.values()):  # something was added
             entry = delta.model_dump_json()
             length, digest = length + 1, chain(digest, entry)
         self._pending = marks
@@ -145,11 +145,14 @@ class Journal:
         first = self._cycles
         if first and cycles[first - 1] is not self._last:
             first -= 1  # the last saved cycle was rewritten since (decisions, violations)
-        delta = CycleDelta(
-            facts=tuple(facts),
-            rejections=tuple(state.rejections[self._rejections :]),
-            decisions=tuple(state.decisions[self._decisions :]),
-            cycles=tuple(cycles[first:]),
+        delta = trusted(
+            CycleDelta,
+            {
+                "facts": tuple(facts),
+                "rejections": tuple(state.rejections[self._rejections :]),
+                "decisions": tuple(state.decisions[self._decisions :]),
+                "cycles": tuple(cycles[first:]),
+            },
         )
         last = cycles[-1] if cycles else None
         return delta, (counts, len(state.rejections), len(state.decisions), len(cycles), last)
@@ -162,33 +165,34 @@ class Journal:
         cycle = state.cycle
         if cycle and not (cycles and cycles[-1].cycle == cycle):
             cycle -= 1  # cancelled inside a cycle: nothing of it was merged
-        head = ProgressHead(
-            run_id=self.run_id,
-            name=name,
-            formation=formation,
-            registrations=registrations,
-            invariants=invariants,
-            inputs=state.inputs,
-            input_violations=state.input_violations,
-            initial_root=state.initial_root,
-            cycle=cycle,
-            clock=snapshot.clock,
-            version=snapshot.version,
-            fact_count=len(snapshot),
-            dirty=in_key_order(state.dirty),
-            tokens=state.tokens,
-            elapsed_seconds=elapsed,
-            refused=tuple(f"{key.value}/{ident}" for key, ident in sorted(state.human_rejected)),
-            continuations=state.continuations,
-            journal_length=length,
-            journal_digest=digest,
+        head = trusted(
+            ProgressHead,
+            {
+                "run_id": self.run_id,
+                "name": name,
+                "formation": formation,
+                "registrations": registrations,
+                "invariants": invariants,
+                "inputs": state.inputs,
+                "input_violations": state.input_violations,
+                "initial_root": state.initial_root,
+                "cycle": cycle,
+                "clock": snapshot.clock,
+                "version": snapshot.version,
+                "fact_count": len(snapshot),
+                "dirty": in_key_order(state.dirty),
+                "tokens": state.tokens,
+                "elapsed_seconds": elapsed,
+                "refused": tuple(f"{k.value}/{ident}" for k, ident in sorted(state.human_rejected)),
+                "continuations": state.continuations,
+                "journal_length": length,
+                "journal_digest": digest,
+                "signature": None,
+            },
         )
         if self._key is None:
             return head
         return head.model_copy(update={"signature": signature_of(head, self._key)})
-
-
-_EMPTY = CycleDelta()
 
 
 def assemble(
