@@ -80,6 +80,8 @@ def resumable(record: RunRecord, run_id: str, key: bytes | None, *, decided: boo
         return f"run {run_id} is running in another process ({record.detail}){record.decided_by()}"
     if record.trace.decisions:
         return f"run {run_id} was already resumed (now {record.outcome}){record.decided_by()}"
+    if record.trace.continuations:
+        return f"run {run_id} was already continued (now {record.outcome})"
     raise CliError(f"run {run_id} is not waiting for a decision ({record.outcome})")
 
 

@@ -160,9 +160,13 @@ class SqliteRunStore:
                 "SELECT value FROM converge_meta WHERE key = 'schema_version'"
             ).fetchone()
         except sqlite3.OperationalError as error:
-            connection.close()
             if error.sqlite_errorname != "SQLITE_ERROR":  # e.g. SQLITE_CANTOPEN
+                connection.close()
                 raise
+            (tables,) = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            connection.close()
+            if tables == 0:  # being created by a writer right now: no runs yet
+                raise _NoStoreError(f"no store at {self._path} yet") from None
             raise StoreError(f"{self._path} is not a converge store ({error})") from None
         except sqlite3.DatabaseError as error:
             connection.close()

@@ -55,6 +55,7 @@ from converge import (
     render_report,
     verify,
 )
+from converge._cli_records import STALE
 from converge._journal import chain, genesis
 from converge._store import SCHEMA_VERSION
 from converge.stores import CycleDelta
@@ -1047,6 +1048,24 @@ def test_the_cli_shows_and_lists_an_interrupted_run_and_resume_continues_it(
     code, out = cli("--store", where, "runs", "--limit", "5")
     [line] = [line for line in out.splitlines() if line.startswith(run_id)]
     assert line.split()[2:4] == ["finished", "converged"]
+    version = record.version
+    late = cli("--store", where, "resume", run_id, "--formation", str(DOUBLES))
+    assert late[0] == STALE  # a second continuation comes too late, as a second decision does
+    assert anyio.run(open_store(kind, where).load, run_id).version == version
+
+
+async def test_a_read_only_store_being_created_has_no_runs_yet(tmp_path: Path) -> None:
+    """A writer has created the file (WAL on) but not yet its tables: readers see no runs."""
+    path = tmp_path / "runs.db"
+    with closing(sqlite3.connect(path)) as connection:
+        connection.execute("PRAGMA journal_mode = WAL")
+        store = SqliteRunStore(path, read_only=True)
+        assert await store.list_runs() == ()
+        with pytest.raises(RunNotFoundError):
+            await store.load("some-run")
+    path.write_bytes(b"not a database at all, but some text that is long enough" * 100)
+    with pytest.raises(StoreError, match="not a converge store"):
+        await SqliteRunStore(path, read_only=True).list_runs()
 
 
 # -- 12. upgrades ---------------------------------------------------------------------------------
