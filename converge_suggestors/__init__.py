@@ -13,7 +13,9 @@ from ._chat import (
     ChatRequest,
     ChatResponse,
     ProviderError,
+    ResponseSchema,
     ScriptedChatProvider,
+    StructuredOutput,
 )
 from ._llm import LlmOutputError, LlmSuggestor
 from ._openai import OpenAIChatProvider
@@ -50,10 +52,12 @@ __all__ = [
     "PolicySuggestor",
     "ProviderError",
     "ReactOnceSuggestor",
+    "ResponseSchema",
     "RetrievalSuggestor",
     "RuleSuggestor",
     "ScriptedChatProvider",
     "SeedSuggestor",
+    "StructuredOutput",
     "ValidationAgent",
     "ValidationConfig",
     "ValidationResult",

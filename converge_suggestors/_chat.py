@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal, Protocol, final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 __all__ = [
     "ChatMessage",
@@ -13,8 +13,19 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "ProviderError",
+    "ResponseSchema",
     "ScriptedChatProvider",
+    "StructuredOutput",
 ]
+
+StructuredOutput = Literal["json_schema", "json_object", "none"]
+"""How a provider asks the server to constrain a reply to a `ResponseSchema`.
+
+`"json_schema"`: `response_format={"type": "json_schema", "json_schema": {"name", "schema",
+"strict"}}` (OpenAI, vLLM, Ollama); `"json_object"`: `{"type": "json_object", "schema": ...}`
+(llama-cpp-python 0.3.x, whose `json_schema` answers HTTP 500); `"none"`: no
+`response_format` (the prompt alone describes the reply).
+"""
 
 
 class _Frozen(BaseModel, frozen=True):
@@ -34,8 +45,23 @@ class ChatMessage(_Frozen, frozen=True):
 
 
 @final
+class ResponseSchema(_Frozen, frozen=True):
+    """The JSON schema a reply must match, for servers that constrain their output."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """A name for the schema (OpenAI requires one): letters, digits, `_` and `-`."""
+    json_schema: dict[str, JsonValue]
+    """The JSON schema of the whole reply."""
+    strict: bool = True
+    """Ask for strict adherence (OpenAI's `strict`); the schema must then close every object."""
+
+
+@final
 class ChatRequest(_Frozen, frozen=True):
-    """A request for one completion."""
+    """A request for one completion.
+
+    Every option left `None` (or empty) is not sent, so the server's default applies.
+    """
 
     model: str
     """The model to ask; an empty string means the provider's default."""
@@ -45,6 +71,14 @@ class ChatRequest(_Frozen, frozen=True):
     """Sampling temperature; 0 for the most deterministic answer."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Most completion tokens to generate, or `None` for the provider's limit."""
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Nucleus sampling: only the most likely tokens whose probabilities add up to `top_p`."""
+    seed: int | None = None
+    """A sampling seed, for servers that make sampling reproducible with one."""
+    stop: tuple[str, ...] = ()
+    """Sequences that end the reply when generated."""
+    response_schema: ResponseSchema | None = None
+    """The schema the reply must match; the provider decides how (or whether) to send it."""
 
 
 @final
@@ -59,6 +93,8 @@ class ChatResponse(_Frozen, frozen=True):
     """Tokens in the reply."""
     model: str = ""
     """The model that answered, as the provider reports it."""
+    finish_reason: str | None = None
+    """Why generation stopped (`"stop"`, `"length"`, ...), when the provider says."""
 
 
 class ChatProvider(Protocol):
@@ -70,17 +106,24 @@ class ChatProvider(Protocol):
 
 
 class ProviderError(Exception):
-    """A provider could not produce a reply; the message names the status and an excerpt."""
+    """A provider could not produce a reply; the message says what happened and where."""
 
     status: int | None
     """The HTTP status, when there was one."""
+    tokens: int | None
+    """Tokens spent before the failure, when known; `None` when unknown (a call that timed
+    out may have generated any number of tokens on the server)."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, tokens: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.tokens = tokens
 
 
-Script = Sequence[str | ChatResponse] | Callable[[ChatRequest], str | ChatResponse]
+ScriptedReply = str | ChatResponse | Exception
+Script = Sequence[ScriptedReply] | Callable[[ChatRequest], ScriptedReply]
 
 
 @final
@@ -88,8 +131,8 @@ class ScriptedChatProvider:
     """A deterministic, offline provider: replies from a list, in order, or from a function.
 
     Each reply may be a plain string (token counts are then estimated as one per four
-    characters, so token budgets behave realistically) or a full `ChatResponse`. Every request
-    is kept in `requests`.
+    characters, so token budgets behave realistically), a full `ChatResponse`, or an
+    exception, which is raised. Every request is kept in `requests`.
     """
 
     def __init__(self, responses: Script, *, model: str = "scripted") -> None:
@@ -107,11 +150,17 @@ class ScriptedChatProvider:
         """The model name it reports."""
         return self._model
 
+    @property
+    def provider_name(self) -> str:
+        """`"scripted"`: the `gen_ai.provider.name` of its telemetry spans."""
+        return "scripted"
+
     async def complete(self, request: ChatRequest, /) -> ChatResponse:
         """The next scripted reply.
 
         Raises:
             ProviderError: The list of replies is used up.
+            Exception: The scripted reply is an exception.
         """
         self.requests.append(request)
         responses = self._responses
@@ -122,6 +171,8 @@ class ScriptedChatProvider:
                 raise ProviderError(f"scripted provider has no reply left ({len(responses)} used)")
             reply = responses[self._used]
         self._used += 1
+        if isinstance(reply, Exception):
+            raise reply
         if isinstance(reply, ChatResponse):
             return reply
         prompt = sum(len(message.content) for message in request.messages)
@@ -130,4 +181,5 @@ class ScriptedChatProvider:
             prompt_tokens=max(1, prompt // 4),
             completion_tokens=max(1, len(reply) // 4),
             model=request.model or self._model,
+            finish_reason="stop",
         )

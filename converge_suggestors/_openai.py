@@ -1,29 +1,35 @@
 """`OpenAIChatProvider`: any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
 
-Hosted APIs, vLLM, Ollama and the llama.cpp server all speak it. HTTP comes from `httpx`,
+Hosted APIs, vLLM, Ollama and the llama.cpp servers all speak it. HTTP comes from `httpx`,
 installed with the `llm` extra (`pip install "converge[llm]"`) and imported on first use.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Final, final
+import random
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, Self, final, get_args
 
 import anyio
 from pydantic import BaseModel, JsonValue
 
 from converge import get_logger
 
-from ._chat import ChatRequest, ChatResponse, ProviderError
+from ._chat import ChatRequest, ChatResponse, ProviderError, StructuredOutput
+from ._http import endpoint_url, retry_after_seconds, safe_url
+from ._llm_telemetry import record_retry
+from ._loop_client import LoopBoundClient
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = ["OpenAIChatProvider"]
 
-_RETRYABLE: Final = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-_MAX_RETRY_AFTER: Final = 30.0
+_RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
+_MAX_DELAY: Final = 60.0
 _EXCERPT: Final = 300
+_CONNECT_TIMEOUT: Final = 10.0
 
 
 def _httpx() -> object:
@@ -41,15 +47,25 @@ def _httpx() -> object:
 class OpenAIChatProvider:
     """Talks to an OpenAI-compatible chat completions endpoint, with retries and backoff.
 
+    It keeps one `httpx.AsyncClient`, created on first use and reused by every call made in
+    the same event loop; a call from another event loop (a later `anyio.run` or
+    `Engine.run_sync`) gets a new one, and each is closed when its event loop ends.
+    `async with provider:` (or `await provider.aclose()`) closes it sooner; a later call
+    opens a new one.
+
     Args:
-        base_url: The API root, e.g. `"https://api.openai.com/v1"` or `"http://127.0.0.1:8080/v1"`.
+        base_url: The API root, e.g. `"https://api.openai.com/v1"` or `"http://127.0.0.1:8000/v1"`.
         api_key: Sent as `Authorization: Bearer ...`; defaults to `OPENAI_API_KEY`; local
             servers usually need none. It never appears in logs, errors or reprs.
         model: The model asked for when a request names none.
-        timeout: Seconds for each HTTP attempt.
-        max_retries: Extra attempts after a 408/409/425/429/5xx answer or a connection error.
-        backoff: Seconds before the first retry, doubling each time (a numeric `Retry-After`
-            header wins, up to 30 s).
+        timeout: Seconds to wait for each HTTP attempt's reply (connecting waits at most 10 s
+            of it). A reply that takes longer is not retried: the server may still be
+            generating it.
+        max_retries: Extra attempts after a connection error, a 408/425/429 or a 5xx answer.
+        backoff: Seconds before the first retry, doubling each time, with jitter (a
+            `Retry-After` header, in seconds or as an HTTP date, wins); at most 60 s.
+        structured_output: How a request's `response_schema` is sent (see `StructuredOutput`).
+        provider_name: The `gen_ai.provider.name` of telemetry spans (`"openai"`).
     """
 
     def __init__(
@@ -61,34 +77,86 @@ class OpenAIChatProvider:
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: float = 0.5,
+        structured_output: StructuredOutput = "json_schema",
+        provider_name: str = "openai",
     ) -> None:
         _httpx()
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got {max_retries}")
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if structured_output not in get_args(StructuredOutput):
+            raise ValueError(
+                "structured_output must be 'json_schema', 'json_object' or 'none', "
+                f"got {structured_output!r}"
+            )
+        self._url = endpoint_url(base_url, "chat/completions")
         self._key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._safe_url = self._scrub(safe_url(self._url))
         self._model = model
         self._timeout = timeout
         self._max_retries = max_retries
         self._backoff = backoff
+        self._structured_output: StructuredOutput = structured_output
+        self._provider_name = provider_name
+        self._clients = LoopBoundClient(self._new_client)
 
     def __repr__(self) -> str:
         key = "set" if self._key else "none"
-        return f"OpenAIChatProvider(url={self._url!r}, model={self._model!r}, api_key={key})"
+        return f"OpenAIChatProvider(url={self._safe_url!r}, model={self._model!r}, api_key={key})"
 
     @property
     def model(self) -> str:
         """The default model."""
         return self._model
 
+    @property
+    def provider_name(self) -> str:
+        """The `gen_ai.provider.name` of telemetry spans."""
+        return self._provider_name
+
+    @property
+    def structured_output(self) -> StructuredOutput:
+        """How a request's `response_schema` is sent."""
+        return self._structured_output
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, if one is open; the next call opens a new one."""
+        await self._clients.aclose()
+
     async def complete(self, request: ChatRequest, /) -> ChatResponse:
         """Send `request`; retry what is worth retrying; parse the reply.
 
         Raises:
-            ProviderError: A non-retryable status, retries used up, or a malformed reply.
+            ProviderError: A non-retryable status, a timed-out reply, retries used up, or a
+                malformed reply.
         """
-        import httpx
+        body = self.body(request)
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        attempts = self._max_retries + 1
+        for attempt in range(1, attempts + 1):
+            client = self._clients.get()
+            outcome = await self._attempt(client, body, headers, attempt, attempts)
+            if isinstance(outcome, ChatResponse):
+                return outcome
+            await self._wait(attempt, outcome)
+        raise AssertionError("unreachable")  # pragma: no cover
 
+    def body(self, request: ChatRequest, /) -> dict[str, JsonValue]:
+        """The JSON body `complete` sends for `request`."""
         body: dict[str, JsonValue] = {
             "model": request.model or self._model,
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
@@ -96,50 +164,112 @@ class OpenAIChatProvider:
         }
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        log = get_logger(provider="openai", url=self._url)
-        attempts = self._max_retries + 1
-        async with httpx.AsyncClient(timeout=self._timeout) as client:
-            for attempt in range(1, attempts + 1):
-                try:
-                    response = await client.post(self._url, json=body, headers=headers)
-                except httpx.TransportError as error:
-                    problem = f"{type(error).__name__}: {self._scrub(str(error))}"
-                    if attempt == attempts:
-                        raise ProviderError(
-                            f"POST {self._url} failed after {attempts} attempts: {problem}"
-                        ) from None
-                    delay = self._delay(attempt, None)
-                    log.warning("provider_retry", attempt=attempt, error=problem, delay=delay)
-                    await anyio.sleep(delay)
-                    continue
-                if response.status_code == 200:
-                    return self._parse(response)
-                excerpt = self._scrub(response.text[:_EXCERPT])
-                status = response.status_code
-                if status not in _RETRYABLE:
-                    raise ProviderError(
-                        f"POST {self._url} returned {status}: {excerpt}", status=status
-                    )
-                if attempt == attempts:
-                    raise ProviderError(
-                        f"POST {self._url} returned {status} after {attempts} attempts: {excerpt}",
-                        status=status,
-                    )
-                delay = self._delay(attempt, response.headers.get("Retry-After"))
-                log.warning("provider_retry", attempt=attempt, status=status, delay=delay)
-                await anyio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.stop:
+            body["stop"] = list(request.stop)
+        schema = request.response_schema
+        if schema is not None and self._structured_output == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema.name,
+                    "schema": schema.json_schema,
+                    "strict": schema.strict,
+                },
+            }
+        elif schema is not None and self._structured_output == "json_object":
+            body["response_format"] = {"type": "json_object", "schema": schema.json_schema}
+        return body
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), _MAX_RETRY_AFTER)
-            except ValueError:
-                pass
-        return self._backoff * 2 ** (attempt - 1)
+    async def _attempt(
+        self,
+        client: httpx.AsyncClient,
+        body: dict[str, JsonValue],
+        headers: dict[str, str],
+        attempt: int,
+        attempts: int,
+    ) -> ChatResponse | _Retry:
+        """One HTTP attempt: the reply, what to retry, or a `ProviderError` raised."""
+        import httpx
+
+        try:
+            response = await client.post(self._url, json=body, headers=headers)
+        except httpx.TransportError as error:
+            problem, retryable = self._describe(error)
+            if not retryable:
+                raise ProviderError(f"POST {self._safe_url} {problem}", tokens=None) from None
+            if attempt == attempts:
+                raise ProviderError(
+                    f"POST {self._safe_url} failed after {attempts} attempts: {problem}"
+                ) from None
+            return _Retry(problem, None, None)
+        status = response.status_code
+        if status == 200:
+            return self._parse(response)
+        excerpt = self._scrub(response.text[:_EXCERPT]) or "(empty body)"
+        hint = self._hint(status)
+        if status not in _RETRYABLE_STATUS:
+            raise ProviderError(
+                f"POST {self._safe_url} returned {status}: {excerpt}{hint}", status=status
+            )
+        if attempt == attempts:
+            raise ProviderError(
+                f"POST {self._safe_url} returned {status} after {attempts} attempts: "
+                f"{excerpt}{hint}",
+                status=status,
+            )
+        return _Retry(f"HTTP {status}", status, response.headers.get("Retry-After"))
+
+    async def _wait(self, attempt: int, retry: _Retry) -> None:
+        delay = retry_after_seconds(retry.retry_after)
+        if delay is None:
+            delay = self._backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
+        delay = min(delay, _MAX_DELAY)
+        log = get_logger(provider=self._provider_name, url=self._safe_url)
+        log.warning(
+            "provider_retry", attempt=attempt, status=retry.status, error=retry.problem, delay=delay
+        )
+        record_retry(attempt, retry.problem, retry.status, delay)
+        await anyio.sleep(delay)
+
+    def _describe(self, error: httpx.TransportError) -> tuple[str, bool]:
+        """What went wrong, in words, and whether another attempt may help."""
+        import httpx
+
+        name = type(error).__name__
+        detail = self._scrub(str(error)) or "no detail"
+        connect = min(self._timeout, _CONNECT_TIMEOUT)
+        if isinstance(error, httpx.ReadTimeout):
+            return (
+                f"timed out: no reply within {self._timeout:g} s (httpx.ReadTimeout); not "
+                "retried, since the server may still be generating: raise `timeout` or lower "
+                "`max_tokens`",
+                False,
+            )
+        if isinstance(error, httpx.ConnectTimeout):
+            return f"ConnectTimeout: no connection within {connect:g} s", True
+        if isinstance(error, httpx.TimeoutException):
+            return f"{name}: timed out after {self._timeout:g} s ({detail})", True
+        if isinstance(error, httpx.NetworkError | httpx.RemoteProtocolError):
+            return f"{name}: {detail}", True
+        return f"{name}: {detail}", False
+
+    def _hint(self, status: int) -> str:
+        if status == 500 and self._structured_output == "json_schema":
+            return (
+                " (llama-cpp-python 0.3.x answers 500 to a json_schema response_format: "
+                "use structured_output='json_object')"
+            )
+        return ""
+
+    def _new_client(self) -> httpx.AsyncClient:
+        import httpx
+
+        timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, _CONNECT_TIMEOUT))
+        return httpx.AsyncClient(timeout=timeout)
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
@@ -150,19 +280,33 @@ class OpenAIChatProvider:
             if not data.choices:
                 raise ValueError("no choices in the reply")
             usage = data.usage or _Usage()
+            choice = data.choices[0]
             return ChatResponse(
-                content=data.choices[0].message.content or "",
+                content=choice.message.content or "",
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
                 model=data.model or self._model,
+                finish_reason=choice.finish_reason,
             )
         except ValueError as error:  # pydantic's ValidationError is a ValueError
             excerpt = self._scrub(response.text[:_EXCERPT])
             reason = self._scrub(str(error).splitlines()[0])
             raise ProviderError(
-                f"POST {self._url} returned a malformed reply ({reason}): {excerpt}",
+                f"POST {self._safe_url} returned a malformed reply ({reason}): {excerpt}",
                 status=response.status_code,
             ) from None
+
+
+@final
+class _Retry:
+    """Why an attempt is worth repeating."""
+
+    __slots__ = ("problem", "retry_after", "status")
+
+    def __init__(self, problem: str, status: int | None, retry_after: str | None) -> None:
+        self.problem = problem
+        self.status = status
+        self.retry_after = retry_after
 
 
 class _Message(BaseModel):
@@ -171,6 +315,7 @@ class _Message(BaseModel):
 
 class _Choice(BaseModel):
     message: _Message
+    finish_reason: str | None = None
 
 
 class _Usage(BaseModel):

@@ -1,14 +1,19 @@
 """A real HTTP server on 127.0.0.1 standing in for an OpenAI-compatible model API.
 
 Imported by the provider tests; the `chat_server` fixture lives in this folder's conftest.
+It speaks HTTP/1.1 with keep-alive (so a reused client reuses its connection), answers from a
+queue of scripted replies (status, body, headers, a delay before answering, or a dropped
+connection), and records every request with the client's port and the time it arrived.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 @dataclass
@@ -18,6 +23,10 @@ class Reply:
     status: int = 200
     body: str = ""
     headers: dict[str, str] = field(default_factory=dict[str, str])
+    delay: float = 0.0
+    """Seconds to wait before answering."""
+    drop: bool = False
+    """Close the connection without answering."""
 
 
 @dataclass
@@ -26,16 +35,33 @@ class Received:
 
     path: str
     headers: dict[str, str]
-    body: dict[str, object]
+    body: dict[str, Any]
+    port: int = 0
+    """The client's port: the same for requests over one kept-alive connection."""
+    at: float = 0.0
+    """`time.monotonic()` when it arrived."""
 
 
-def completion(content: str, *, prompt: int = 11, completion_tokens: int = 7) -> Reply:
+def completion(
+    content: str,
+    *,
+    prompt: int = 11,
+    completion_tokens: int = 7,
+    finish_reason: str | None = "stop",
+    model: str = "test-model",
+) -> Reply:
     """A well-formed chat completion answer."""
     payload = {
         "id": "chatcmpl-test",
         "object": "chat.completion",
-        "model": "test-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish_reason,
+            }
+        ],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion_tokens},
     }
     return Reply(body=json.dumps(payload))
@@ -51,27 +77,50 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
                 with server._lock:
                     server.received.append(
-                        Received(self.path, dict(self.headers.items()), json.loads(raw or b"{}"))
+                        Received(
+                            self.path,
+                            dict(self.headers.items()),
+                            json.loads(raw or b"{}"),
+                            self.client_address[1],
+                            time.monotonic(),
+                        )
                     )
                     reply = server.replies.pop(0) if server.replies else Reply(500, "no reply")
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.drop:
+                    self.close_connection = True
+                    return
                 data = reply.body.encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up waiting
+                    self.close_connection = True
 
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            block_on_close = False
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                return
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
         )

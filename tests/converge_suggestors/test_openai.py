@@ -1,8 +1,12 @@
 """OpenAIChatProvider against a real HTTP server on 127.0.0.1."""
 
+import email.utils
 import logging
 import sys
+import time
+from collections.abc import AsyncIterator, Iterator
 
+import anyio
 import pytest
 from chat_server import ChatServer, Reply, completion
 from structlog.testing import capture_logs
@@ -12,7 +16,9 @@ from converge_suggestors import (
     ChatRequest,
     OpenAIChatProvider,
     ProviderError,
+    ResponseSchema,
 )
+from converge_suggestors._http import retry_after_seconds, safe_url
 
 KEY = "sk-test-SECRET-0123456789"
 REQUEST = ChatRequest(
@@ -24,6 +30,10 @@ REQUEST = ChatRequest(
     temperature=0.0,
     max_tokens=32,
 )
+SCHEMA = ResponseSchema(
+    name="reply",
+    json_schema={"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+)
 
 
 def provider(server: ChatServer, **overrides: object) -> OpenAIChatProvider:
@@ -32,17 +42,40 @@ def provider(server: ChatServer, **overrides: object) -> OpenAIChatProvider:
     return OpenAIChatProvider(server.base_url, KEY, **settings)  # pyright: ignore[reportArgumentType]
 
 
+@pytest.fixture
+async def subject(chat_server: ChatServer) -> AsyncIterator[OpenAIChatProvider]:
+    async with provider(chat_server) as opened:
+        yield opened
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Every backoff the provider asks for, recorded instead of slept."""
+    asked: list[float] = []
+    real = anyio.sleep
+
+    async def fake(delay: float) -> None:
+        asked.append(delay)
+        await real(0)
+
+    monkeypatch.setattr(anyio, "sleep", fake)
+    yield asked
+
+
 async def test_provider_posts_an_openai_request_and_parses_the_reply(
-    chat_server: ChatServer,
+    chat_server: ChatServer, subject: OpenAIChatProvider
 ) -> None:
-    chat_server.replies.append(completion("hello", prompt=12, completion_tokens=3))
-    response = await provider(chat_server).complete(REQUEST)
+    chat_server.replies.append(
+        completion("hello", prompt=12, completion_tokens=3, finish_reason="length")
+    )
+    response = await subject.complete(REQUEST)
     assert (response.content, response.prompt_tokens, response.completion_tokens) == (
         "hello",
         12,
         3,
     )
     assert response.model == "test-model"
+    assert response.finish_reason == "length"
     [received] = chat_server.received
     assert received.path == "/v1/chat/completions"
     assert received.body == {
@@ -56,9 +89,54 @@ async def test_provider_posts_an_openai_request_and_parses_the_reply(
     }
 
 
-async def test_provider_sends_the_key_as_a_bearer_token(chat_server: ChatServer) -> None:
+async def test_provider_sends_every_call_option(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
     chat_server.replies.append(completion("ok"))
-    await provider(chat_server).complete(REQUEST)
+    request = REQUEST.model_copy(
+        update={"model": "other", "top_p": 0.9, "seed": 7, "stop": ("\n\n", "END")}
+    )
+    await subject.complete(request)
+    body = chat_server.received[0].body
+    assert body["model"] == "other"
+    assert (body["top_p"], body["seed"], body["stop"]) == (0.9, 7, ["\n\n", "END"])
+    assert "response_format" not in body
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (
+            "json_schema",
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "schema": SCHEMA.json_schema, "strict": True},
+            },
+        ),
+        ("json_object", {"type": "json_object", "schema": SCHEMA.json_schema}),
+        ("none", None),
+    ],
+)
+async def test_provider_sends_the_response_schema_as_its_structured_output_option_says(
+    chat_server: ChatServer, mode: str, expected: dict[str, object] | None
+) -> None:
+    chat_server.replies.append(completion('{"a": "b"}'))
+    async with provider(chat_server, structured_output=mode) as subject:
+        assert subject.structured_output == mode
+        await subject.complete(REQUEST.model_copy(update={"response_schema": SCHEMA}))
+    assert chat_server.received[0].body.get("response_format") == expected
+
+
+def test_provider_refuses_an_unknown_structured_output_mode() -> None:
+    with pytest.raises(ValueError, match="structured_output must be"):
+        OpenAIChatProvider("http://127.0.0.1:9/v1", model="m", structured_output="xml")  # pyright: ignore[reportArgumentType]
+
+
+async def test_provider_sends_the_key_as_a_bearer_token(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
+    chat_server.replies.append(completion("ok"))
+    await subject.complete(REQUEST)
     assert chat_server.received[0].headers["Authorization"] == f"Bearer {KEY}"
 
 
@@ -67,7 +145,8 @@ async def test_provider_reads_the_key_from_the_environment(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     chat_server.replies.append(completion("ok"))
-    await OpenAIChatProvider(chat_server.base_url, model="m").complete(REQUEST)
+    async with OpenAIChatProvider(chat_server.base_url, model="m") as subject:
+        await subject.complete(REQUEST)
     assert chat_server.received[0].headers["Authorization"] == "Bearer sk-from-env"
 
 
@@ -76,63 +155,214 @@ async def test_provider_without_a_key_sends_no_authorization(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     chat_server.replies.append(completion("ok"))
-    await OpenAIChatProvider(chat_server.base_url, model="m").complete(REQUEST)
+    async with OpenAIChatProvider(chat_server.base_url, model="m") as subject:
+        await subject.complete(REQUEST)
     assert "Authorization" not in chat_server.received[0].headers
 
 
-async def test_provider_retries_after_429_then_succeeds(chat_server: ChatServer) -> None:
+# --- one client, reused ---------------------------------------------------------------------
+
+
+async def test_provider_reuses_one_connection_across_calls(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
+    chat_server.replies += [completion("one"), completion("two")]
+    assert (await subject.complete(REQUEST)).content == "one"
+    assert (await subject.complete(REQUEST)).content == "two"
+    first, second = chat_server.received
+    assert first.port == second.port  # one kept-alive connection: one client
+
+
+async def test_async_with_closes_the_client_and_a_later_call_opens_a_new_one(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.replies += [completion("one"), completion("two")]
+    subject = provider(chat_server)
+    async with subject:
+        await subject.complete(REQUEST)
+    async with subject:
+        await subject.complete(REQUEST)
+    first, second = chat_server.received
+    assert first.port != second.port
+
+
+def test_provider_works_across_separate_event_loops(
+    chat_server: ChatServer, anyio_backend: str
+) -> None:
+    """A client is bound to its event loop: the next `anyio.run` gets a new one, no error."""
+    chat_server.replies += [completion(str(n)) for n in range(5)]
+    subject = provider(chat_server)
+    responses = [anyio.run(subject.complete, REQUEST, backend=anyio_backend) for _ in range(2)]
+    other = "trio" if anyio_backend == "asyncio" else "asyncio"
+    responses.append(anyio.run(subject.complete, REQUEST, backend=other))
+    contents = [response.content for response in responses]
+
+    async def twice_then_close() -> str:
+        async with subject:
+            await subject.complete(REQUEST)
+            return (await subject.complete(REQUEST)).content
+
+    contents.append(anyio.run(twice_then_close, backend=anyio_backend))
+    assert contents == ["0", "1", "2", "4"]
+    ports = [received.port for received in chat_server.received]
+    assert len(set(ports[:3])) == 3  # a new connection for each event loop
+    assert ports[3] == ports[4]  # reused within one
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+async def test_provider_retries_after_429_honouring_retry_after_seconds(
+    chat_server: ChatServer, subject: OpenAIChatProvider, sleeps: list[float]
+) -> None:
     chat_server.replies += [
-        Reply(429, '{"error": "slow down"}', {"Retry-After": "0"}),
+        Reply(429, '{"error": "slow down"}', {"Retry-After": "1"}),
         completion("finally"),
     ]
-    response = await provider(chat_server).complete(REQUEST)
+    response = await subject.complete(REQUEST)
     assert response.content == "finally"
     assert len(chat_server.received) == 2
+    assert sleeps == [1.0]
 
 
-async def test_provider_gives_up_after_repeated_500s(chat_server: ChatServer) -> None:
+async def test_provider_honours_a_retry_after_date(
+    chat_server: ChatServer, subject: OpenAIChatProvider, sleeps: list[float]
+) -> None:
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    chat_server.replies += [Reply(503, "busy", {"Retry-After": later}), completion("ok")]
+    assert (await subject.complete(REQUEST)).content == "ok"
+    [delay] = sleeps
+    assert 27 <= delay <= 30
+
+
+async def test_provider_really_waits_a_short_retry_after(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
+    chat_server.replies += [Reply(429, "wait", {"Retry-After": "0.3"}), completion("ok")]
+    assert (await subject.complete(REQUEST)).content == "ok"
+    first, second = chat_server.received
+    assert second.at - first.at >= 0.3
+
+
+async def test_provider_backs_off_exponentially_with_jitter(
+    chat_server: ChatServer, sleeps: list[float]
+) -> None:
+    chat_server.replies += [Reply(503, "busy") for _ in range(3)] + [completion("ok")]
+    async with provider(chat_server, backoff=1.0) as subject:
+        assert (await subject.complete(REQUEST)).content == "ok"
+    assert len(sleeps) == 3
+    for n, delay in enumerate(sleeps):
+        assert 0.5 * 2**n <= delay <= 2**n
+
+
+async def test_provider_gives_up_after_repeated_500s(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
     chat_server.replies += [Reply(500, '{"error": "boom"}') for _ in range(4)]
     with pytest.raises(
         ProviderError, match=r"returned 500 after 4 attempts: \{\"error\": \"boom\"\}"
-    ):
-        await provider(chat_server).complete(REQUEST)
+    ) as caught:
+        await subject.complete(REQUEST)
     assert len(chat_server.received) == 4
+    assert "structured_output='json_object'" in str(caught.value)  # the llama.cpp hint
+    assert caught.value.tokens is None
 
 
-async def test_provider_does_not_retry_a_400(chat_server: ChatServer) -> None:
+async def test_provider_does_not_retry_a_400(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
     chat_server.replies.append(Reply(400, '{"error": "bad model"}'))
     with pytest.raises(ProviderError, match="returned 400") as caught:
-        await provider(chat_server).complete(REQUEST)
+        await subject.complete(REQUEST)
     assert caught.value.status == 400
     assert len(chat_server.received) == 1
 
 
-async def test_provider_reports_a_malformed_reply(chat_server: ChatServer) -> None:
+async def test_provider_reports_a_malformed_reply(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
     chat_server.replies.append(Reply(200, "this is not json"))
     with pytest.raises(ProviderError, match="malformed reply"):
-        await provider(chat_server).complete(REQUEST)
+        await subject.complete(REQUEST)
 
 
-async def test_provider_reports_a_reply_without_choices(chat_server: ChatServer) -> None:
+async def test_provider_reports_a_reply_without_choices(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
     chat_server.replies.append(Reply(200, '{"choices": []}'))
     with pytest.raises(ProviderError, match="no choices"):
-        await provider(chat_server).complete(REQUEST)
+        await subject.complete(REQUEST)
 
 
-async def test_provider_retries_connection_errors_then_gives_up() -> None:
+async def test_provider_retries_a_refused_connection_then_gives_up(sleeps: list[float]) -> None:
     closed = OpenAIChatProvider(
-        "http://127.0.0.1:9/v1", KEY, model="m", max_retries=1, backoff=0.001, timeout=2
+        "http://127.0.0.1:9/v1", KEY, model="m", max_retries=2, backoff=0.001, timeout=2
     )
-    with pytest.raises(ProviderError, match="failed after 2 attempts: Connect"):
-        await closed.complete(REQUEST)
+    async with closed:
+        with pytest.raises(ProviderError) as caught:
+            await closed.complete(REQUEST)
+    message = str(caught.value)
+    assert message.startswith(
+        "POST http://127.0.0.1:9/v1/chat/completions failed after 3 attempts: ConnectError: "
+    )
+    assert not message.endswith(": ")
+    assert len(sleeps) == 2
+
+
+async def test_provider_retries_a_dropped_connection(
+    chat_server: ChatServer, subject: OpenAIChatProvider
+) -> None:
+    chat_server.replies += [Reply(drop=True), completion("ok")]
+    assert (await subject.complete(REQUEST)).content == "ok"
+    assert len(chat_server.received) == 2
+
+
+async def test_provider_does_not_retry_a_read_timeout_and_says_what_happened(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.replies += [Reply(delay=0.6, body="{}"), completion("never asked")]
+    async with provider(chat_server, timeout=0.2) as subject:
+        with pytest.raises(ProviderError) as caught:
+            await subject.complete(REQUEST)
+    assert str(caught.value) == (
+        f"POST {chat_server.base_url}/chat/completions timed out: no reply within 0.2 s "
+        "(httpx.ReadTimeout); not retried, since the server may still be generating: "
+        "raise `timeout` or lower `max_tokens`"
+    )
+    assert caught.value.tokens is None  # unknown: the server may have generated any number
+    assert caught.value.status is None
+    assert len(chat_server.received) == 1
+
+
+async def test_errors_show_the_url_without_credentials_or_query(chat_server: ChatServer) -> None:
+    host = chat_server.base_url.removeprefix("http://")
+    chat_server.replies.append(Reply(404, "no such model"))
+    url = f"http://user:hunter2@{host}?api-key=abc123"
+    async with OpenAIChatProvider(url, model="m", max_retries=0) as subject:
+        with pytest.raises(ProviderError) as caught:
+            await subject.complete(REQUEST)
+        assert "hunter2" not in repr(subject)
+    message = str(caught.value)
+    assert message == f"POST http://{host}/chat/completions returned 404: no such model"
+
+
+def test_retry_after_and_safe_url_helpers() -> None:
+    assert retry_after_seconds(None) is None
+    assert retry_after_seconds(" 2 ") == 2.0
+    assert retry_after_seconds("-5") == 0.0
+    assert retry_after_seconds("soon") is None
+    assert retry_after_seconds("nan") is None
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
+    assert safe_url("https://u:p@example.com:8443/v1/x?key=s#f") == "https://example.com:8443/v1/x"
+    assert safe_url("http://[::1]:8000/v1") == "http://[::1]:8000/v1"
 
 
 async def test_provider_never_shows_the_key_in_errors_logs_or_repr(
-    chat_server: ChatServer, caplog: pytest.LogCaptureFixture
+    chat_server: ChatServer, caplog: pytest.LogCaptureFixture, subject: OpenAIChatProvider
 ) -> None:
     echo = f'{{"error": "invalid key {KEY}"}}'
     chat_server.replies += [Reply(503, echo), Reply(401, echo)]
-    subject = provider(chat_server)
     with caplog.at_level(logging.DEBUG), capture_logs() as logs:
         with pytest.raises(ProviderError) as caught:
             await subject.complete(REQUEST)
