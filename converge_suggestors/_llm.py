@@ -2,94 +2,96 @@
 
 from __future__ import annotations
 
-import json
+import hashlib
 import re
 from collections.abc import Sequence
-from typing import ClassVar, Final, final
+from typing import TYPE_CHECKING, Final, final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, JsonValue
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact
+from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact, get_logger
 
-from ._chat import ChatMessage, ChatProvider, ChatRequest
+from ._chat import ChatMessage, ChatProvider, ChatRequest, ChatResponse, ProviderError
+from ._chat import ResponseSchema as _ResponseSchema
+from ._llm_format import (
+    InvalidItem,
+    ParsedReply,
+    format_prompt,
+    item_model,
+    parse_reply,
+    reply_schema,
+)
+from ._llm_telemetry import chat_span, llm_tracer
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["LlmOutputError", "LlmSuggestor"]
 
-_FENCE: Final = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-
-_FORMAT: Final = (
-    "Answer with JSON only, in this shape:\n"
-    '{"proposals": [{"id": "short-id-without-spaces", "content": "one claim", '
-    '"confidence": 0.0-1.0, "payload": {optional structured data}}]}\n'
-    'Return {"proposals": []} when there is nothing to propose.'
-)
+_REPLY_EXCERPT: Final = 200
+_REPAIR_ECHO: Final = 4000
+_UNSAFE_ID: Final = re.compile(r"[^A-Za-z0-9_.:-]")
+DEFAULT_MAX_TOKENS: Final = 512
+"""Completion tokens per call when `max_tokens` is not given."""
 
 
 class LlmOutputError(ValueError):
-    """A model's reply was not the JSON the suggestor asked for.
+    """A model's replies were not the JSON the suggestor asked for, repairs included.
 
-    `tokens` holds what the call cost, so the engine still counts it against the budget.
+    `tokens` holds what every attempt cost, so the engine still counts it against the budget.
     """
 
     tokens: int
-    """Prompt plus completion tokens of the failed call."""
+    """Prompt plus completion tokens of every attempt."""
+    attempts: int
+    """How many replies were asked for (1 + repairs)."""
 
-    def __init__(self, message: str, *, tokens: int = 0) -> None:
+    def __init__(self, message: str, *, tokens: int = 0, attempts: int = 1) -> None:
         super().__init__(message)
         self.tokens = tokens
-
-
-class _ReplyProposal(BaseModel):
-    model_config: ClassVar[ConfigDict] = ConfigDict(extra="ignore")
-    id: str
-    content: str
-    confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
-    payload: JsonValue | None = None
-
-
-class _Reply(BaseModel):
-    model_config: ClassVar[ConfigDict] = ConfigDict(extra="ignore")
-    proposals: list[_ReplyProposal]
-
-
-def _extract_json(text: str) -> object:
-    """The JSON object in a reply that may wrap it in code fences or prose."""
-    candidates = [match.strip() for match in _FENCE.findall(text)]
-    candidates.append(text.strip())
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start : end + 1])
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    raise ValueError("no JSON object found")
+        self.attempts = attempts
 
 
 @final
 class LlmSuggestor:
     """Shows a chat model its instructions and the facts of its dependency keys; stages replies.
 
-    Every proposal in the reply is staged under `PROPOSALS` with `target`, provenance
-    `"{name}:{model}"` and evidence = the `"key/id"` of every fact the model was shown, so
-    a separate `ValidationAgent` decides what becomes a fact. It accepts while some
-    dependency fact has not yet been shown to it (read from the evidence of its own staged
-    facts), so it runs once per new input and the loop converges. Its `dependencies` are the
-    given keys plus `PROPOSALS`, since `accepts` reads its own staged facts there; when more
-    than `max_context_facts` facts are waiting, it shows the oldest unseen ones first and runs
-    again in the next cycle for the rest. A reply with no proposals leaves no evidence, so the
-    same facts are shown again the next time one of its keys changes.
+    Every valid proposal in the reply is staged under `PROPOSALS` with `target`, provenance
+    `"{name}:{model}"` and evidence = the `"key/id"` of every fact the model was shown, so a
+    separate `ValidationAgent` decides what becomes a fact. The request carries the JSON
+    schema of the reply (`ChatRequest.response_schema`), which a provider may send as
+    `response_format`. A reply that yields no valid proposal (not JSON, the wrong shape, every
+    item invalid) is sent back with the problem, up to `max_repairs` times; each invalid item
+    of a reply that has valid ones is recorded as a `DIAGNOSTIC` fact
+    `llm-invalid:{name}:{digest}` with the reason.
+
+    It accepts while some dependency fact has not yet been shown to it (read from the
+    evidence of its own staged facts), so it runs once per new input and the loop converges.
+    Its `dependencies` are the given keys plus `PROPOSALS`; when more than
+    `max_context_facts` facts are waiting, it shows the oldest unseen ones first and runs
+    again in the next cycle for the rest.
 
     Args:
         name: Unique suggestor name.
         provider: The chat model.
         dependencies: Keys whose facts the model is shown.
         target: The key its proposals ask to be promoted into.
-        instructions: The task, as a system prompt.
+        instructions: The task, sent in the system message.
         model: The model to ask; `None` for the provider's default.
         temperature: Sampling temperature.
         max_context_facts: Most facts shown per call; facts not yet shown go first.
+        max_tokens: Most completion tokens per call (never unbounded).
+        top_p: Nucleus sampling, or `None` for the server's default.
+        seed: A sampling seed, or `None`.
+        stop: Sequences that end a reply.
+        system_prompt: Text sent before the instructions in the system message.
+        format_prompt: The description of the reply format sent after the instructions;
+            `None` for the default, which describes each field in words; `""` for none.
+        payload_model: A pydantic model each proposal's `payload` must match; `None` for
+            proposals without a required payload.
+        max_repairs: How many times an unusable reply is sent back with its problem.
+        tracer_provider: Where its OpenTelemetry spans go (one per model call), when
+            `opentelemetry-api` is installed; the global provider by default.
     """
 
     def __init__(
@@ -103,20 +105,49 @@ class LlmSuggestor:
         model: str | None = None,
         temperature: float = 0.0,
         max_context_facts: int = 50,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        system_prompt: str | None = None,
+        format_prompt: str | None = None,
+        payload_model: type[BaseModel] | None = None,
+        max_repairs: int = 2,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if target is ContextKey.PROPOSALS:
             raise ValueError(f"LlmSuggestor {name!r}: target cannot be PROPOSALS")
         if max_context_facts < 1:
             raise ValueError(f"LlmSuggestor {name!r}: max_context_facts must be at least 1")
+        if max_repairs < 0:
+            raise ValueError(f"LlmSuggestor {name!r}: max_repairs must be 0 or more")
         self._name = name
         self._provider = provider
         self._shown_keys = tuple(dict.fromkeys(dependencies))
         self._dependencies = tuple(dict.fromkeys((*self._shown_keys, ContextKey.PROPOSALS)))
         self._target = target
-        self._instructions = instructions
         self._model = model
-        self._temperature = temperature
         self._max_context_facts = max_context_facts
+        self._max_repairs = max_repairs
+        self._item_model = item_model(payload_model)
+        self._template = ChatRequest(
+            model=model or "",
+            messages=(),
+            temperature=temperature,
+            max_tokens=max_tokens,
+            top_p=top_p,
+            seed=seed,
+            stop=tuple(stop),
+            response_schema=_ResponseSchema(
+                name="proposals", json_schema=reply_schema(payload_model)
+            ),
+        )
+        described = _format_prompt(payload_model) if format_prompt is None else format_prompt
+        self._system = "\n\n".join(
+            part for part in (system_prompt, instructions, described) if part
+        )
+        self._tracer = llm_tracer(tracer_provider)
+        self._safe_name = _UNSAFE_ID.sub("-", name)
 
     def __repr__(self) -> str:
         return f"LlmSuggestor({self._name!r}, target={self._target.value!r})"
@@ -133,61 +164,156 @@ class LlmSuggestor:
 
     @property
     def writes(self) -> Sequence[ContextKey]:
-        """Only `PROPOSALS`: a model's output is always staged."""
-        return (ContextKey.PROPOSALS,)
+        """`PROPOSALS` for the model's output, and `DIAGNOSTIC` for its invalid items."""
+        return (ContextKey.PROPOSALS, ContextKey.DIAGNOSTIC)
+
+    @property
+    def system_message(self) -> str:
+        """The system message every call sends: system prompt, instructions, format."""
+        return self._system
+
+    @property
+    def options(self) -> dict[str, JsonValue]:
+        """The call options every request carries (what its spans and logs record)."""
+        request = self._template
+        return {
+            "model": request.model or None,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "seed": request.seed,
+            "stop": list(request.stop),
+            "max_repairs": self._max_repairs,
+        }
 
     def accepts(self, ctx: Context, /) -> bool:
         """True while some dependency fact is not yet in the evidence of its staged facts."""
         return bool(self._unseen(ctx, self._seen(ctx)))
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        """Ask the model once and stage every proposal in its reply.
+        """Ask the model, repairing unusable replies; stage the valid proposals.
 
         Raises:
-            LlmOutputError: The reply is not the expected JSON.
-            ProviderError: The provider failed.
+            LlmOutputError: No reply was usable, repairs included.
+            ProviderError: The provider failed (its `tokens` include earlier attempts').
         """
+        shown = self._shown(ctx)
+        evidence = tuple(fact.ref for fact in shown)
+        messages = [
+            ChatMessage(role="system", content=self._system),
+            ChatMessage(role="user", content=_describe(shown)),
+        ]
+        attempts = self._max_repairs + 1
+        spent = 0
+        problem = ""
+        for attempt in range(1, attempts + 1):
+            request = self._template.model_copy(update={"messages": tuple(messages)})
+            response, parsed = await self._ask(request, attempt, spent, evidence)
+            spent += response.prompt_tokens + response.completion_tokens
+            self._log(response, attempt, parsed)
+            if parsed.problem is None:
+                notes = [self._note(item, response) for item in parsed.invalid]
+                return AgentEffect.with_proposals([*parsed.proposals, *notes], tokens=spent)
+            problem = f"{parsed.problem}; reply: {_cut(response.content, _REPLY_EXCERPT)!r}"
+            messages += [
+                ChatMessage(role="assistant", content=_cut(response.content, _REPAIR_ECHO)),
+                ChatMessage(role="user", content=_repair_prompt(parsed.problem)),
+            ]
+        raise LlmOutputError(
+            f"{self._name}: no usable reply after {attempts} attempt(s) "
+            f"(1 + {self._max_repairs} repairs); last: {problem}",
+            tokens=spent,
+            attempts=attempts,
+        )
+
+    async def _ask(
+        self, request: ChatRequest, attempt: int, spent: int, evidence: tuple[str, ...]
+    ) -> tuple[ChatResponse, ParsedReply]:
+        """One model call in its own span: the reply and what it yields."""
+        default = getattr(self._provider, "model", "")
+        with chat_span(
+            self._tracer,
+            request,
+            provider_name=str(getattr(self._provider, "provider_name", "unknown")),
+            model=request.model or (default if isinstance(default, str) else "") or "default",
+            suggestor=self._name,
+            attempt=attempt,
+        ) as span:
+            try:
+                response = await self._provider.complete(request)
+            except ProviderError as error:
+                span.failed(error)
+                if attempt == 1:
+                    raise
+                raise ProviderError(
+                    f"{self._name}: attempt {attempt} (a repair) failed: {error}",
+                    status=error.status,
+                    tokens=spent + (error.tokens or 0),
+                ) from error
+            except Exception as error:
+                span.failed(error)
+                raise
+            span.response(response)
+            provenance = f"{self._name}:{response.model or self._model or 'default'}"
+
+            def make(item: BaseModel) -> ProposedFact:
+                return ProposedFact.model_validate(
+                    {
+                        **item.model_dump(mode="json", include={"id", "content", "confidence"}),
+                        "key": ContextKey.PROPOSALS,
+                        "payload": _payload(item),
+                        "provenance": provenance,
+                        "target": self._target,
+                        "evidence": evidence,
+                    }
+                )
+
+            parsed = parse_reply(response.content, self._item_model, make)
+            if parsed.problem is not None:
+                span.invalid(parsed.problem)
+            return response, parsed
+
+    def _note(self, item: InvalidItem, response: ChatResponse) -> ProposedFact:
+        """The `DIAGNOSTIC` fact recording one invalid item and why."""
+        content = (
+            f"{self._name}: proposals[{item.index}] of the model's reply is not a valid "
+            f"proposal ({item.reason}): {item.excerpt}"
+        )
+        digest = hashlib.sha256(content.encode()).hexdigest()[:16]
+        return ProposedFact(
+            key=ContextKey.DIAGNOSTIC,
+            id=f"llm-invalid:{self._safe_name}:{digest}",
+            content=content,
+            payload={
+                "suggestor": self._name,
+                "index": item.index,
+                "reason": item.reason,
+                "item": item.excerpt,
+            },
+            provenance=f"{self._name}:{response.model or self._model or 'default'}",
+        )
+
+    def _log(self, response: ChatResponse, attempt: int, parsed: ParsedReply) -> None:
+        get_logger(suggestor=self._name).debug(
+            "llm_call",
+            attempt=attempt,
+            response_model=response.model,
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            finish_reason=response.finish_reason,
+            proposals=len(parsed.proposals),
+            invalid=len(parsed.invalid),
+            problem=parsed.problem,
+            **self.options,
+        )
+
+    def _shown(self, ctx: Context) -> list[Fact]:
         seen = self._seen(ctx)
-        unseen = self._unseen(ctx, seen)
         limit = self._max_context_facts
-        shown = unseen[:limit]
+        shown = self._unseen(ctx, seen)[:limit]
         if len(shown) < limit:
             shown += [fact for fact in self._facts(ctx) if fact.ref in seen][: limit - len(shown)]
-        request = ChatRequest(
-            model=self._model or "",
-            messages=(
-                ChatMessage(role="system", content=f"{self._instructions}\n\n{_FORMAT}"),
-                ChatMessage(role="user", content=_describe(shown)),
-            ),
-            temperature=self._temperature,
-        )
-        response = await self._provider.complete(request)
-        tokens = response.prompt_tokens + response.completion_tokens
-        reply = self._parse(response.content, tokens)
-        provenance = f"{self._name}:{response.model or self._model or 'default'}"
-        evidence = tuple(fact.ref for fact in shown)
-        proposals: list[ProposedFact] = []
-        for index, item in enumerate(reply.proposals):
-            try:
-                proposals.append(
-                    ProposedFact(
-                        key=ContextKey.PROPOSALS,
-                        id=item.id,
-                        content=item.content,
-                        payload=item.payload,
-                        confidence=item.confidence,
-                        provenance=provenance,
-                        target=self._target,
-                        evidence=evidence,
-                    )
-                )
-            except ValidationError as error:
-                raise LlmOutputError(
-                    f"{self._name}: proposals[{index}] of the model's reply is not a valid "
-                    f"proposal ({_describe_error(error)})",
-                    tokens=tokens,
-                ) from None
-        return AgentEffect.with_proposals(proposals, tokens=tokens)
+        return shown
 
     def _facts(self, ctx: Context) -> list[Fact]:
         return [fact for key in self._shown_keys for fact in ctx.get(key)]
@@ -204,26 +330,27 @@ class LlmSuggestor:
     def _unseen(self, ctx: Context, seen: set[str]) -> list[Fact]:
         return [fact for fact in self._facts(ctx) if fact.ref not in seen]
 
-    def _parse(self, text: str, tokens: int) -> _Reply:
-        try:
-            return _Reply.model_validate(_extract_json(text))
-        except ValidationError as error:
-            reason = _describe_error(error)
-        except ValueError as error:
-            reason = str(error)
-        excerpt = text if len(text) <= 200 else text[:199] + "…"
-        raise LlmOutputError(
-            f"{self._name}: the model's reply is not the expected JSON "
-            f'{{"proposals": [...]}} ({reason}); reply: {excerpt!r}',
-            tokens=tokens,
-        )
+
+def _format_prompt(payload_model: type[BaseModel] | None) -> str:
+    return format_prompt(payload_model)
 
 
-def _describe_error(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in detail['loc']) or 'reply'}: {detail['msg']}"
-        for detail in error.errors()[:3]
+def _payload(item: BaseModel) -> JsonValue:
+    value: object = getattr(item, "payload", None)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return item.model_dump(include={"payload"}).get("payload")
+
+
+def _repair_prompt(problem: str) -> str:
+    return (
+        f"That reply cannot be used: {problem}. Reply again with the corrected JSON object "
+        "only, in the format described."
     )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _describe(facts: Sequence[Fact]) -> str:

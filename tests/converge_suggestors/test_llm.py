@@ -47,7 +47,7 @@ def analyst(provider: ScriptedChatProvider | OpenAIChatProvider, **options: obje
 def test_llm_suggestor_shape() -> None:
     suggestor = analyst(ScriptedChatProvider([]))
     assert isinstance(suggestor, Suggestor)
-    assert tuple(suggestor.writes) == (PROPOSALS,)
+    assert tuple(suggestor.writes) == (PROPOSALS, ContextKey.DIAGNOSTIC)
     assert tuple(suggestor.dependencies) == (SEEDS, PROPOSALS)
 
 
@@ -122,23 +122,28 @@ async def test_llm_suggestor_tolerates_code_fences_and_prose() -> None:
 
 async def test_llm_suggestor_bad_output_is_a_recorded_failure() -> None:
     engine = Engine()
-    engine.register_suggestor(analyst(ScriptedChatProvider(["I think it will rain."])))
+    engine.register_suggestor(analyst(ScriptedChatProvider(["I think it will rain."] * 3)))
     result = await engine.run(inputs=[QUESTION])
-    assert result.converged
     assert not result.context.has(PROPOSALS)
     [execution] = result.trace.cycles[0].executions
     assert execution.outcome == "failed"
-    assert execution.error is not None
-    assert execution.error.startswith("LlmOutputError: analyst: the model's reply is not")
+    assert execution.error == (
+        "LlmOutputError: analyst: no usable reply after 3 attempt(s) (1 + 2 repairs); last: "
+        'not the expected JSON {"proposals": [...]} (no JSON object found); '
+        "reply: 'I think it will rain.'"
+    )
 
 
 async def test_llm_suggestor_missing_field_is_a_recorded_failure() -> None:
     engine = Engine()
-    engine.register_suggestor(analyst(ScriptedChatProvider([reply({"id": "h1"})])))
+    engine.register_suggestor(
+        analyst(ScriptedChatProvider([reply({"id": "h1"})]), max_repairs=0)
+    )
     result = await engine.run(inputs=[QUESTION])
     error = result.trace.cycles[0].executions[0].error
     assert error is not None
-    assert "LlmOutputError" in error
+    assert error.startswith("LlmOutputError: analyst: no usable reply after 1 attempt(s)")
+    assert "proposals[0].content: Field required; proposals[0].confidence: Field required" in error
 
 
 async def test_llm_suggestor_shows_unseen_facts_first_within_the_limit() -> None:
@@ -233,6 +238,10 @@ async def test_llm_and_validation_pipeline_against_a_real_http_server(
     assert len(chat_server.received) == 1
     sent = chat_server.received[0].body
     assert sent["model"] == "test-model"
+    assert sent["max_tokens"] == 512
+    response_format = sent["response_format"]
+    assert isinstance(response_format, dict)
+    assert response_format["type"] == "json_schema"
 
 
 async def test_tokens_of_an_unparseable_reply_still_count() -> None:
@@ -240,7 +249,7 @@ async def test_tokens_of_an_unparseable_reply_still_count() -> None:
         [ChatResponse(content="no json here", prompt_tokens=70, completion_tokens=5)]
     )
     engine = Engine()
-    engine.register_suggestor(analyst(provider))
+    engine.register_suggestor(analyst(provider, max_repairs=0))
     result = await engine.run(inputs=[QUESTION])
     [execution] = result.trace.cycles[0].executions
     assert execution.outcome == "failed"
@@ -248,15 +257,15 @@ async def test_tokens_of_an_unparseable_reply_still_count() -> None:
     assert result.tokens == 75
 
 
-async def test_a_reply_item_that_is_not_a_valid_proposal_is_an_llm_output_error() -> None:
+async def test_a_reply_whose_only_item_is_not_a_valid_proposal_is_an_llm_output_error() -> None:
     text = '{"proposals": [{"id": "h", "content": "x", "confidence": 0.9, "payload": NaN}]}'
     engine = Engine()
-    engine.register_suggestor(analyst(ScriptedChatProvider([text])))
+    engine.register_suggestor(analyst(ScriptedChatProvider([text]), max_repairs=0))
     result = await engine.run(inputs=[QUESTION])
     error = result.trace.cycles[0].executions[0].error
     assert error is not None
-    assert error.startswith("LlmOutputError: analyst: proposals[0] of the model's reply")
-    assert "payload" in error
+    assert error.startswith("LlmOutputError: analyst: no usable reply after 1 attempt(s)")
+    assert "proposals[0].payload" in error
 
 
 async def test_llm_suggestor_counts_only_its_own_staged_facts_as_seen() -> None:
