@@ -136,9 +136,7 @@ async def test_llm_suggestor_bad_output_is_a_recorded_failure() -> None:
 
 async def test_llm_suggestor_missing_field_is_a_recorded_failure() -> None:
     engine = Engine()
-    engine.register_suggestor(
-        analyst(ScriptedChatProvider([reply({"id": "h1"})]), max_repairs=0)
-    )
+    engine.register_suggestor(analyst(ScriptedChatProvider([reply({"id": "h1"})]), max_repairs=0))
     result = await engine.run(inputs=[QUESTION])
     error = result.trace.cycles[0].executions[0].error
     assert error is not None

@@ -4,7 +4,7 @@ import email.utils
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -49,7 +49,7 @@ async def subject(chat_server: ChatServer) -> AsyncIterator[OpenAIChatProvider]:
 
 
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Every backoff the provider asks for, recorded instead of slept."""
     asked: list[float] = []
     real = anyio.sleep
@@ -59,7 +59,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
         await real(0)
 
     monkeypatch.setattr(anyio, "sleep", fake)
-    yield asked
+    return asked
 
 
 async def test_provider_posts_an_openai_request_and_parses_the_reply(
