@@ -1,8 +1,10 @@
 """`OpenTelemetryObserver`: engine events as OpenTelemetry spans (extra `otel`).
 
 One span per run, a child span per cycle, and a child of the cycle per suggestor execution,
-with the suggestor, cycle, proposals, promoted and rejected counts as attributes. The
-`opentelemetry-api` package is imported when the observer is built.
+with the suggestor, cycle, proposals, promoted and rejected counts as attributes; a failed
+execution's span has an error status and an `exception` event. The `opentelemetry-api`
+package is imported when the observer is built. (Model calls get their own GenAI spans from
+`LlmSuggestor`.)
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ class OpenTelemetryObserver:
             else:
                 span.set_attribute("converge.outcome", event.outcome)
                 span.set_attribute("converge.phase", event.phase)
+                kind, _, message = event.error.partition(": ")
+                span.set_attribute("error.type", kind)
+                span.add_event("exception", {"exception.type": kind, "exception.message": message})
                 span.set_status(Status(StatusCode.ERROR, event.error))
             span.end(end_time=start + duration if duration else None)
         elif isinstance(event, CycleFinished):
