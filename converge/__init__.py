@@ -59,6 +59,7 @@ from ._pack import GateVerdict, Pack
 from ._proposal import ProposedFact
 from ._report import render_report
 from ._result import Conflict, ConvergeResult
+from ._retry import RetryPolicy
 from ._stop import RunStatus, StopReason
 from ._store import ProgressHead, RunProgress, RunRecord, RunStore, RunSummary
 from ._suggestor import Suggestor, SuggestorId
@@ -121,6 +122,7 @@ __all__ = [
     "ProposedFact",
     "Rejection",
     "ReplayError",
+    "RetryPolicy",
     "RunError",
     "RunFinished",
     "RunNotFoundError",

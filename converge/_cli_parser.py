@@ -64,6 +64,11 @@ def _running(
     for sub in (run, demo, resume):
         sub.add_argument("--json", action="store_true", help="print the run record as JSON")
         sub.add_argument(
+            "--allow-failures",
+            action="store_true",
+            help="exit 0 for a run that converged with failed calls or rolled-back effects",
+        )
+        sub.add_argument(
             "--lease",
             type=float,
             default=DEFAULT_LEASE,

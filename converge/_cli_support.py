@@ -28,11 +28,13 @@ from ._formation import Formation
 from ._key import ContextKey
 from ._stop import StopReason
 from ._store import RunRecord, RunStore
+from ._trace import Execution
 from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
     "DEFAULT_STORE",
     "EXIT_CODES",
+    "FAILURES",
     "INTERRUPTED",
     "CliError",
     "Progress",
@@ -40,6 +42,8 @@ __all__ = [
     "VisibleLines",
     "close_stores",
     "error_text",
+    "exit_status",
+    "failure_lines",
     "json_visible",
     "load_formation",
     "locate",
@@ -53,6 +57,9 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_STORE: Final = Path(".converge") / "runs.db"
+
+FAILURES: Final = 9
+"""Exit status of a run that converged with failed calls or rolled-back effects."""
 
 EXIT_CODES: Final[dict[StopReason, int]] = {
     StopReason.CONVERGED: 0,
@@ -346,4 +353,43 @@ def summary_lines(record: RunRecord) -> list[str]:
         lines.extend(
             f"  {visible(gate.gate_id)}: {visible(gate.summary)}" for gate in record.pending
         )
+    return lines + failure_lines(record)
+
+
+def failure_lines(record: RunRecord) -> list[str]:
+    """Each failure not made good and each rolled-back effect, one line each."""
+    failures = record.trace.failures()
+    rolled_back = record.trace.rolled_back()
+    lines: list[str] = []
+    if failures:
+        lines.append(f"failures     {len(failures)} call(s) failed and were not made good:")
+        lines.extend(
+            f"  {visible(f.suggestor)} ({f.phase}, cycle {_cycle_of(record, f)}, "
+            f"attempt {f.attempt}, {f.outcome}): {visible(f.error or 'no error text')}"
+            for f in failures
+        )
+    if rolled_back:
+        lines.append(f"rolled back  {len(rolled_back)} effect(s) broke a structural invariant:")
+        lines.extend(
+            f"  {visible(v.invariant)} (cycle {v.cycle}): {visible(v.reason)}" for v in rolled_back
+        )
     return lines
+
+
+def _cycle_of(record: RunRecord, execution: Execution) -> int:
+    for cycle in reversed(record.trace.cycles):
+        if execution in cycle.executions:
+            return cycle.cycle
+    return 0
+
+
+def exit_status(record: RunRecord, *, allow_failures: bool = False) -> int:
+    """The command's exit status for a run: its stop reason's, or `FAILURES` for a run that
+    converged with failures or rolled-back effects (unless `allow_failures`)."""
+    stop = record.stop_reason
+    if stop is None:
+        return INTERRUPTED
+    if stop is StopReason.CONVERGED and not allow_failures:
+        if record.trace.failures() or record.trace.rolled_back():
+            return FAILURES
+    return EXIT_CODES[stop]

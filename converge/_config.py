@@ -13,6 +13,7 @@ from ._executor import ErrorMode
 from ._gate import PromotionPolicy
 from ._hitl import HitlPolicy
 from ._merge import ConflictMode
+from ._retry import NO_RETRY, RetryPolicy
 
 __all__ = ["RunConfig"]
 
@@ -33,3 +34,4 @@ class RunConfig:
     signing_key: bytes | None
     observers: tuple[Observer, ...] = ()
     record_effects: bool = False
+    retry: RetryPolicy = NO_RETRY

@@ -29,6 +29,7 @@ from ._proposal import ProposedFact
 from ._registry import Registry
 from ._replay import replay_run
 from ._result import ConvergeResult
+from ._retry import NO_RETRY, RetryPolicy
 from ._run import RunLoop
 from ._state import RunState
 from ._stop import RunStatus
@@ -77,6 +78,8 @@ class Engine:
             recorded with each saved run for `converge resume` and `replay`.
         observers: Receive every event of every run (see `EngineEvent`).
         record_effects: Keep each execution's `AgentEffect` in the trace, for `replay`.
+        retry: How a suggestor whose call failed or timed out is tried again (default: it
+            is not); a suggestor's own `retry` attribute overrides it.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Engine:
         formation: str | None = None,
         observers: Sequence[Observer] = (),
         record_effects: bool = False,
+        retry: RetryPolicy | None = None,
     ) -> None:
         for index, observer in enumerate(observers):
             if not callable(getattr(observer, "on_event", None)):
@@ -126,6 +130,7 @@ class Engine:
             signing_key=signing_key.encode() if isinstance(signing_key, str) else signing_key,
             observers=tuple(observers),
             record_effects=record_effects,
+            retry=retry or NO_RETRY,
         )
         if self._config.signing_key is not None and not self._config.signing_key:
             raise ConfigurationError("signing_key must not be empty")

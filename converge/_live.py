@@ -22,10 +22,12 @@ from ._executor import Executor, Slot, failure
 from ._hitl import GateRequest
 from ._key import ContextKey
 from ._registry import Registration, RegistryView
+from ._retry import Retries
 from ._run_events import RunEvents
 from ._source import Batch, End
 from ._stop import StopReason
-from ._trace import Execution
+from ._suggestor import SuggestorId
+from ._trace import CycleTrace, Execution
 
 __all__ = ["LiveEffects"]
 
@@ -34,12 +36,19 @@ __all__ = ["LiveEffects"]
 class LiveEffects:
     """The `EffectSource` of a live run: check `accepts`, execute the eligible, time it all."""
 
-    __slots__ = ("_budget", "_events", "_executor", "_raise", "_stopwatch", "_view")
+    __slots__ = ("_budget", "_events", "_executor", "_raise", "_retries", "_stopwatch", "_view")
 
     def __init__(
-        self, config: RunConfig, view: RegistryView, stopwatch: Stopwatch, events: RunEvents
+        self,
+        config: RunConfig,
+        view: RegistryView,
+        stopwatch: Stopwatch,
+        events: RunEvents,
+        history: Sequence[CycleTrace] = (),
     ) -> None:
         self._view = view
+        policies = {reg.id: reg.retry or config.retry for reg in view.registrations}
+        self._retries = Retries.replayed(policies, history)
         self._executor = Executor(
             max_concurrency=config.max_concurrency,
             timeout=config.suggestor_timeout,
@@ -69,8 +78,11 @@ class LiveEffects:
     async def produce(
         self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
     ) -> Batch:
-        """Run the eligible candidates of `dirty` against `snapshot`."""
-        eligible, refused = self._eligible(self._view.candidates(dirty), snapshot)
+        """Run the eligible candidates of `dirty`, and the retries due, against `snapshot`."""
+        candidates = self._view.candidates(dirty)
+        if self._retries.pending:
+            candidates = await self._with_retries(cycle, candidates)
+        eligible, refused = self._eligible(candidates, snapshot)
         if not eligible:
             return Batch((), tuple(refused), (), 0)
         slots = [Slot(reg) for reg in eligible]
@@ -95,6 +107,8 @@ class LiveEffects:
                 if slot.held is not None:
                     self._events.suggestor_blocked(cycle, slot.reg.name, slot.held)
         executions = _executions(refused, slots, started, cancelled=timed_out)
+        if self._retries.pending or any(e.outcome != "ok" for e in executions):
+            executions = self._retried(cycle, executions)
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
             return Batch(tuple(eligible), executions, (), tokens, stop)
@@ -110,6 +124,41 @@ class LiveEffects:
     def decisions(self, held: Sequence[GateRequest], /) -> None:
         """A live run always pauses for a human."""
         return None
+
+    def retrying(self, cycle: int, /) -> bool:
+        """Whether a suggestor that failed is still to be tried again."""
+        return self._retries.pending
+
+    async def _with_retries(
+        self, cycle: int, candidates: tuple[Registration, ...]
+    ) -> tuple[Registration, ...]:
+        """`candidates` plus the retries due in `cycle`, in id order; waits for a retry that
+        only its seconds backoff holds back when nothing else would run."""
+        retries = self._retries
+        due = retries.due(cycle)
+        if not due and not candidates:
+            wait = retries.wait(cycle)
+            if wait:
+                remaining = self._remaining()
+                await anyio.sleep(wait if remaining is None else max(0.0, min(wait, remaining)))
+                due = retries.due(cycle)
+        if not due:
+            return candidates
+        by_id = {reg.id: reg for reg in candidates}
+        for sid in due:
+            by_id.setdefault(sid, self._view.registrations[sid])
+        return tuple(by_id[sid] for sid in sorted(by_id))
+
+    def _retried(self, cycle: int, executions: tuple[Execution, ...]) -> tuple[Execution, ...]:
+        """Number the cycle's calls in their failure streaks and schedule the retries."""
+        retries = self._retries
+        numbered = retries.numbered(executions)
+        retries.record(cycle, numbered)
+        for execution in numbered:
+            attempt = retries.attempt(SuggestorId(execution.suggestor_id))
+            if execution.outcome != "ok" and attempt > 1:
+                self._events.retry_scheduled(cycle, execution, attempt)
+        return numbered
 
     def _remaining(self) -> float | None:
         limit = self._budget.max_seconds

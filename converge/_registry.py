@@ -9,6 +9,7 @@ from typing import final
 from ._exceptions import ConfigurationError
 from ._invariant import Invariant, InvariantClass
 from ._key import ContextKey
+from ._retry import RetryPolicy
 from ._suggestor import Suggestor, SuggestorId, describe_suggestor
 
 __all__ = ["Registration", "Registry", "RegistryView"]
@@ -25,6 +26,8 @@ class Registration:
     dependencies: tuple[ContextKey, ...]
     writes: frozenset[ContextKey] | None
     pack: str | None
+    retry: RetryPolicy | None = None
+    """The suggestor's own `retry` attribute, if it has one (else the engine's policy)."""
 
 
 @final
@@ -127,6 +130,11 @@ class Registry:
             raise ConfigurationError(f"a suggestor named {name!r} is already registered")
         if pack is not None and (not isinstance(pack, str) or not pack.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ConfigurationError(f"suggestor {name!r}: pack id must be a non-blank str")
+        retry: object = getattr(suggestor, "retry", None)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(
+                f"suggestor {name!r}: retry must be a RetryPolicy, got {type(retry).__name__}"
+            )
         sid = SuggestorId(len(self._registrations))
         self._registrations.append(
             Registration(
@@ -136,6 +144,7 @@ class Registry:
                 dependencies,
                 None if writes is None else frozenset(writes),
                 pack,
+                retry,
             )
         )
         self._names.add(name)

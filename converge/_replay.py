@@ -76,6 +76,10 @@ class RecordedEffects:
         cancelled = None if recorded.merged else (self._reason, self._trace.detail)
         return Batch(eligible, recorded.executions, effects, tokens, cancelled)
 
+    def retrying(self, cycle: int, /) -> bool:
+        """Whether the trace records more cycles (the run went on to retry a suggestor)."""
+        return self._next < len(self._trace.cycles)
+
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
         """The recorded budget stop, after the trace's last cycle (or its inputs)."""
         if self._next == len(self._trace.cycles) and self._reason in _BUDGET_STOPS:

@@ -19,6 +19,7 @@ from ._invariant import Violation
 from ._key import ContextKey
 from ._report_assets import CSS, POLICY, SCRIPT
 from ._report_svg import KEY_COLOURS, esc, format_ms, lineage_svg, short, timeline_svg
+from ._stop import StopReason
 from ._store import RunRecord
 from ._trace import Execution
 
@@ -87,6 +88,8 @@ def _header(record: RunRecord, title: str) -> str:
     timeouts = sum(e.outcome == "timed_out" for e in executions)
     violations = len(_violations(record))
     stop = record.outcome
+    flawed = record.stop_reason is StopReason.CONVERGED and (failures or timeouts or violations)
+    badge = "converged_with_failures" if flawed else stop
     stats = "".join(
         [
             _count("cycles", record.cycles, "cycles"),
@@ -115,8 +118,8 @@ def _header(record: RunRecord, title: str) -> str:
     return (
         f'<header class="run"><h1>{esc(title)}</h1>'
         f'<p class="subtitle">run <code data-run-id>{esc(record.run_id)}</code></p>'
-        f'<p><span class="badge stop-{stop}" data-stop-reason="{stop}">'
-        f'{esc(stop.replace("_", " "))}</span><span class="detail">{esc(record.detail)}'
+        f'<p><span class="badge stop-{badge}" data-stop-reason="{stop}">'
+        f'{esc(badge.replace("_", " "))}</span><span class="detail">{esc(record.detail)}'
         f'</span></p><div class="stats">{stats}</div>{callout}</header>'
     )
 

@@ -59,6 +59,7 @@ header.run { border: 1px solid var(--line); border-radius: 8px; padding: 16px 18
 .badge { display: inline-block; padding: 1px 9px; border-radius: 999px; font-weight: 600;
   font-size: 12.5px; color: #fff; background: var(--muted); white-space: nowrap; }
 .stop-converged { background: var(--ok); } .stop-awaiting_human { background: var(--warn); }
+.stop-converged_with_failures { background: var(--warn); }
 .stop-cycle_budget_exhausted, .stop-fact_budget_exhausted, .stop-token_budget_exhausted,
 .stop-time_budget_exhausted { background: var(--budget); }
 .stop-invariant_violated, .stop-conflict { background: var(--bad); }

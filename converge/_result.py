@@ -15,7 +15,7 @@ from ._invariant import Violation
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._stop import StopReason
-from ._trace import Rejection, RunTrace
+from ._trace import Execution, Rejection, RunTrace
 
 __all__ = [
     "AwaitingHumanError",
@@ -152,6 +152,22 @@ class ConvergeResult:
     def converged(self) -> bool:
         """True only for `StopReason.CONVERGED`."""
         return self.stop_reason is StopReason.CONVERGED
+
+    @property
+    def failures(self) -> tuple[Execution, ...]:
+        """Calls that failed or timed out and were not made good by a retry (see
+        `RunTrace.failures`): a run can converge with work missing, and this says which."""
+        return self.trace.failures()
+
+    @property
+    def rolled_back(self) -> tuple[Violation, ...]:
+        """Structural violations: effects (or inputs) the engine rolled back."""
+        return self.trace.rolled_back()
+
+    @property
+    def clean(self) -> bool:
+        """Converged with no failure left and nothing rolled back."""
+        return self.converged and not self.failures and not self.rolled_back
 
     def __repr__(self) -> str:
         return (

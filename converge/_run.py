@@ -85,7 +85,8 @@ class RunLoop:
         self._started()
         if pending:
             self._apply_decisions(pending, decisions)
-        live = LiveEffects(self._config, self._view, self._stopwatch, self.events)
+        state = self._state
+        live = LiveEffects(self._config, self._view, self._stopwatch, self.events, state.cycles)
         return await self._drive(live, None)
 
     # -- the cycle -------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ class RunLoop:
         batch = await source.produce(cycle, dirty, snapshot)
         if not batch.eligible:
             self._record(cycle, dirty, batch, None)
-            return self._fixed_point()
+            return self._quiet(source, cycle)
         state.tokens += batch.tokens
         if batch.cancelled is not None:
             self._record(cycle, dirty, batch, None, merged=False)
@@ -169,12 +170,19 @@ class RunLoop:
             return None
         if not merger.promoted:
             self._record(cycle, dirty, batch, merger)
-            return self._fixed_point()
+            return self._quiet(source, cycle)
         checks = self._view.semantic
         semantic = check_invariants(checks, state.snapshot, cycle) if checks else ()
         self._record(cycle, dirty, batch, merger, semantic)
         state.dirty = merger.added_keys
         return None
+
+    def _quiet(self, source: EffectSource, cycle: int) -> ConvergeResult | None:
+        """A cycle that changed nothing: the fixed point, unless a retry is still to come."""
+        if source.retrying(cycle):
+            self._state.dirty = frozenset()
+            return None
+        return self._fixed_point()
 
     # -- phases ------------------------------------------------------------------------------------
 

@@ -121,6 +121,17 @@ class RunEvents:
             )
         )
 
+    def retry_scheduled(self, cycle: int, execution: Execution, attempt: int) -> None:
+        """A failed call will be tried again (logged; observers see the failure itself)."""
+        self._log.warning(
+            "suggestor_retry_scheduled",
+            cycle=cycle,
+            suggestor=execution.suggestor,
+            outcome=execution.outcome,
+            error=execution.error,
+            next_attempt=attempt,
+        )
+
     def _failed(self, observer: Observer, event: EngineEvent, error: Exception) -> None:
         self._log.warning(
             "observer_failed",

@@ -70,3 +70,7 @@ class EffectSource(Protocol):
     def decisions(self, held: Sequence[GateRequest], /) -> Sequence[GateDecision] | None:
         """Decisions for every held gate, or `None` to pause for a human."""
         ...
+
+    def retrying(self, cycle: int, /) -> bool:
+        """Whether a cycle after `cycle` must run although nothing changed (a retry is due)."""
+        ...

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ._effect import AgentEffect
 from ._hitl import GateDecision
-from ._invariant import Violation
+from ._invariant import InvariantClass, Violation
 from ._key import ContextKey
 from ._model import FrozenModel
 from ._proposal import ProposedFact
@@ -54,6 +54,9 @@ class Execution(FrozenModel, frozen=True):
     """`"ExceptionType: message"` for a failure or timeout."""
     phase: Literal["accepts", "execute"] = "execute"
     """Which call this records: `accepts` appears only when it failed."""
+    attempt: int = Field(default=1, ge=1, exclude_if=lambda v: v == 1)
+    """Which call in a row of failures this is (2 for the first retry; see `RetryPolicy`).
+    Left out of JSON when 1."""
     traceback: str | None = None
     """The formatted traceback of a failure."""
     effect: AgentEffect | None = None
@@ -119,3 +122,21 @@ class RunTrace(FrozenModel, frozen=True):
     """The Merkle root of the context it ended with; `Engine.replay` must reproduce it."""
     continuations: tuple[Continuation, ...] = Field(default=(), exclude_if=lambda v: not v)
     """Where the run was interrupted and continued, in order (left out of JSON when none)."""
+
+    def failures(self) -> tuple[Execution, ...]:
+        """The calls that failed and were not made good: each suggestor whose last recorded
+        call (`accepts` or `execute`) failed or timed out, in the order of those calls.
+
+        A failure that a retry (`RetryPolicy`) later made good is in `cycles`, not here.
+        """
+        last: dict[int, Execution] = {}
+        for cycle in self.cycles:
+            for execution in cycle.executions:
+                last.pop(execution.suggestor_id, None)  # keep the order of the last calls
+                last[execution.suggestor_id] = execution
+        return tuple(execution for execution in last.values() if execution.outcome != "ok")
+
+    def rolled_back(self) -> tuple[Violation, ...]:
+        """Structural violations: each rolled back a suggestor's effect (or the inputs)."""
+        found = (*self.input_violations, *(v for c in self.cycles for v in c.violations))
+        return tuple(v for v in found if v.invariant_class is InvariantClass.STRUCTURAL)

@@ -35,12 +35,14 @@ from ._cli_parser import parser
 from ._cli_records import STALE, formation_locator, paused_checkpoint, resumable, signing_key
 from ._cli_support import (
     EXIT_CODES,
+    FAILURES,
     INTERRUPTED,
     CliError,
     Progress,
     VisibleLines,
     close_stores,
     error_text,
+    exit_status,
     json_visible,
     load_formation,
     locate,
@@ -170,7 +172,7 @@ async def _finish(
     report = _write_report(record, report_path(label, result.run_id))
     if args.json:
         out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
-        return EXIT_CODES[result.stop_reason]
+        return exit_status(record, allow_failures=args.allow_failures)
     run_id = visible(result.run_id)
     out.write("\n".join(summary_lines(record)) + "\n")
     out.write(f"saved run    {run_id} to {visible(label)}\n")
@@ -182,7 +184,12 @@ async def _finish(
             f"next         converge review {run_id}\n"
             f"             converge resume {run_id} --approve {gates} --by NAME\n"
         )
-    return EXIT_CODES[result.stop_reason]
+    status = exit_status(record, allow_failures=args.allow_failures)
+    if status == FAILURES:
+        out.write(
+            f"converged, but with failures: exit status {FAILURES} (--allow-failures exits 0)\n"
+        )
+    return status
 
 
 async def _run_formation(locator: str, args: argparse.Namespace, out: TextIO) -> int:

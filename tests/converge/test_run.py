@@ -65,6 +65,9 @@ class Script:
             return None
         return [GateDecision.approve(request.gate_id, by="script") for request in held]
 
+    def retrying(self, cycle: int, /) -> bool:
+        return False
+
 
 def registration() -> tuple[Registry, Registration]:
     registry = Registry()
