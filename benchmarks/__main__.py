@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from . import chain, durability, fanout, growth, wide_idle
+from . import assignment, chain, durability, fanout, growth, wide_idle
 from ._common import MIN_RUNS, Figures, Settings, machine, progress
 
 WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
@@ -22,6 +22,7 @@ WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
     "W3": growth.measure,
     "W4": wide_idle.measure,
     "W5": durability.measure,
+    "W6": assignment.measure,
 }
 
 # (name, workload, figure, limit): a target is met when the figure is at most the limit.
@@ -39,6 +40,7 @@ TARGETS: Final = (
     ("W5_postgres_ratio_last20_first20", "W5", "postgres_ratio_last20_first20", 1.2),
     ("W5_bytes_ratio_finished", "W5", "bytes_ratio_finished", 1.5),
     ("W5_bytes_ratio_in_progress", "W5", "bytes_ratio_in_progress", 1.5),
+    ("W6_referenced_ratio", "W6", "referenced_ratio", 3.0),
 )
 
 

@@ -1,17 +1,20 @@
 """`AssignmentSuggestor` and `AssignmentPack`: optimal assignment with SciPy (extra `optimize`).
 
 The solver is `scipy.optimize.linear_sum_assignment`, installed with the `optimize` extra
-(`pip install "converge[optimize]"`) and imported when a suggestor or pack is built.
+(`pip install "converge[optimize]"`) and imported when a suggestor or pack is built. A large
+cost matrix stays out of the context: it is added to the suggestor (`add_costs`), which keeps a
+read-only float64 copy under a SHA-256 content digest, and the problem fact names it by that
+digest (`costs_digest`), so the engine validates and hashes 71 characters, not the numbers.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Sequence
-from typing import Annotated, ClassVar, Final, Literal, Protocol, cast, final
+from typing import TYPE_CHECKING, Final, Literal, final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import anyio.to_thread
+from pydantic import ValidationError
 
 from converge import (
     AgentEffect,
@@ -23,6 +26,18 @@ from converge import (
     ProposedFact,
 )
 
+from ._assignment_model import (
+    AssignmentPair,
+    AssignmentPlan,
+    AssignmentProblem,
+    CostMatrices,
+    load_solver,
+    solve_problem,
+)
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 __all__ = [
     "AssignmentPack",
     "AssignmentPair",
@@ -32,155 +47,6 @@ __all__ = [
 ]
 
 _SHOWN_PAIRS: Final = 10
-
-_Cost = Annotated[float, Field(allow_inf_nan=False)]
-
-
-class _Indices(Protocol):
-    def tolist(self) -> list[int]: ...
-
-
-class _LinearSumAssignment(Protocol):
-    def __call__(
-        self, cost_matrix: list[list[float]], maximize: bool = False
-    ) -> tuple[_Indices, _Indices]: ...
-
-
-def _linear_sum_assignment(owner: str) -> _LinearSumAssignment:
-    try:
-        module = importlib.import_module("scipy.optimize")
-    except ImportError:
-        raise ImportError(
-            f"{owner} needs SciPy: install the 'optimize' extra "
-            '(pip install "converge[optimize]")'
-        ) from None
-    return cast(_LinearSumAssignment, module.linear_sum_assignment)
-
-
-@final
-class AssignmentProblem(BaseModel, frozen=True):
-    """A cost matrix: what assigning each row to each column costs.
-
-    Every row is matched to at most one column and every column to at most one row, and all
-    of the smaller side is matched, at the least total cost. Rows and columns may differ in
-    number. A `null` cost (`None`) marks a pair that may not be matched; JSON has no
-    infinity, so infeasible is always `null`.
-
-    ```python
-    AssignmentProblem(
-        rows=("ada", "ben"),
-        columns=("backend", "frontend"),
-        costs=((3, 5), (None, 4)),  # ben cannot take backend
-    )
-    ```
-    """
-
-    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
-
-    rows: tuple[str, ...] = Field(min_length=1)
-    """Row labels (workers, say), unique."""
-    columns: tuple[str, ...] = Field(min_length=1)
-    """Column labels (tasks, say), unique."""
-    costs: tuple[tuple[_Cost | None, ...], ...]
-    """`costs[i][j]` is the cost of matching `rows[i]` with `columns[j]`, or `None` when that
-    pair is not allowed; one inner sequence per row, one entry per column, finite numbers."""
-    maximize: bool = False
-    """Look for the largest total instead of the smallest."""
-
-    @model_validator(mode="after")
-    def _matrix_is_rectangular(self) -> AssignmentProblem:
-        for side, labels in (("rows", self.rows), ("columns", self.columns)):
-            seen: set[str] = set()
-            for label in labels:
-                if label in seen:
-                    raise ValueError(f"{side} must be unique; {label!r} appears twice")
-                seen.add(label)
-        if len(self.costs) != len(self.rows):
-            raise ValueError(
-                f"costs has {len(self.costs)} rows, expected {len(self.rows)} (one per row)"
-            )
-        width = len(self.columns)
-        for index, line in enumerate(self.costs):
-            if len(line) != width:
-                raise ValueError(
-                    f"costs row {index} ({self.rows[index]!r}) has {len(line)} entries, "
-                    f"expected {width} (one per column); the matrix is ragged"
-                )
-        return self
-
-
-@final
-class AssignmentPair(BaseModel, frozen=True):
-    """One matched row and column."""
-
-    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
-
-    row: str
-    """The row label."""
-    column: str
-    """The column label."""
-    cost: float
-    """What this pair costs."""
-
-
-@final
-class AssignmentPlan(BaseModel, frozen=True):
-    """An optimal assignment: the pairs in row order, and what they cost together."""
-
-    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
-
-    pairs: tuple[AssignmentPair, ...]
-    """The matched pairs, in the order of the problem's rows."""
-    total_cost: float
-    """The sum of the pairs' costs."""
-    unassigned_rows: tuple[str, ...] = ()
-    """Rows left without a column (when there are more rows than columns)."""
-    unassigned_columns: tuple[str, ...] = ()
-    """Columns left without a row (when there are more columns than rows)."""
-
-
-def _solve(problem: AssignmentProblem, solver: _LinearSumAssignment) -> AssignmentPlan:
-    """The optimal plan; `ValueError` naming why when no complete assignment exists."""
-    rows, columns = problem.rows, problem.columns
-    if len(rows) <= len(columns):
-        for label, line in zip(rows, problem.costs, strict=True):
-            if all(cost is None for cost in line):
-                raise ValueError(
-                    f"no complete assignment exists: row {label!r} has no allowed column"
-                )
-    if len(columns) <= len(rows):
-        for index, label in enumerate(columns):
-            if all(line[index] is None for line in problem.costs):
-                raise ValueError(
-                    f"no complete assignment exists: column {label!r} has no allowed row"
-                )
-    sign = -1.0 if problem.maximize else 1.0
-    matrix = [
-        [math.inf if cost is None else sign * cost for cost in line] for line in problem.costs
-    ]
-    try:
-        chosen_rows, chosen_columns = solver(matrix)
-    except ValueError as error:
-        if "infeasible" not in str(error):
-            raise
-        smaller = "row" if len(rows) <= len(columns) else "column"
-        raise ValueError(
-            f"no complete assignment exists: the allowed (non-null) pairs cannot match every "
-            f"{smaller} to a different {'column' if smaller == 'row' else 'row'}"
-        ) from None
-    pairs: list[AssignmentPair] = []
-    for i, j in zip(chosen_rows.tolist(), chosen_columns.tolist(), strict=True):
-        cost = problem.costs[i][j]
-        assert cost is not None  # the solver never picks an infinite cost
-        pairs.append(AssignmentPair(row=rows[i], column=columns[j], cost=cost))
-    matched_rows = {pair.row for pair in pairs}
-    matched_columns = {pair.column for pair in pairs}
-    return AssignmentPlan(
-        pairs=tuple(pairs),
-        total_cost=math.fsum(pair.cost for pair in pairs),
-        unassigned_rows=tuple(label for label in rows if label not in matched_rows),
-        unassigned_columns=tuple(label for label in columns if label not in matched_columns),
-    )
 
 
 def _describe(plan: AssignmentPlan) -> str:
@@ -205,19 +71,21 @@ class AssignmentSuggestor:
     For each fact of `input_key` it proposes to `STRATEGIES` a fact `"{name}:{fact id}"`
     whose payload is the optimal [`AssignmentPlan`][converge_suggestors.AssignmentPlan]
     (`pairs`, `total_cost`, and the rows or columns left over) and whose evidence is the
-    problem's `"key/id"`. A payload that is not a valid problem (a ragged matrix, say) or a
+    problem's `"key/id"`. A payload that is not a valid problem (a ragged matrix, say), a
+    `costs_digest` naming no matrix added with `add_costs` (or one of another shape), or a
     problem with no complete assignment becomes a `DIAGNOSTIC` fact
     `"{name}:{fact id}:failed"` saying why. Each problem is solved once, judged from the
-    context.
+    context, in a worker thread: the event loop stays free while SciPy works.
 
     Raises:
         ImportError: SciPy is not installed (the `optimize` extra).
     """
 
-    __slots__ = ("_input_key", "_name", "_solver")
+    __slots__ = ("_input_key", "_matrices", "_name", "_solver")
 
     def __init__(self, input_key: ContextKey, *, name: str = "assignment") -> None:
-        self._solver = _linear_sum_assignment("AssignmentSuggestor")
+        self._solver = load_solver("AssignmentSuggestor")
+        self._matrices = CostMatrices("AssignmentSuggestor")
         if input_key in (ContextKey.STRATEGIES, ContextKey.DIAGNOSTIC):
             raise ValueError(f"AssignmentSuggestor {name!r}: input_key cannot be {input_key.value}")
         self._input_key = input_key
@@ -241,13 +109,34 @@ class AssignmentSuggestor:
         """`STRATEGIES` and `DIAGNOSTIC` (failures)."""
         return (ContextKey.STRATEGIES, ContextKey.DIAGNOSTIC)
 
+    def add_costs(self, costs: ArrayLike | Sequence[Sequence[float | None]], /) -> str:
+        """Keep a cost matrix for problems to name by `costs_digest`; returns that digest.
+
+        `costs` is anything numpy reads as a matrix of numbers (a 2-D array, a list of
+        lists), one row per problem row; `nan` (or `None`) marks a pair that is not allowed.
+        A read-only float64 copy is kept until `forget_costs`. The digest is `"sha256:"` and
+        the hex SHA-256 of `b"float64 {rows}x{columns}\\n"` followed by the matrix as
+        little-endian float64s in row order (`-0.0` written as `0.0`, every NaN as numpy's):
+        the same numbers always give the same digest, which a fact can carry instead of them.
+
+        Raises:
+            ValueError: `costs` is not a non-empty matrix of numbers, or holds an infinity.
+        """
+        return self._matrices.add(costs)
+
+    def forget_costs(self, digest: str, /) -> bool:
+        """Drop the matrix of `digest`; whether there was one. Problems naming it then fail."""
+        return self._matrices.forget(digest)
+
     def accepts(self, ctx: Context, /) -> bool:
         """True while some input fact has neither a plan nor a failure."""
         return any(True for _ in self._pending(ctx))
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        """Solve every pending problem."""
-        return AgentEffect.with_proposals(self._handle(fact) for fact in self._pending(ctx))
+        """Solve every pending problem, one after the other, in a worker thread."""
+        return AgentEffect.with_proposals(
+            [await anyio.to_thread.run_sync(self._handle, fact) for fact in self._pending(ctx)]
+        )
 
     def _plan_id(self, fact: Fact) -> str:
         return f"{self._name}:{fact.id}"
@@ -268,14 +157,14 @@ class AssignmentSuggestor:
                 fact, f"its payload is not a valid AssignmentProblem ({_validation_summary(error)})"
             )
         try:
-            plan = _solve(problem, self._solver)
+            plan = solve_problem(problem, self._solver, self._matrices)
         except ValueError as error:
             return self._failure(fact, str(error))
         return ProposedFact(
             key=ContextKey.STRATEGIES,
             id=self._plan_id(fact),
             content=f"{_describe(plan)} for {fact.ref}",
-            payload=plan.model_dump(mode="json"),
+            payload=plan.model_dump(mode="json"),  # no costs_digest key unless it has one
             provenance=self._name,
             evidence=(fact.ref,),
         )
@@ -301,13 +190,13 @@ class AssignmentPack:
     `over_budget="reject"`. Run it with
     [`PackSuggestor`][converge_suggestors.PackSuggestor]; a problem with no complete
     assignment makes `solve` raise `ValueError`, which `PackSuggestor` records as a
-    `DIAGNOSTIC` fact.
+    `DIAGNOSTIC` fact. Like the suggestor, it takes large matrices by digest (`add_costs`).
 
     Raises:
         ImportError: SciPy is not installed (the `optimize` extra).
     """
 
-    __slots__ = ("_budget", "_name", "_over_budget", "_solver")
+    __slots__ = ("_budget", "_matrices", "_name", "_over_budget", "_solver")
 
     def __init__(
         self,
@@ -316,7 +205,8 @@ class AssignmentPack:
         over_budget: Literal["escalate", "reject"] = "escalate",
         name: str = "assignment",
     ) -> None:
-        self._solver = _linear_sum_assignment("AssignmentPack")
+        self._solver = load_solver("AssignmentPack")
+        self._matrices = CostMatrices("AssignmentPack")
         if budget is not None and not math.isfinite(budget):
             raise ValueError(f"AssignmentPack: budget must be finite, got {budget!r}")
         self._budget = budget
@@ -349,13 +239,28 @@ class AssignmentPack:
         """The most the total cost may be, or `None` for no limit."""
         return self._budget
 
+    def add_costs(self, costs: ArrayLike | Sequence[Sequence[float | None]], /) -> str:
+        """Keep a cost matrix for problems to name by `costs_digest`; returns that digest.
+
+        As [`AssignmentSuggestor.add_costs`][converge_suggestors.AssignmentSuggestor.add_costs].
+
+        Raises:
+            ValueError: `costs` is not a non-empty matrix of numbers, or holds an infinity.
+        """
+        return self._matrices.add(costs)
+
+    def forget_costs(self, digest: str, /) -> bool:
+        """Drop the matrix of `digest`; whether there was one."""
+        return self._matrices.forget(digest)
+
     def solve(self, inputs: AssignmentProblem, /) -> AssignmentPlan:
         """The optimal assignment.
 
         Raises:
-            ValueError: No complete assignment of the smaller side exists.
+            ValueError: No complete assignment of the smaller side exists, or `costs_digest`
+                names no matrix added with `add_costs` (or one of another shape).
         """
-        return _solve(inputs, self._solver)
+        return solve_problem(inputs, self._solver, self._matrices)
 
     def check_invariants(self, plan: AssignmentPlan, /) -> Sequence[InvariantResult]:
         """One result: whether the total cost is within the budget."""

@@ -331,7 +331,11 @@ class RetrievalSuggestor:
         return any(True for _ in self._missing(ctx, queries, corpus, vectors))
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        """Embed the facts not seen before, then propose the missing top matches."""
+        """Embed the facts not seen before, then propose the missing top matches.
+
+        Both the embedding and the ranking run in a worker thread, so the event loop stays
+        free; the vector cache is read and filled on the loop.
+        """
         queries, corpus = ctx.get(self._query_key), ctx.get(self._corpus_key)
         if not queries or not corpus:
             return AgentEffect.empty()
@@ -348,7 +352,17 @@ class RetrievalSuggestor:
             for fact, vector in zip(new, computed, strict=True):
                 vectors[fact.digest] = vector
                 self._store(fact.digest, vector)
-        return AgentEffect.with_proposals(self._missing(ctx, queries, corpus, vectors))
+        proposals = await anyio.to_thread.run_sync(self._proposals, ctx, queries, corpus, vectors)
+        return AgentEffect.with_proposals(proposals)
+
+    def _proposals(
+        self,
+        ctx: Context,
+        queries: Sequence[Fact],
+        corpus: Sequence[Fact],
+        vectors: dict[str, array[float]],
+    ) -> list[ProposedFact]:
+        return list(self._missing(ctx, queries, corpus, vectors))
 
     def _embed(self, texts: list[str]) -> list[array[float]]:
         raw = self._embedder.embed(texts)

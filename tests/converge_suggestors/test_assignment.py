@@ -1,11 +1,17 @@
 """AssignmentSuggestor and AssignmentPack: optimal plans checked by brute force and by SciPy."""
 
+import gc
+import hashlib
 import importlib
 import itertools
 import math
 import random
 import sys
+import threading
+import time
+from typing import cast
 
+import anyio
 import numpy as np
 import pytest
 from hypothesis import given
@@ -404,3 +410,200 @@ def test_assignment_names_the_extra_when_scipy_is_missing(
         ImportError, match=r"install the 'optimize' extra \(pip install \"converge\[optimize\]\"\)"
     ):
         build()
+
+
+# Large matrices by digest, and the solver off the event loop (issue 13, point 10).
+
+
+def digest_of(matrix: np.ndarray[tuple[int, int], np.dtype[np.float64]]) -> str:
+    rows, columns = matrix.shape
+    header = f"float64 {rows}x{columns}\n".encode("ascii")
+    return "sha256:" + hashlib.sha256(header + matrix.astype("<f8").tobytes()).hexdigest()
+
+
+def test_add_costs_returns_the_sha256_of_the_float64_matrix() -> None:
+    suggestor = AssignmentSuggestor(SEEDS)
+    costs = [[3, 5, 9], [None, 4, 2]]
+    digest = suggestor.add_costs(costs)
+    assert digest == digest_of(np.array([[3, 5, 9], [np.nan, 4, 2]], dtype=np.float64))
+    assert suggestor.add_costs(np.array(costs, dtype=np.float64)) == digest
+    assert suggestor.add_costs([[3, 5, 9], [-np.nan, 4, 2]]) == digest  # one NaN pattern
+    assert AssignmentPack().add_costs([[0.0, -0.0]]) == AssignmentPack().add_costs([[0, 0]])
+    assert suggestor.add_costs([[3, 5, 9], [None, 4, 2.5]]) != digest
+
+
+@pytest.mark.parametrize(
+    ("costs", "message"),
+    [
+        ([1, 2, 3], r"costs must be a matrix with at least one row and one column, got shape"),
+        ([list[float]()], r"costs must be a matrix .*, got shape \(1, 0\)"),
+        ([[1, 2], [3]], "costs is not a matrix of numbers"),
+        ([["a", "b"]], "costs is not a matrix of numbers"),
+        ([[1, math.inf]], "costs holds an infinity; use nan"),
+    ],
+)
+def test_add_costs_refuses_what_is_not_a_matrix_of_finite_numbers(
+    costs: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"AssignmentSuggestor: {message}"):
+        AssignmentSuggestor(SEEDS).add_costs(cast("list[list[float]]", costs))
+
+
+@given(matrices(), st.booleans())
+def test_a_matrix_named_by_digest_gives_the_plan_of_the_same_matrix_inline(
+    costs: Matrix, maximize: bool
+) -> None:
+    pack = AssignmentPack()
+    digest = pack.add_costs(costs)
+    inline = problem(costs, maximize=maximize)
+    named = inline.model_copy(update={"costs": (), "costs_digest": digest})
+    try:
+        expected = pack.solve(inline)
+    except ValueError as error:
+        with pytest.raises(ValueError, match=str(error).replace("(", r"\(").replace(")", r"\)")):
+            pack.solve(named)
+        return
+    assert pack.solve(named) == expected.model_copy(update={"costs_digest": digest})
+
+
+async def test_assignment_suggestor_solves_a_matrix_named_by_digest() -> None:
+    suggestor = AssignmentSuggestor(SEEDS)
+    costs = np.array(STAFFING["costs"], dtype=np.float64)
+    digest = suggestor.add_costs(costs)
+    costs[0, 0] = 100.0  # the suggestor keeps its own copy
+    payload = {"rows": STAFFING["rows"], "columns": STAFFING["columns"], "costs_digest": digest}
+    result = await run_with(suggestor, seed("staffing", "who", provenance="input", payload=payload))
+    fact = result.context.find(STRATEGIES, "assignment:staffing")
+    assert fact is not None
+    assert fact.payload == {
+        "pairs": [
+            {"row": "ada", "column": "frontend", "cost": 5.0},
+            {"row": "ben", "column": "ops", "cost": 2.0},
+            {"row": "cy", "column": "backend", "cost": 2.0},
+        ],
+        "total_cost": 9.0,
+        "unassigned_rows": [],
+        "unassigned_columns": [],
+        "costs_digest": digest,
+    }
+    assert fact.payload_as(AssignmentPlan).costs_digest == digest
+
+
+async def test_assignment_suggestor_explains_a_missing_or_misshapen_matrix() -> None:
+    suggestor = AssignmentSuggestor(SEEDS)
+    square, forgotten = suggestor.add_costs([[1, 2], [3, 4]]), suggestor.add_costs([[5]])
+    assert suggestor.forget_costs(forgotten)
+    assert not suggestor.forget_costs(forgotten)
+    inputs = [
+        seed(ident, "who", provenance="input", payload={**labels, "costs_digest": digest})
+        for ident, labels, digest in (
+            ("wide", {"rows": ["a", "b"], "columns": ["x", "y", "z"]}, square),
+            ("gone", {"rows": ["a"], "columns": ["x"]}, forgotten),
+        )
+    ]
+    result = await run_with(suggestor, *inputs)
+    assert [fact.content for fact in result.context.get(DIAGNOSTIC)] == [
+        f"assignment could not solve seeds/wide: the matrix of costs_digest {square} is 2x2, "
+        "expected 2x3 (rows x columns)",
+        f"assignment could not solve seeds/gone: costs_digest {forgotten} names no matrix "
+        "added to this AssignmentSuggestor (add_costs)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (
+            {"rows": ["a"], "columns": ["x"], "costs": [[1]], "costs_digest": "sha256:" + "0" * 64},
+            "give costs or costs_digest, not both",
+        ),
+        ({"rows": ["a"], "columns": ["x"]}, "costs is missing: give costs (the matrix) or"),
+        (
+            {"rows": ["a"], "columns": ["x"], "costs_digest": "md5:00"},
+            "costs_digest\n  String should match pattern",
+        ),
+    ],
+)
+def test_assignment_problem_takes_costs_or_costs_digest(
+    payload: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        AssignmentProblem.model_validate(payload)
+
+
+async def test_assignment_pack_solves_a_matrix_named_by_digest() -> None:
+    pack = AssignmentPack(budget=10)
+    digest = pack.add_costs(STAFFING["costs"])
+    payload = {"rows": STAFFING["rows"], "columns": STAFFING["columns"], "costs_digest": digest}
+    result = await run_with(
+        PackSuggestor(pack, SEEDS, STRATEGIES),
+        seed("q3", "who", provenance="input", payload=payload),
+    )
+    fact = result.context.find(STRATEGIES, "assignment:q3")
+    assert fact is not None
+    assert fact.payload_as(AssignmentPlan).total_cost == 9
+    assert fact.payload_as(AssignmentPlan).costs_digest == digest
+
+
+async def test_assignment_suggestor_calls_the_solver_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    optimize = importlib.import_module("scipy.optimize")
+    solve = optimize.linear_sum_assignment
+    threads: list[int] = []
+
+    def recording(*args: object, **kwargs: object) -> object:
+        threads.append(threading.get_ident())
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(optimize, "linear_sum_assignment", recording)
+    await run_with(AssignmentSuggestor(SEEDS), STAFFING_SEED)
+    assert threads
+    assert threading.get_ident() not in threads
+
+
+async def test_assignment_suggestor_leaves_the_event_loop_free_while_it_solves() -> None:
+    """Three 1000 x 1000 problems (a few hundred ms of SciPy) beside a task ticking every 5 ms.
+
+    Solved on the event loop, the longest gap between ticks would be the whole run; in a worker
+    thread it stays near the tick (the bound, a quarter of the run, leaves room for a noisy
+    machine). The garbage collector is off meanwhile: its pauses are the process's, not the
+    suggestor's.
+    """
+    size = 1000
+    suggestor = AssignmentSuggestor(SEEDS)
+    generator = np.random.default_rng(13)
+    labels = {"rows": [f"w{i}" for i in range(size)], "columns": [f"t{j}" for j in range(size)]}
+    inputs = [
+        seed(f"p{n}", "who", provenance="input", payload={**labels, "costs_digest": digest})
+        for n in range(3)
+        if (digest := suggestor.add_costs(generator.random((size, size))))
+    ]
+    engine = Engine()
+    engine.register_suggestor(suggestor)
+    ticks: list[float] = []
+    result, elapsed = None, 0.0
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.perf_counter())
+            await anyio.sleep(0.005)
+
+    gc.collect()
+    gc.disable()  # a full collection of the test process's heap can pause the loop 50-100 ms
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(ticker)
+            await anyio.sleep(0.005)
+            started = time.perf_counter()
+            result = await engine.run(inputs=inputs)
+            elapsed = time.perf_counter() - started
+            ticks.append(time.perf_counter())
+            group.cancel_scope.cancel()
+    finally:
+        gc.enable()
+    assert result is not None
+    assert len(result.context.get(STRATEGIES)) == 3
+    longest = max(later - earlier for earlier, later in itertools.pairwise(ticks))
+    assert elapsed > 0.06, elapsed  # measurable: three solves of about 45 ms each, at least
+    assert longest < elapsed / 4, (longest, elapsed)

@@ -1,9 +1,13 @@
 """RetrievalSuggestor: top-k similar corpus facts per query, vectors cached by fact digest."""
 
+import itertools
 import math
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
+import anyio
 import pytest
 
 from converge import ContextKey, ContextSnapshot, ConvergeResult, Engine, ProposedFact, Suggestor
@@ -259,6 +263,49 @@ async def test_retrieval_suggestor_fails_on_a_broken_embedder(
     assert execution.outcome == "failed"
     assert execution.error is not None
     assert execution.error.startswith(error)
+
+
+class SlowEmbedder:
+    """A hashing embedder that takes `seconds` per call, holding its thread (not the loop)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.threads: list[int] = []
+        self._inner = HashingEmbedder()
+
+    def embed(self, texts: Sequence[str], /) -> Sequence[Sequence[float]]:
+        self.threads.append(threading.get_ident())
+        time.sleep(self.seconds)
+        return self._inner.embed(texts)
+
+
+async def test_retrieval_suggestor_embeds_in_a_worker_thread() -> None:
+    embedder = SlowEmbedder(0.0)
+    await run(retrieval(embedder), *corpus(), query("q", "How do I change my password?"))
+    assert embedder.threads
+    assert threading.get_ident() not in embedder.threads
+
+
+async def test_retrieval_suggestor_leaves_the_event_loop_free_while_embedding() -> None:
+    """A 300 ms embedding beside a task ticking every 5 ms: the ticks go on meanwhile."""
+    embedder = SlowEmbedder(0.3)
+    ticks: list[float] = []
+    result = None
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.perf_counter())
+            await anyio.sleep(0.005)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticker)
+        await anyio.sleep(0.005)
+        result = await run(retrieval(embedder), *corpus(), query("q", "password"))
+        ticks.append(time.perf_counter())
+        group.cancel_scope.cancel()
+    assert result is not None
+    assert matches(result, "q")
+    assert max(later - earlier for earlier, later in itertools.pairwise(ticks)) < 0.1
 
 
 @pytest.mark.parametrize(
