@@ -8,16 +8,18 @@ sequence reaches the terminal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import io
+import logging
 import os
 import re
 import sys
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
 
@@ -26,6 +28,7 @@ from pydantic import ValidationError
 from ._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, ProposalRejected
 from ._formation import Formation
 from ._key import ContextKey
+from ._log import LOGGER_NAME
 from ._stop import StopReason
 from ._store import RunRecord, RunStore
 from ._trace import Execution
@@ -41,6 +44,7 @@ __all__ = [
     "UsageParser",
     "VisibleLines",
     "close_stores",
+    "engine_warnings",
     "error_text",
     "exit_status",
     "failure_lines",
@@ -294,6 +298,41 @@ def report_path(store_label: str, run_id: str) -> Path:
 
 def _counts(keys: dict[ContextKey, int]) -> str:
     return ", ".join(f"{key.value} {count}" for key, count in keys.items() if count) or "none"
+
+
+_RECORD_FIELDS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+
+
+@final
+class LogLine(logging.Formatter):
+    """`warning: EVENT key=value ...` for the engine's log lines, every value made visible."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One line: the level, the event, then the fields the engine logged with it."""
+        fields = " ".join(
+            f"{key}={visible(str(value))}"
+            for key, value in vars(record).items()
+            if key not in _RECORD_FIELDS and key not in ("message", "asctime")
+        )
+        return f"{record.levelname.lower()}: {visible(record.getMessage())} {fields}".rstrip()
+
+
+@contextlib.contextmanager
+def engine_warnings(err: TextIO) -> Generator[None]:
+    """Print the engine's warnings (failed calls, scheduled retries) on `err` meanwhile."""
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(LogLine())
+    handler.setLevel(logging.WARNING)
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.WARNING or level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @final

@@ -41,6 +41,7 @@ from ._cli_support import (
     Progress,
     VisibleLines,
     close_stores,
+    engine_warnings,
     error_text,
     exit_status,
     json_visible,
@@ -81,7 +82,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     args = parser(DEFAULT_DEMO).parse_args(argv)
     command: Callable[[argparse.Namespace, TextIO], Awaitable[int]] = _COMMANDS[args.command]
     try:
-        return _main(command, args, stream)
+        with engine_warnings(sys.stderr):
+            return _main(command, args, stream)
     finally:
         close_stores()
 

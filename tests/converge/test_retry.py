@@ -240,7 +240,9 @@ formation = Formation(
 """
 
 
-def test_the_cli_exits_9_for_a_run_that_converged_with_failures(tmp_path: Path) -> None:
+def test_the_cli_exits_9_for_a_run_that_converged_with_failures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from cli_runs import cli
 
     from converge._cli_support import FAILURES
@@ -253,6 +255,13 @@ def test_the_cli_exits_9_for_a_run_that_converged_with_failures(tmp_path: Path) 
     assert "failures     1 call(s) failed and were not made good:" in out
     assert "  broken (execute, cycle 1, attempt 1, failed): RuntimeError: the model is down" in out
     assert "converged, but with failures: exit status 9 (--allow-failures exits 0)" in out
+    warned = capsys.readouterr().err.splitlines()
+    assert any(
+        line.startswith("warning: suggestor_failed ")
+        and "suggestor=broken" in line
+        and "error=RuntimeError: the model is down" in line
+        for line in warned
+    ), warned
     code, _ = cli("--store", store, "run", str(formation), "--allow-failures")
     assert code == 0
     run_id = next(line.split()[2] for line in out.splitlines() if line.startswith("saved run"))
