@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Self, final
+from typing import Any, Self, cast, final
 
-from pydantic import Field
+from pydantic import Field, JsonValue, field_validator
 
+from ._canonical import freeze_json
 from ._key import KEY_ORDER, ContextKey
 from ._model import FrozenModel
 from ._proposal import ProposedFact
@@ -27,6 +28,19 @@ class AgentEffect(FrozenModel, frozen=True):
     """The proposals, in the order they should be merged."""
     tokens: int = Field(default=0, ge=0)
     """Model tokens spent producing them, counted against `Budget.max_tokens`."""
+    metadata: JsonValue = Field(default=None, exclude_if=lambda v: not v)
+    """What the suggestor wants in the trace about this call (a JSON object: the model, its
+    options, per-call usage...). The engine copies it to the call's `Execution.metadata`;
+    it is not part of any fact. Left out of JSON when empty."""
+
+    @field_validator("metadata", mode="plain", json_schema_input_type=JsonValue)
+    @classmethod
+    def _metadata_is_frozen_json_object(cls, value: object) -> JsonValue:
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"metadata must be a JSON object, got {type(value).__name__}")
+        return freeze_json(cast("Mapping[str, object]", value), "metadata")
 
     @classmethod
     def model_construct(cls, _fields_set: set[str] | None = None, **values: object) -> Self:

@@ -12,7 +12,7 @@ cancellation) is a timeout, and its effect is dropped.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from math import inf
 from time import perf_counter
@@ -20,7 +20,9 @@ from typing import Any, Final, Literal, cast, final
 
 import anyio
 import anyio.lowlevel
+from pydantic import JsonValue
 
+from ._canonical import freeze_json
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
 from ._model import trusted
@@ -41,6 +43,17 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
+def _metadata_of(error: BaseException) -> JsonValue:
+    """A failure's `metadata` attribute as frozen JSON, if it is a JSON object (else none)."""
+    value: object = getattr(error, "metadata", None)
+    if not isinstance(value, Mapping) or not value:
+        return None
+    try:
+        return freeze_json(cast("Mapping[str, object]", value), "metadata")
+    except ValueError:
+        return None
+
+
 def failure(
     reg: Registration,
     outcome: Outcome,
@@ -55,11 +68,15 @@ def failure(
     `text` replaces the error's description, keeping its traceback.
     """
     tokens = 0
+    unknown = False
+    metadata: JsonValue = None
     if isinstance(error, BaseException):
         formatted = "".join(traceback.format_exception(error))
-        spent = getattr(error, "tokens", 0)
+        spent: object = getattr(error, "tokens", 0)
         if isinstance(spent, int) and spent > 0:
             tokens = spent  # a failure may still have cost model tokens
+        unknown = hasattr(error, "tokens") and spent is None  # it cannot say what it spent
+        metadata = _metadata_of(error)
         if text is None:
             text = describe_error(error)
     else:
@@ -76,6 +93,8 @@ def failure(
             "error": text,
             "phase": phase,
             "attempt": 1,
+            "tokens_unknown": unknown,
+            "metadata": metadata,
             "traceback": formatted,
             "effect": None,
         },
@@ -97,6 +116,8 @@ def _ok(
             "error": None,
             "phase": "execute",
             "attempt": 1,
+            "tokens_unknown": False,
+            "metadata": effect.metadata,
             "traceback": None,
             "effect": effect if record else None,
         },

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, final
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from ._effect import AgentEffect
 from ._hitl import GateDecision
@@ -57,6 +57,12 @@ class Execution(FrozenModel, frozen=True):
     attempt: int = Field(default=1, ge=1, exclude_if=lambda v: v == 1)
     """Which call in a row of failures this is (2 for the first retry; see `RetryPolicy`).
     Left out of JSON when 1."""
+    tokens_unknown: bool = Field(default=False, exclude_if=lambda v: not v)
+    """True when a failed call may have spent tokens it could not count (a model call that
+    timed out): `tokens` is then a lower bound. Left out of JSON when false."""
+    metadata: JsonValue = Field(default=None, exclude_if=lambda v: not v)
+    """The effect's `metadata` (or a failure's `metadata` attribute): what the suggestor
+    recorded about the call. Left out of JSON when empty."""
     traceback: str | None = None
     """The formatted traceback of a failure."""
     effect: AgentEffect | None = None

@@ -1,0 +1,81 @@
+"""What a call leaves in the trace beyond its outcome: the suggestor's metadata, and tokens a
+failed call could not count."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import JsonValue, ValidationError
+
+from converge import AgentEffect, Context, ContextKey, Engine, ProposedFact, RunTrace
+
+SEED = ProposedFact(key=ContextKey.SEEDS, id="s", content="go", provenance="test")
+
+
+class Noted:
+    name = "noted"
+    dependencies = (ContextKey.SEEDS,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(ContextKey.HYPOTHESES) == 0
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        proposal = ProposedFact(key=ContextKey.HYPOTHESES, id="h", content="x", provenance="n")
+        metadata: JsonValue = {"model": "smollm2", "options": {"max_tokens": 128, "seed": 7}}
+        return AgentEffect(proposals=(proposal,), tokens=3, metadata=metadata)
+
+
+class CallTimedOut(Exception):
+    """As a model provider raises it: it cannot say what the call spent."""
+
+    tokens = None
+    metadata = {"model": "smollm2", "attempts": 2}  # noqa: RUF012
+
+
+class Lost:
+    name = "lost"
+    dependencies = (ContextKey.SEEDS,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return True
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        raise CallTimedOut("no reply within 30 s")
+
+
+def run() -> RunTrace:
+    engine = Engine()
+    engine.register_suggestor(Noted())
+    engine.register_suggestor(Lost())
+    return engine.run_sync(inputs=[SEED]).trace
+
+
+def test_an_effects_metadata_is_recorded_with_its_call_and_survives_json() -> None:
+    trace = run()
+    noted, lost = trace.cycles[0].executions
+    assert noted.metadata == {"model": "smollm2", "options": {"max_tokens": 128, "seed": 7}}
+    assert not noted.tokens_unknown
+    assert (lost.outcome, lost.tokens, lost.tokens_unknown) == ("failed", 0, True)
+    assert lost.metadata == {"model": "smollm2", "attempts": 2}
+    again = RunTrace.model_validate_json(trace.model_dump_json())
+    assert again.cycles[0].executions == trace.cycles[0].executions
+
+
+def test_calls_without_metadata_keep_their_json_as_before() -> None:
+    engine = Engine()
+    engine.register_suggestor(Noted())
+    text = engine.run_sync(inputs=[SEED]).trace.cycles[0].executions[0].model_dump_json()
+    assert '"metadata"' in text
+    plain = AgentEffect(proposals=(), tokens=0)
+    assert "metadata" not in plain.model_dump_json()
+    assert "tokens_unknown" not in text
+
+
+def test_metadata_must_be_a_json_object() -> None:
+    with pytest.raises(ValidationError, match="metadata must be a JSON object, got list"):
+        AgentEffect(metadata=[1, 2])
+    with pytest.raises(ValidationError):
+        AgentEffect(metadata={"when": object()})  # pyright: ignore[reportArgumentType]
+    frozen = AgentEffect(metadata={"a": [1]}).metadata
+    assert isinstance(frozen, dict)
+    with pytest.raises(TypeError):
+        frozen["a"] = 2
