@@ -87,7 +87,7 @@ class AssignmentProblem(BaseModel, frozen=True):
     """`costs[i][j]` is the cost of matching `rows[i]` with `columns[j]`, or `None` when that
     pair is not allowed; one inner sequence per row, one entry per column, finite numbers.
     Empty when `costs_digest` names the matrix."""
-    costs_digest: str | None = Field(default=None, pattern=_DIGEST)
+    costs_digest: str | None = Field(default=None, pattern=_DIGEST, exclude_if=lambda v: v is None)
     """The digest `add_costs` returned for the matrix (`"sha256:..."`), instead of `costs`."""
     maximize: bool = False
     """Look for the largest total instead of the smallest."""
