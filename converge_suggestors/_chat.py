@@ -106,20 +106,34 @@ class ChatProvider(Protocol):
 
 
 class ProviderError(Exception):
-    """A provider could not produce a reply; the message says what happened and where."""
+    """A provider could not produce a reply; the message says what happened and where.
+
+    The engine reads `tokens` (a failed call still counts what it spent; `None` marks the
+    execution `tokens_unknown`) and `metadata` (copied to `Execution.metadata`).
+    """
 
     status: int | None
     """The HTTP status, when there was one."""
     tokens: int | None
-    """Tokens spent before the failure, when known; `None` when unknown (a call that timed
-    out may have generated any number of tokens on the server)."""
+    """Tokens spent before the failure, when known (0 for an error answer, or a request that
+    never reached the server); `None` when unknown, the default (a call that timed out or
+    was dropped may have generated any number of tokens on the server)."""
+    metadata: dict[str, JsonValue]
+    """What the trace should record about the call (`LlmSuggestor` fills it: model, options,
+    attempts so far); empty by default."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, tokens: int | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        tokens: int | None = None,
+        metadata: dict[str, JsonValue] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.tokens = tokens
+        self.metadata = dict(metadata or {})
 
 
 ScriptedReply = str | ChatResponse | Exception
@@ -168,7 +182,9 @@ class ScriptedChatProvider:
             reply = responses(request)
         else:
             if self._used >= len(responses):
-                raise ProviderError(f"scripted provider has no reply left ({len(responses)} used)")
+                raise ProviderError(
+                    f"scripted provider has no reply left ({len(responses)} used)", tokens=0
+                )
             reply = responses[self._used]
         self._used += 1
         if isinstance(reply, Exception):

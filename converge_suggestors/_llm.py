@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, cast, final
 
 from pydantic import BaseModel, JsonValue
 
@@ -21,7 +21,7 @@ from ._llm_format import (
     parse_reply,
     reply_schema,
 )
-from ._llm_telemetry import chat_span, llm_tracer
+from ._llm_telemetry import CallRecord, chat_span, describe_provider, describe_text, llm_tracer
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -38,18 +38,29 @@ DEFAULT_MAX_TOKENS: Final = 512
 class LlmOutputError(ValueError):
     """A model's replies were not the JSON the suggestor asked for, repairs included.
 
-    `tokens` holds what every attempt cost, so the engine still counts it against the budget.
+    `tokens` holds what every attempt cost, so the engine still counts it against the budget,
+    and `metadata` what the trace records about the call (see `LlmSuggestor`).
     """
 
     tokens: int
     """Prompt plus completion tokens of every attempt."""
     attempts: int
     """How many replies were asked for (1 + repairs)."""
+    metadata: dict[str, JsonValue]
+    """The call's model, options and attempts, copied to `Execution.metadata`."""
 
-    def __init__(self, message: str, *, tokens: int = 0, attempts: int = 1) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        tokens: int = 0,
+        attempts: int = 1,
+        metadata: dict[str, JsonValue] | None = None,
+    ) -> None:
         super().__init__(message)
         self.tokens = tokens
         self.attempts = attempts
+        self.metadata = dict(metadata or {})
 
 
 @final
@@ -64,6 +75,16 @@ class LlmSuggestor:
     item invalid) is sent back with the problem, up to `max_repairs` times; each invalid item
     of a reply that has valid ones is recorded as a `DIAGNOSTIC` fact
     `llm-invalid:{name}:{digest}` with the reason.
+
+    Each call's effect carries `metadata`, which the engine copies to the trace's
+    `Execution.metadata`: the model and provider, the options sent, the system prompt's length
+    and digest (not its text), the attempts with each one's usage and finish reason, the
+    problems that were repaired and the number of invalid items. A failure it raises
+    (`LlmOutputError`, `ProviderError`) carries the same `metadata` so far, and `tokens`: the
+    sum of every attempt's usage when all are known, or `None` as soon as one attempt's cost
+    is unknown (a call that timed out or was dropped), which the engine records as
+    `tokens_unknown`. The engine takes one number, so the known part of a partly unknown cost
+    is then only in `metadata["tokens_known"]`.
 
     It accepts while some dependency fact has not yet been shown to it (read from the
     evidence of its own staged facts), so it runs once per new input and the loop converges.
@@ -148,6 +169,9 @@ class LlmSuggestor:
         )
         self._tracer = llm_tracer(tracer_provider)
         self._safe_name = _UNSAFE_ID.sub("-", name)
+        default = getattr(provider, "model", "")
+        self._asked = model or (default if isinstance(default, str) else "") or None
+        self._setup = self._call_setup(system_prompt)
 
     def __repr__(self) -> str:
         return f"LlmSuggestor({self._name!r}, target={self._target.value!r})"
@@ -186,6 +210,16 @@ class LlmSuggestor:
             "max_repairs": self._max_repairs,
         }
 
+    def _call_setup(self, system_prompt: str | None) -> dict[str, JsonValue]:
+        """What every call's trace metadata starts with: model, options, provider, prompts."""
+        return {
+            **self.options,
+            "model": self._asked,
+            **describe_provider(self._provider),
+            "system_prompt": describe_text(system_prompt),
+            "system_message": describe_text(self._system),
+        }
+
     def accepts(self, ctx: Context, /) -> bool:
         """True while some dependency fact is not yet in the evidence of its staged facts."""
         return bool(self._unseen(ctx, self._seen(ctx)))
@@ -195,7 +229,8 @@ class LlmSuggestor:
 
         Raises:
             LlmOutputError: No reply was usable, repairs included.
-            ProviderError: The provider failed (its `tokens` include earlier attempts').
+            ProviderError: The provider failed (its `tokens` include earlier attempts', or are
+                `None` when unknown; its `metadata` records the attempts so far).
         """
         shown = self._shown(ctx)
         evidence = tuple(fact.ref for fact in shown)
@@ -204,16 +239,21 @@ class LlmSuggestor:
             ChatMessage(role="user", content=_describe(shown)),
         ]
         attempts = self._max_repairs + 1
-        spent = 0
+        record = CallRecord(dict(self._setup))
         problem = ""
         for attempt in range(1, attempts + 1):
             request = self._template.model_copy(update={"messages": tuple(messages)})
-            response, parsed = await self._ask(request, attempt, spent, evidence)
-            spent += response.prompt_tokens + response.completion_tokens
+            response, parsed = await self._ask(request, attempt, record, evidence)
+            record.answered(response, parsed.problem)
             self._log(response, attempt, parsed)
             if parsed.problem is None:
                 notes = [self._note(item, response) for item in parsed.invalid]
-                return AgentEffect.with_proposals([*parsed.proposals, *notes], tokens=spent)
+                record.invalid = len(notes)
+                return AgentEffect(
+                    proposals=(*parsed.proposals, *notes),
+                    tokens=record.known_tokens,
+                    metadata=record.metadata(),
+                )
             problem = f"{parsed.problem}; reply: {_cut(response.content, _REPLY_EXCERPT)!r}"
             messages += [
                 ChatMessage(role="assistant", content=_cut(response.content, _REPAIR_ECHO)),
@@ -222,20 +262,20 @@ class LlmSuggestor:
         raise LlmOutputError(
             f"{self._name}: no usable reply after {attempts} attempt(s) "
             f"(1 + {self._max_repairs} repairs); last: {problem}",
-            tokens=spent,
+            tokens=record.known_tokens,
             attempts=attempts,
+            metadata=record.metadata(),
         )
 
     async def _ask(
-        self, request: ChatRequest, attempt: int, spent: int, evidence: tuple[str, ...]
+        self, request: ChatRequest, attempt: int, record: CallRecord, evidence: tuple[str, ...]
     ) -> tuple[ChatResponse, ParsedReply]:
         """One model call in its own span: the reply and what it yields."""
-        default = getattr(self._provider, "model", "")
         with chat_span(
             self._tracer,
             request,
             provider_name=str(getattr(self._provider, "provider_name", "unknown")),
-            model=request.model or (default if isinstance(default, str) else "") or "default",
+            model=self._asked or "default",
             suggestor=self._name,
             attempt=attempt,
         ) as span:
@@ -243,12 +283,18 @@ class LlmSuggestor:
                 response = await self._provider.complete(request)
             except ProviderError as error:
                 span.failed(error)
+                record.failed(error.tokens)
+                earlier: object = getattr(error, "metadata", None)  # a subclass may not set it
+                known = cast("dict[str, JsonValue]", earlier) if isinstance(earlier, dict) else {}
+                metadata = {**known, **record.metadata()}
                 if attempt == 1:
+                    error.metadata = metadata
                     raise
                 raise ProviderError(
                     f"{self._name}: attempt {attempt} (a repair) failed: {error}",
                     status=error.status,
-                    tokens=spent + (error.tokens or 0),
+                    tokens=record.tokens,
+                    metadata=metadata,
                 ) from error
             except Exception as error:
                 span.failed(error)

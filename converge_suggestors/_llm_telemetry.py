@@ -1,4 +1,5 @@
-"""OpenTelemetry spans for model calls, with the GenAI semantic conventions (extra `otel`).
+"""What is recorded about model calls: the trace's `Execution.metadata` (`CallRecord`), and
+OpenTelemetry spans with the GenAI semantic conventions (extra `otel`).
 
 Nothing here needs `opentelemetry-api` unless it is installed: without it, `llm_tracer`
 returns `None`, spans are no-ops and `record_retry` does nothing.
@@ -6,19 +7,130 @@ returns `None`, spans are no-ops and `record_retry` does nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Generator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final, final
 
+from pydantic import JsonValue
+
 from ._chat import ChatRequest, ChatResponse
+from ._http import safe_url
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["CallSpan", "chat_span", "llm_tracer", "record_retry"]
+__all__ = [
+    "CallRecord",
+    "CallSpan",
+    "chat_span",
+    "describe_provider",
+    "describe_text",
+    "llm_tracer",
+    "record_retry",
+]
 
 _SCOPE: Final = "converge_suggestors"
+_PROBLEM: Final = 200
+
+
+def describe_text(text: str | None) -> JsonValue:
+    """A text the trace should identify without holding it: its length and a short digest."""
+    if not text:
+        return None
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return {"chars": len(text), "sha256": digest}
+
+
+def describe_provider(provider: object) -> dict[str, JsonValue]:
+    """Which provider answers: its `provider_name`, class, and endpoint without credentials."""
+    name: object = getattr(provider, "provider_name", None)
+    endpoint: object = getattr(provider, "endpoint", None)
+    mode: object = getattr(provider, "structured_output", None)
+    return {
+        "provider": name if isinstance(name, str) else "unknown",
+        "provider_class": type(provider).__name__,
+        "endpoint": safe_url(endpoint) if isinstance(endpoint, str) else None,
+        "structured_output": mode if isinstance(mode, str) else None,
+    }
+
+
+@final
+class CallRecord:
+    """What the trace records about one `execute`: the call's setup, then each attempt.
+
+    `tokens` is the sum of every attempt's usage while all are known; once an attempt's cost
+    is unknown (a call that timed out or was dropped), it is `None` and `known_tokens` holds
+    what the other attempts cost.
+    """
+
+    __slots__ = (
+        "_answered_by",
+        "_finish",
+        "_problems",
+        "_setup",
+        "_unknown",
+        "_usage",
+        "invalid",
+        "known_tokens",
+    )
+
+    def __init__(self, setup: dict[str, JsonValue]) -> None:
+        self._setup = setup
+        self._answered_by: str | None = None
+        self._usage: list[JsonValue] = []
+        self._finish: list[JsonValue] = []
+        self._problems: list[JsonValue] = []
+        self._unknown = False
+        self.known_tokens = 0
+        """Tokens of the attempts whose cost is known."""
+        self.invalid = 0
+        """Invalid items of the usable reply, each recorded as a `DIAGNOSTIC` fact."""
+
+    @property
+    def tokens(self) -> int | None:
+        """What every attempt cost, or `None` when some attempt's cost is unknown."""
+        return None if self._unknown else self.known_tokens
+
+    def answered(self, response: ChatResponse, problem: str | None) -> None:
+        """An attempt came back with `response`; `problem` says why it is unusable, if it is."""
+        usage: dict[str, JsonValue] = {
+            "prompt_tokens": response.prompt_tokens,
+            "completion_tokens": response.completion_tokens,
+        }
+        self._usage.append(usage)
+        self._finish.append(response.finish_reason)
+        self.known_tokens += response.prompt_tokens + response.completion_tokens
+        if response.model:
+            self._answered_by = response.model
+        if problem is not None:
+            cut = problem if len(problem) <= _PROBLEM else problem[: _PROBLEM - 1] + "…"
+            self._problems.append(cut)
+
+    def failed(self, tokens: int | None) -> None:
+        """An attempt raised; `tokens` is what it cost, `None` when unknown."""
+        self._usage.append(None if tokens is None else {"total_tokens": tokens})
+        self._finish.append(None)
+        if tokens is None:
+            self._unknown = True
+        else:
+            self.known_tokens += tokens
+
+    def metadata(self) -> dict[str, JsonValue]:
+        """The JSON object for `AgentEffect.metadata` (or a failure's `metadata`)."""
+        result: dict[str, JsonValue] = {
+            **self._setup,
+            "response_model": self._answered_by,
+            "attempts": len(self._usage),
+            "usage": list(self._usage),
+            "finish_reasons": list(self._finish),
+            "repairs": list(self._problems),
+            "invalid_items": self.invalid,
+        }
+        if self._unknown:
+            result["tokens_known"] = self.known_tokens
+        return result
 
 
 def llm_tracer(tracer_provider: TracerProvider | None = None) -> Tracer | None:

@@ -111,6 +111,11 @@ class OpenAIChatProvider:
         return self._model
 
     @property
+    def endpoint(self) -> str:
+        """The URL it posts to, without user information, query string or fragment."""
+        return self._safe_url
+
+    @property
     def provider_name(self) -> str:
         """The `gen_ai.provider.name` of telemetry spans."""
         return self._provider_name
@@ -140,18 +145,27 @@ class OpenAIChatProvider:
 
         Raises:
             ProviderError: A non-retryable status, a timed-out reply, retries used up, or a
-                malformed reply.
+                malformed reply. Its `tokens` is 0 when no attempt can have cost any (error
+                answers, connections never made), `None` when one may have (a reply that timed
+                out, a dropped connection, a malformed reply).
         """
         body = self.body(request)
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         attempts = self._max_retries + 1
+        uncertain = False  # an earlier attempt may have cost tokens nobody reported
         for attempt in range(1, attempts + 1):
             client = self._clients.get()
-            outcome = await self._attempt(client, body, headers, attempt, attempts)
+            try:
+                outcome = await self._attempt(client, body, headers, attempt, attempts)
+            except ProviderError as error:
+                if uncertain:
+                    error.tokens = None
+                raise
             if isinstance(outcome, ChatResponse):
                 return outcome
+            uncertain = uncertain or outcome.unknown
             await self._wait(attempt, outcome)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -199,13 +213,18 @@ class OpenAIChatProvider:
             response = await client.post(self._url, json=body, headers=headers)
         except httpx.TransportError as error:
             problem, retryable = self._describe(error)
+            unsent = isinstance(
+                error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout
+            )
+            cost = 0 if unsent else None  # once sent, the server may have generated tokens
             if not retryable:
-                raise ProviderError(f"POST {self._safe_url} {problem}", tokens=None) from None
+                raise ProviderError(f"POST {self._safe_url} {problem}", tokens=cost) from None
             if attempt == attempts:
                 raise ProviderError(
-                    f"POST {self._safe_url} failed after {attempts} attempts: {problem}"
+                    f"POST {self._safe_url} failed after {attempts} attempts: {problem}",
+                    tokens=cost,
                 ) from None
-            return _Retry(problem, None, None)
+            return _Retry(problem, None, None, unknown=cost is None)
         status = response.status_code
         if status == 200:
             return self._parse(response)
@@ -213,13 +232,16 @@ class OpenAIChatProvider:
         hint = self._hint(status)
         if status not in _RETRYABLE_STATUS:
             raise ProviderError(
-                f"POST {self._safe_url} returned {status}: {excerpt}{hint}", status=status
+                f"POST {self._safe_url} returned {status}: {excerpt}{hint}",
+                status=status,
+                tokens=0,
             )
         if attempt == attempts:
             raise ProviderError(
                 f"POST {self._safe_url} returned {status} after {attempts} attempts: "
                 f"{excerpt}{hint}",
                 status=status,
+                tokens=0,
             )
         return _Retry(f"HTTP {status}", status, response.headers.get("Retry-After"))
 
@@ -294,6 +316,7 @@ class OpenAIChatProvider:
             raise ProviderError(
                 f"POST {self._safe_url} returned a malformed reply ({reason}): {excerpt}",
                 status=response.status_code,
+                tokens=None,  # the server answered 200: it may have generated a reply
             ) from None
 
 
@@ -301,12 +324,16 @@ class OpenAIChatProvider:
 class _Retry:
     """Why an attempt is worth repeating."""
 
-    __slots__ = ("problem", "retry_after", "status")
+    __slots__ = ("problem", "retry_after", "status", "unknown")
 
-    def __init__(self, problem: str, status: int | None, retry_after: str | None) -> None:
+    def __init__(
+        self, problem: str, status: int | None, retry_after: str | None, *, unknown: bool = False
+    ) -> None:
         self.problem = problem
         self.status = status
         self.retry_after = retry_after
+        self.unknown = unknown
+        """The failed attempt may have cost tokens (the request reached the server)."""
 
 
 class _Message(BaseModel):

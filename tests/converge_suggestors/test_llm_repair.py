@@ -248,7 +248,7 @@ async def test_an_empty_list_is_a_usable_reply_and_a_bare_list_is_accepted() -> 
     assert result.context.find(PROPOSALS, "h9") is not None
 
 
-async def test_a_provider_error_during_a_repair_keeps_the_tokens_spent() -> None:
+async def test_a_timed_out_repair_makes_the_tokens_unknown_and_keeps_the_known_part() -> None:
     provider = ScriptedChatProvider(
         [
             ChatResponse(content="no", prompt_tokens=50, completion_tokens=2),
@@ -260,7 +260,10 @@ async def test_a_provider_error_during_a_repair_keeps_the_tokens_spent() -> None
     result = await engine.run(inputs=[QUESTION])
     [execution] = result.trace.cycles[0].executions
     assert execution.outcome == "failed"
-    assert execution.tokens == 52
+    assert (execution.tokens, execution.tokens_unknown) == (0, True)
+    metadata: Any = execution.metadata
+    assert metadata["tokens_known"] == 52
+    assert metadata["usage"] == [{"prompt_tokens": 50, "completion_tokens": 2}, None]
     assert execution.error == (
         "ProviderError: analyst: attempt 2 (a repair) failed: "
         "POST http://x/v1/chat/completions timed out"

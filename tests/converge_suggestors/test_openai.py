@@ -265,7 +265,7 @@ async def test_provider_gives_up_after_repeated_500s(
         await subject.complete(REQUEST)
     assert len(chat_server.received) == 4
     assert "structured_output='json_object'" in str(caught.value)  # the llama.cpp hint
-    assert caught.value.tokens is None
+    assert caught.value.tokens == 0  # an error answer reports no usage: nothing generated
 
 
 async def test_provider_does_not_retry_a_400(
@@ -307,6 +307,32 @@ async def test_provider_retries_a_refused_connection_then_gives_up(sleeps: list[
     )
     assert not message.endswith(": ")
     assert len(sleeps) == 2
+    assert caught.value.tokens == 0  # the request never reached a server: nothing generated
+
+
+async def test_a_dropped_connection_makes_the_tokens_unknown_even_when_a_later_attempt_is_an_error(
+    chat_server: ChatServer, sleeps: list[float]
+) -> None:
+    chat_server.replies += [Reply(drop=True)]
+    async with provider(chat_server, max_retries=0) as subject:
+        with pytest.raises(ProviderError) as caught:
+            await subject.complete(REQUEST)
+    assert caught.value.tokens is None  # the server had the request: it may have generated
+    chat_server.replies += [Reply(drop=True), Reply(503, "busy")]
+    async with provider(chat_server, max_retries=1) as subject:
+        with pytest.raises(ProviderError, match="returned 503 after 2 attempts") as caught:
+            await subject.complete(REQUEST)
+    assert caught.value.tokens is None  # the 503 cost nothing, the dropped attempt is unknown
+    chat_server.replies += [Reply(400, "bad")]
+    async with provider(chat_server) as subject:
+        with pytest.raises(ProviderError, match="returned 400") as caught:
+            await subject.complete(REQUEST)
+    assert caught.value.tokens == 0
+
+
+def test_the_endpoint_is_shown_without_credentials_or_query() -> None:
+    subject = OpenAIChatProvider("https://bob:pw@api.example/v1?key=k", KEY, model="m")
+    assert subject.endpoint == "https://api.example/v1/chat/completions"
 
 
 async def test_provider_retries_a_dropped_connection(
