@@ -11,7 +11,7 @@ from ._checkpoint import Checkpoint, FactRecord
 from ._context import Context, ContextSnapshot
 from ._decorator import FunctionSuggestor, SuggestorFunction, suggestor
 from ._durable import Durability
-from ._effect import AgentEffect
+from ._effect import AgentEffect, Refusal
 from ._engine import Engine
 from ._events import (
     CycleFinished,
@@ -120,6 +120,7 @@ __all__ = [
     "PromotionRecord",
     "ProposalRejected",
     "ProposedFact",
+    "Refusal",
     "Rejection",
     "ReplayError",
     "RetryPolicy",

@@ -12,7 +12,18 @@ from ._key import KEY_ORDER, ContextKey
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 
-__all__ = ["AgentEffect"]
+__all__ = ["AgentEffect", "Refusal"]
+
+
+@final
+class Refusal(FrozenModel, frozen=True):
+    """Something a suggestor was given to propose (a model's reply item, say) that it refuses
+    itself, and why. The engine records it as a `Rejection` of the suggestor's cycle."""
+
+    proposal: ProposedFact
+    """The item as a proposal, as far as it could be read (a stand-in naming it otherwise)."""
+    reason: str = Field(min_length=1)
+    """Why the suggestor refused it."""
 
 
 @final
@@ -28,6 +39,9 @@ class AgentEffect(FrozenModel, frozen=True):
     """The proposals, in the order they should be merged."""
     tokens: int = Field(default=0, ge=0)
     """Model tokens spent producing them, counted against `Budget.max_tokens`."""
+    refused: tuple[Refusal, ...] = Field(default=(), strict=False, exclude_if=lambda v: not v)
+    """Items the suggestor refused itself, each recorded as a rejection with its reason
+    (left out of JSON when none)."""
     metadata: JsonValue = Field(default=None, exclude_if=lambda v: not v)
     """What the suggestor wants in the trace about this call (a JSON object: the model, its
     options, per-call usage...). The engine copies it to the call's `Execution.metadata`;

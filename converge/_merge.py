@@ -23,6 +23,7 @@ from typing import Final, Literal, final
 
 from ._canonical import payload_json
 from ._context import ContextSnapshot
+from ._effect import Refusal
 from ._fact import Fact, GateKind
 from ._gate import Gate, PromotionPolicy, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy
@@ -280,6 +281,12 @@ class Merger:
             summary=proposal.content,
             deadline=self._deadline,
         )
+
+    def refuse(self, suggestor: str, refusals: Sequence[Refusal]) -> None:
+        """Record the items a suggestor refused itself as rejections (nothing is promoted)."""
+        for refusal in refusals:
+            reason = f"refused by {suggestor}: {refusal.reason}"
+            self.rejections.append(self._rejection(refusal.proposal, suggestor, reason))
 
     def _rejection(self, proposal: ProposedFact, suggestor: str, reason: str) -> Rejection:
         return trusted(

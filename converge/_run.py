@@ -149,6 +149,8 @@ class RunLoop:
         conflict: Conflict | None = None
         for reg, effect in batch.effects:
             conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
+            if effect.refused:
+                merger.refuse(reg.name, effect.refused)
             if conflict is not None:
                 break
         state.snapshot = merger.snapshot()

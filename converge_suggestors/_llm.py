@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final, cast, final
 
 from pydantic import BaseModel, JsonValue
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact, get_logger
+from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact, Refusal, get_logger
 
 from ._chat import ChatMessage, ChatProvider, ChatRequest, ChatResponse, ProviderError
 from ._chat import ResponseSchema as _ResponseSchema
@@ -73,8 +73,8 @@ class LlmSuggestor:
     schema of the reply (`ChatRequest.response_schema`), which a provider may send as
     `response_format`. A reply that yields no valid proposal (not JSON, the wrong shape, every
     item invalid) is sent back with the problem, up to `max_repairs` times; each invalid item
-    of a reply that has valid ones is recorded as a `DIAGNOSTIC` fact
-    `llm-invalid:{name}:{digest}` with the reason.
+    of a reply that has valid ones is refused (`AgentEffect.refused`), which the engine
+    records as a rejection with the reason.
 
     Each call's effect carries `metadata`, which the engine copies to the trace's
     `Execution.metadata`: the model and provider, the options sent, the system prompt's length
@@ -188,8 +188,8 @@ class LlmSuggestor:
 
     @property
     def writes(self) -> Sequence[ContextKey]:
-        """`PROPOSALS` for the model's output, and `DIAGNOSTIC` for its invalid items."""
-        return (ContextKey.PROPOSALS, ContextKey.DIAGNOSTIC)
+        """`PROPOSALS`, for the model's output."""
+        return (ContextKey.PROPOSALS,)
 
     @property
     def system_message(self) -> str:
@@ -247,10 +247,11 @@ class LlmSuggestor:
             record.answered(response, parsed.problem)
             self._log(response, attempt, parsed)
             if parsed.problem is None:
-                notes = [self._note(item, response) for item in parsed.invalid]
-                record.invalid = len(notes)
+                refused = [self._refusal(item, response) for item in parsed.invalid]
+                record.invalid = len(refused)
                 return AgentEffect(
-                    proposals=(*parsed.proposals, *notes),
+                    proposals=tuple(parsed.proposals),
+                    refused=tuple(refused),
                     tokens=record.known_tokens,
                     metadata=record.metadata(),
                 )
@@ -319,25 +320,18 @@ class LlmSuggestor:
                 span.invalid(parsed.problem)
             return response, parsed
 
-    def _note(self, item: InvalidItem, response: ChatResponse) -> ProposedFact:
-        """The `DIAGNOSTIC` fact recording one invalid item and why."""
-        content = (
-            f"{self._name}: proposals[{item.index}] of the model's reply is not a valid "
-            f"proposal ({item.reason}): {item.excerpt}"
-        )
-        digest = hashlib.sha256(content.encode()).hexdigest()[:16]
-        return ProposedFact(
-            key=ContextKey.DIAGNOSTIC,
+    def _refusal(self, item: InvalidItem, response: ChatResponse) -> Refusal:
+        """One invalid item, refused: a stand-in proposal holding the item, and why."""
+        digest = hashlib.sha256(item.excerpt.encode()).hexdigest()[:16]
+        stand_in = ProposedFact(
+            key=ContextKey.PROPOSALS,
             id=f"llm-invalid:{self._safe_name}:{digest}",
-            content=content,
-            payload={
-                "suggestor": self._name,
-                "index": item.index,
-                "reason": item.reason,
-                "item": item.excerpt,
-            },
+            content=f"proposals[{item.index}] of the model's reply: {item.excerpt}",
+            payload={"index": item.index, "item": item.excerpt},
             provenance=f"{self._name}:{response.model or self._model or 'default'}",
+            target=self._target,
         )
+        return Refusal(proposal=stand_in, reason=f"not a valid proposal ({item.reason})")
 
     def _log(self, response: ChatResponse, attempt: int, parsed: ParsedReply) -> None:
         get_logger(suggestor=self._name).debug(

@@ -14,8 +14,8 @@ under `PROPOSALS`. In cycle 2 the `ValidationAgent` promotes those that pass its
 In cycle 3 `planner` reads the promoted hypotheses and drafts next steps, which the
 ValidationAgent reviews in cycle 4. The request carries the JSON schema of the reply, which
 the server enforces (`CONVERGE_STRUCTURED_OUTPUT`, default `json_object`); a reply that is
-still wrong is sent back with the problem, and an invalid item beside valid ones is a
-`diagnostic/llm-invalid:...` fact with the reason. A call that fails for good (an unreachable
+still wrong is sent back with the problem, and an invalid item beside valid ones is refused
+and recorded as a rejection with the reason. A call that fails for good (an unreachable
 server, no valid reply after the repairs) is a failed execution in the trace, with its error;
 the run goes on. Every call is bounded by `MAX_TOKENS`; the run's `tokens` is what the server
 reported in `usage`, every attempt included.
@@ -216,15 +216,6 @@ def show(result: ConvergeResult) -> None:
     print(f"rejected by the ValidationAgent ({len(rejected)}):")
     for fact in rejected:
         print(f"  {fact.content}")
-    invalid = [
-        fact
-        for fact in result.context.get(ContextKey.DIAGNOSTIC)
-        if fact.id.startswith("llm-invalid:")
-    ]
-    if invalid:
-        print(f"invalid items in the model's replies ({len(invalid)}):")
-        for fact in invalid:
-            print(f"  {fact.content}")
     if result.rejections:
         print(f"refused by the engine ({len(result.rejections)}):")
         for rejection in result.rejections:

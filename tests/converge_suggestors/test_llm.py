@@ -47,7 +47,7 @@ def analyst(provider: ScriptedChatProvider | OpenAIChatProvider, **options: obje
 def test_llm_suggestor_shape() -> None:
     suggestor = analyst(ScriptedChatProvider([]))
     assert isinstance(suggestor, Suggestor)
-    assert tuple(suggestor.writes) == (PROPOSALS, ContextKey.DIAGNOSTIC)
+    assert tuple(suggestor.writes) == (PROPOSALS,)
     assert tuple(suggestor.dependencies) == (SEEDS, PROPOSALS)
 
 

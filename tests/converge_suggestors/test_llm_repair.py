@@ -6,7 +6,7 @@ from typing import Any
 from chat_server import ChatServer, completion
 from pydantic import BaseModel
 
-from converge import ContextKey, Engine, Fact
+from converge import ContextKey, Engine
 from converge_suggestors import (
     ChatResponse,
     LlmSuggestor,
@@ -41,10 +41,6 @@ def analyst(provider: object, **options: object) -> LlmSuggestor:
         instructions="Propose hypotheses about the seeds.",
         **options,  # pyright: ignore[reportArgumentType]
     )
-
-
-def notes(facts: list[Fact]) -> list[str]:
-    return [fact.content for fact in facts if fact.id.startswith("llm-invalid:analyst:")]
 
 
 class Weather(BaseModel):
@@ -135,8 +131,8 @@ async def test_payloads_are_validated_against_the_payload_model() -> None:
     assert rain is not None
     assert rain.payload == {"kind": "rain", "millimetres": 4.0}
     assert result.context.find(PROPOSALS, "snow") is None
-    [note] = notes(list(result.context.get(DIAGNOSTIC)))
-    assert "proposals[1].payload.millimetres: Field required" in note
+    [refused] = result.rejections
+    assert "proposals[1].payload.millimetres: Field required" in refused.reason
 
 
 async def test_a_bad_reply_is_repaired_and_the_tokens_of_every_attempt_count() -> None:
@@ -212,26 +208,35 @@ async def test_valid_items_are_staged_and_invalid_ones_recorded_with_the_reason(
     result = await engine.run(inputs=[QUESTION])
     assert len(provider.requests) == 1  # nothing to repair: some items are valid
     assert [fact.id for fact in result.context.get(PROPOSALS)] == ["h1", "h3"]
-    diagnostics = list(result.context.get(DIAGNOSTIC))
-    assert notes(diagnostics) == [
-        "analyst: proposals[1] of the model's reply is not a valid proposal "
-        '(proposals[1].confidence: Field required): {"id": "h2", "content": "no confidence"}',
-        "analyst: proposals[2] of the model's reply is not a valid proposal "
-        "(proposals[2].id: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$'): "
-        '{"id": "has space", "content": "x", "confidence": 0.5}',
-        "analyst: proposals[3] of the model's reply is not a valid proposal "
-        "(proposals[3].id: 'h1' is already used in this reply): "
-        '{"id": "h1", "content": "same id, other content", "confidence": 0.5}',
+    assert not result.context.has(DIAGNOSTIC)
+    assert [(r.suggestor, r.cycle, r.reason) for r in result.rejections] == [
+        (
+            "analyst",
+            1,
+            "refused by analyst: not a valid proposal (proposals[1].confidence: Field required)",
+        ),
+        (
+            "analyst",
+            1,
+            "refused by analyst: not a valid proposal "
+            "(proposals[2].id: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$')",
+        ),
+        (
+            "analyst",
+            1,
+            "refused by analyst: not a valid proposal "
+            "(proposals[3].id: 'h1' is already used in this reply)",
+        ),
     ]
-    first = diagnostics[0]
+    first = result.rejections[0].proposal
     assert first.provenance == "analyst:tiny"
-    assert first.payload == {
-        "suggestor": "analyst",
-        "index": 1,
-        "reason": "proposals[1].confidence: Field required",
-        "item": '{"id": "h2", "content": "no confidence"}',
-    }
-    assert not result.rejections
+    assert first.content == (
+        'proposals[1] of the model\'s reply: {"id": "h2", "content": "no confidence"}'
+    )
+    assert first.payload == {"index": 1, "item": '{"id": "h2", "content": "no confidence"}'}
+    assert [r.reason for r in result.trace.cycles[0].rejected] == [
+        r.reason for r in result.rejections
+    ]
 
 
 async def test_an_empty_list_is_a_usable_reply_and_a_bare_list_is_accepted() -> None:

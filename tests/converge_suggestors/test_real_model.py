@@ -203,13 +203,9 @@ def test_model_review_promotes_model_drafts_through_the_validation_agent(model_u
             assert execution.error.partition(": ")[2].strip(), execution
     for rejection in result.rejections:
         assert rejection.reason.strip(), rejection
-    for note in result.context.get(ContextKey.DIAGNOSTIC):
-        if note.id.startswith("llm-invalid:"):
-            payload = note.payload
-            assert isinstance(payload, dict), note
-            reason = payload.get("reason")
-            assert isinstance(reason, str), note
-            assert reason.strip(), note
+    for rejection in result.rejections:  # invalid reply items are refused with the reason
+        if rejection.reason.startswith(f"refused by {rejection.suggestor}:"):
+            assert rejection.reason.partition("not a valid proposal (")[2].strip(), rejection
     # Every staged draft was decided: promoted, or rejected with the ValidationAgent's reason.
     for staged in result.context.get(ContextKey.PROPOSALS):
         assert staged.target is not None
