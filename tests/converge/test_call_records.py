@@ -3,10 +3,11 @@ failed call could not count."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 from pydantic import JsonValue, ValidationError
 
-from converge import AgentEffect, Context, ContextKey, Engine, ProposedFact, RunTrace
+from converge import AgentEffect, Context, ContextKey, Engine, ProposedFact, Refusal, RunTrace
 
 SEED = ProposedFact(key=ContextKey.SEEDS, id="s", content="go", provenance="test")
 
@@ -79,3 +80,42 @@ def test_metadata_must_be_a_json_object() -> None:
     assert isinstance(frozen, dict)
     with pytest.raises(TypeError):
         frozen["a"] = 2
+
+
+class Picky:
+    """Proposes one item and refuses another, as an LLM suggestor does with a bad reply item."""
+
+    name = "picky"
+    dependencies = (ContextKey.SEEDS,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(ContextKey.HYPOTHESES) == 0
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        good = ProposedFact(key=ContextKey.HYPOTHESES, id="good", content="ok", provenance="p")
+        bad = ProposedFact(key=ContextKey.HYPOTHESES, id="bad", content='{"id": 1}', provenance="p")
+        return AgentEffect(
+            proposals=(good,), refused=(Refusal(proposal=bad, reason="no confidence"),)
+        )
+
+
+def test_a_refused_item_is_a_rejection_of_its_cycle_and_replays() -> None:
+    engine = Engine(record_effects=True)
+    engine.register_suggestor(Picky())
+    result = engine.run_sync(inputs=[SEED])
+    assert result.context.find(ContextKey.HYPOTHESES, "good") is not None
+    assert result.context.find(ContextKey.HYPOTHESES, "bad") is None
+    [rejection] = result.rejections
+    assert (rejection.suggestor, rejection.cycle, rejection.proposal.id) == ("picky", 1, "bad")
+    assert rejection.reason == "refused by picky: no confidence"
+    assert result.trace.cycles[0].rejected == (rejection,)
+    replayer = Engine()
+    replayer.register_suggestor(Picky())
+    replayed = anyio.run(replayer.replay, result.trace)
+    assert replayed.rejections == result.rejections
+    with pytest.raises(ValidationError):
+        Refusal(proposal=good_proposal(), reason="")
+
+
+def good_proposal() -> ProposedFact:
+    return ProposedFact(key=ContextKey.HYPOTHESES, id="x", content="x", provenance="p")
