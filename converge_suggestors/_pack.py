@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Generic, TypeVar, final
 
+import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
 from converge import AgentEffect, Context, ContextKey, Fact, Pack, ProposedFact
@@ -65,8 +66,11 @@ class PackSuggestor(Generic[InputT, PlanT]):
         return any(True for _ in self._pending(ctx))
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        """Solve every pending input."""
-        return AgentEffect.with_proposals(self._handle(fact) for fact in self._pending(ctx))
+        """Solve every pending input, each in a worker thread (a solver may take a while and
+        must not hold the event loop)."""
+        return AgentEffect.with_proposals(
+            [await anyio.to_thread.run_sync(self._handle, fact) for fact in self._pending(ctx)]
+        )
 
     def _plan_id(self, fact: Fact) -> str:
         return f"{self._pack.name}:{fact.id}"

@@ -607,3 +607,18 @@ async def test_assignment_suggestor_leaves_the_event_loop_free_while_it_solves()
     longest = max(later - earlier for earlier, later in itertools.pairwise(ticks))
     assert elapsed > 0.06, elapsed  # measurable: three solves of about 45 ms each, at least
     assert longest < elapsed / 4, (longest, elapsed)
+
+
+async def test_pack_suggestor_solves_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    optimize = importlib.import_module("scipy.optimize")
+    solve = optimize.linear_sum_assignment
+    threads: list[int] = []
+
+    def recording(*args: object, **kwargs: object) -> object:
+        threads.append(threading.get_ident())
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(optimize, "linear_sum_assignment", recording)
+    await run_with(PackSuggestor(AssignmentPack(budget=10), SEEDS, STRATEGIES), STAFFING_SEED)
+    assert threads
+    assert threading.get_ident() not in threads
