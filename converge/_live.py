@@ -99,15 +99,17 @@ class LiveEffects:
         else:
             timed_out = True  # observers spent the time that was left: nothing runs
         tokens = 0
+        failed = timed_out or bool(refused)
         for slot in slots:
             if slot.effect is not None:
                 tokens += slot.effect.tokens
             elif slot.execution is not None:
+                failed = True
                 tokens += slot.execution.tokens
                 if slot.held is not None:
                     self._events.suggestor_blocked(cycle, slot.reg.name, slot.held)
         executions = _executions(refused, slots, started, cancelled=timed_out)
-        if self._retries.pending or any(e.outcome != "ok" for e in executions):
+        if failed or self._retries.pending:
             executions = self._retried(cycle, executions)
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()

@@ -67,12 +67,14 @@ class _Due:
 class Retries:
     """The retry schedule of one run."""
 
-    __slots__ = ("_due", "_policies", "_streak")
+    __slots__ = ("_due", "_policies", "_streak", "pending")
 
     def __init__(self, policies: Mapping[SuggestorId, RetryPolicy]) -> None:
         self._policies = policies
         self._due: dict[SuggestorId, _Due] = {}
         self._streak: dict[SuggestorId, int] = {}
+        self.pending = False
+        """Whether any retry is scheduled (an attribute: the cycle reads it every time)."""
 
     @classmethod
     def replayed(
@@ -83,11 +85,6 @@ class Retries:
         for cycle in cycles:
             retries.record(cycle.cycle, cycle.executions, now=float("-inf"))
         return retries
-
-    @property
-    def pending(self) -> bool:
-        """Whether any retry is scheduled."""
-        return bool(self._due)
 
     def attempt(self, sid: SuggestorId) -> int:
         """The number the next call of `sid` has (1 outside a failure streak)."""
@@ -142,3 +139,4 @@ class Retries:
             self._streak[sid] = made
             due = _Due(made + 1, cycle + policy.backoff_cycles, at + policy.backoff_seconds)
             self._due[sid] = due
+        self.pending = bool(self._due)
