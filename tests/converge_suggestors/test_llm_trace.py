@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 from chat_server import ChatServer, Reply, completion
+from test_llm_repair import analyst, good, reply
 
-from converge import ContextKey, ContextSnapshot, Engine, Execution, RunTrace
+from converge import ContextSnapshot, Engine, Execution, RunTrace
 from converge_suggestors import (
     ChatResponse,
     LlmOutputError,
@@ -19,25 +20,6 @@ from tests.doubles import seed
 
 QUESTION = seed("q", "a question", provenance="input:test")
 INSTRUCTIONS = "Propose hypotheses about the seeds."
-
-
-def reply(*items: dict[str, object]) -> str:
-    return json.dumps({"proposals": list(items)})
-
-
-def good(ident: str = "h1") -> dict[str, object]:
-    return {"id": ident, "content": f"claim {ident}", "confidence": 0.8}
-
-
-def analyst(provider: object, **options: object) -> LlmSuggestor:
-    return LlmSuggestor(
-        "analyst",
-        provider,  # pyright: ignore[reportArgumentType]
-        dependencies=[ContextKey.SEEDS],
-        target=ContextKey.HYPOTHESES,
-        instructions=INSTRUCTIONS,
-        **options,  # pyright: ignore[reportArgumentType]
-    )
 
 
 def digest(text: str) -> dict[str, object]:
