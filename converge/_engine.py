@@ -215,11 +215,15 @@ class Engine:
         context: ContextSnapshot | None = None,
         *,
         inputs: Iterable[ProposedFact] = (),
+        run_id: str | None = None,
     ) -> ConvergeResult:
         """Run to a stop reason, starting from `context` (empty by default) plus `inputs`.
 
         Inputs are merged at cycle 0 by the pseudo-suggestor `"input"`, through the gate.
         A stopped run returns its last consistent snapshot; caller cancellation propagates.
+        `run_id` names the run (a new UUID by default); with a store, a run id that is already
+        stored is refused (`StaleRecordError` at the first save), so a retried job can name its
+        run and find it again.
 
         Raises:
             ConfigurationError: `context` is not a `ContextSnapshot`, or an input is not a
@@ -229,13 +233,14 @@ class Engine:
                 stopped there (`error.result` is `None`) and the store keeps it as of its last
                 saved cycle, to be continued with `resume_run` once its lease runs out.
         """
-        return await self._run(self._config, context, inputs)
+        return await self._run(self._config, context, inputs, run_id)
 
     async def _run(
         self,
         config: RunConfig,
         context: ContextSnapshot | None,
         inputs: Iterable[ProposedFact],
+        run_id: str | None = None,
     ) -> ConvergeResult:
         start = ContextSnapshot.empty() if context is None else context
         if not isinstance(start, ContextSnapshot):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -248,7 +253,9 @@ class Engine:
                 raise ConfigurationError(
                     f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
                 )
-        state = RunState.start(start, given)
+        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ConfigurationError(f"run_id must be a non-blank str, got {run_id!r}")
+        state = RunState.start(start, given, run_id=run_id)
         view = self._registry.view()
         saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
         loop = RunLoop(config, view, state, saver)

@@ -1,0 +1,213 @@
+"""Batches of runs on a Dask cluster (extra `dask`): `run_batch` and `run_batch_sync`.
+
+A run is the unit of work and shards are whole runs: each Dask task runs up to
+`runs_per_worker` runs of the formation concurrently in one event loop on a worker, and the
+store (PostgreSQL across machines, SQLite on one) is where the results meet. Workers import the
+formation themselves from its locator (a module name, or a file path they can read), and open
+the store from its URL; nothing holding a connection or a client is pickled. Run ids are
+`"{batch_id}-{index}"`: a task that Dask retries (its worker died) finds its runs in the store,
+keeps the stopped ones, continues the interrupted ones (once their lease has run out) and
+starts the missing ones, so every input ends as exactly one stored run.
+
+`distributed` is imported by the functions here, not by `import converge`.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
+
+import anyio
+import anyio.to_thread
+from pydantic import TypeAdapter
+
+from ._batch import BatchFailure, BatchResult, ShardItem, StoredRun, run_id_of, run_shard
+from ._cli_support import CliError, load_formation, locate
+from ._durable import DEFAULT_LEASE
+from ._exceptions import ConfigurationError
+from ._proposal import ProposedFact
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["BatchFailure", "BatchResult", "StoredRun", "run_batch", "run_batch_sync", "run_id_of"]
+
+DEFAULT_RUNS_PER_WORKER = 32
+"""Runs a worker task runs at once: sized for model-bound formations (set 1 for CPU-bound)."""
+
+Progress = Callable[[int, int], None]
+"""Called with (inputs done, inputs in all) as shards finish."""
+
+_INPUTS = TypeAdapter(tuple[ProposedFact, ...])
+
+
+async def run_batch(
+    formation: str,
+    inputs: Iterable[Sequence[ProposedFact]],
+    client: Client,
+    store: str,
+    *,
+    batch_id: str | None = None,
+    runs_per_worker: int = DEFAULT_RUNS_PER_WORKER,
+    lease: float = DEFAULT_LEASE,
+    progress: Progress | None = None,
+) -> BatchResult:
+    """Run `formation` once per input set on the cluster of `client`; every input is stored.
+
+    Args:
+        formation: A module name or a `.py` path with a module-level `formation`, which every
+            worker can import.
+        inputs: One sequence of `ProposedFact`s per run.
+        client: A `distributed.Client` (synchronous or `asynchronous=True`).
+        store: A SQLite file path or a `postgresql://` URL every worker can reach.
+        batch_id: Names the batch and its run ids (a new id by default). Running a batch again
+            with the same id and inputs keeps what is stored and completes the rest.
+        runs_per_worker: Runs a task runs at once, in one event loop.
+        lease: The runs' lease (see `Engine`): how long a dead worker's run counts as running.
+        progress: Called with (done, total) as shards finish.
+
+    Raises:
+        ConfigurationError: `runs_per_worker` is not positive, an input is not a sequence of
+            `ProposedFact`, or the formation cannot be imported (here, before any task runs).
+    """
+    if runs_per_worker < 1:
+        raise ConfigurationError(f"runs_per_worker must be at least 1, got {runs_per_worker}")
+    locator = locate(formation)
+    try:
+        load_formation(locator)  # fails the batch early, with one error, not once per input
+    except CliError as error:
+        hint = f" ({error.hint})" if error.hint else ""
+        raise ConfigurationError(f"formation {formation!r}: {error}{hint}") from None
+    items = _items(inputs)
+    batch = batch_id or uuid.uuid4().hex[:12]
+    shards = _shards(items, runs_per_worker, _workers(client))
+    outcomes = await _submit(
+        client, locator, store, batch, shards, runs_per_worker, lease, progress
+    )
+    runs = sorted((o for o in outcomes if isinstance(o, StoredRun)), key=lambda r: r.index)
+    failures = sorted((o for o in outcomes if isinstance(o, BatchFailure)), key=lambda f: f.index)
+    return BatchResult(batch_id=batch, runs=tuple(runs), failures=tuple(failures))
+
+
+def run_batch_sync(
+    formation: str,
+    inputs: Iterable[Sequence[ProposedFact]],
+    client: Client,
+    store: str,
+    *,
+    batch_id: str | None = None,
+    runs_per_worker: int = DEFAULT_RUNS_PER_WORKER,
+    lease: float = DEFAULT_LEASE,
+    progress: Progress | None = None,
+) -> BatchResult:
+    """`run_batch` for scripts, with a synchronous `Client`."""
+    given = list(inputs)
+
+    async def main() -> BatchResult:
+        return await run_batch(
+            formation,
+            given,
+            client,
+            store,
+            batch_id=batch_id,
+            runs_per_worker=runs_per_worker,
+            lease=lease,
+            progress=progress,
+        )
+
+    return anyio.run(main)
+
+
+def _items(inputs: Iterable[Sequence[ProposedFact]]) -> list[ShardItem]:
+    items: list[ShardItem] = []
+    for index, facts in enumerate(inputs):
+        given = tuple(facts)
+        for position, fact in enumerate(given):
+            if not isinstance(fact, ProposedFact):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise ConfigurationError(
+                    f"inputs[{index}][{position}] must be a ProposedFact, got {type(fact).__name__}"
+                )
+        items.append(ShardItem(index, _INPUTS.dump_json(given).decode()))
+    return items
+
+
+def _workers(client: Client) -> int:
+    info = cast("dict[str, object]", client.scheduler_info())
+    workers = info.get("workers")
+    return max(1, len(cast("dict[str, object]", workers)) if isinstance(workers, dict) else 1)
+
+
+class _Future(Protocol):
+    """What this module uses of a `distributed.Future`."""
+
+    @property
+    def key(self) -> object: ...
+
+    def result(self) -> object: ...
+
+
+def _shards(items: list[ShardItem], per_worker: int, workers: int) -> list[list[ShardItem]]:
+    """Whole runs in shards of at most `per_worker`, at least two per worker when possible."""
+    if not items:
+        return []
+    size = max(1, min(per_worker, math.ceil(len(items) / (2 * workers))))
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+async def _submit(
+    client: Client,
+    locator: str,
+    store: str,
+    batch: str,
+    shards: list[list[ShardItem]],
+    per_worker: int,
+    lease: float,
+    progress: Progress | None,
+) -> list[StoredRun | BatchFailure]:
+    from distributed import as_completed
+
+    submit = cast("Callable[..., _Future]", client.submit)  # pyright: ignore[reportUnknownMemberType]
+    futures = [
+        submit(run_shard, locator, store, batch, shard, per_worker, lease, pure=False, retries=3)
+        for shard in shards
+    ]
+    shard_of = {future.key: shard for future, shard in zip(futures, shards, strict=True)}
+    total = sum(len(shard) for shard in shards)
+    outcomes: list[StoredRun | BatchFailure] = []
+
+    def take(future: _Future, result: object, error: BaseException | None) -> None:
+        shard = shard_of[future.key]
+        if error is None:
+            outcomes.extend(cast("list[StoredRun | BatchFailure]", result))
+        else:
+            text = f"{type(error).__name__}: {error}"
+            outcomes.extend(
+                BatchFailure(index=item.index, run_id=run_id_of(batch, item.index), error=text)
+                for item in shard
+            )
+        if progress is not None:
+            progress(len(outcomes), total)
+
+    if client.asynchronous:
+        async for done in cast("AsyncIterator[_Future]", as_completed(futures)):
+            try:
+                result = await cast("Awaitable[object]", done)
+            except Exception as error:
+                take(done, None, error)
+            else:
+                take(done, result, None)
+    else:
+
+        def collect() -> None:
+            for done in cast("Iterator[_Future]", as_completed(futures)):
+                try:
+                    result = done.result()
+                except Exception as error:
+                    take(done, None, error)
+                else:
+                    take(done, result, None)
+
+        await anyio.to_thread.run_sync(collect)
+    return outcomes
