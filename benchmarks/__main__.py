@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from . import assignment, chain, durability, fanout, growth, wide_idle
+from . import assignment, batch, chain, durability, fanout, growth, wide_idle
 from ._common import MIN_RUNS, Figures, Settings, machine, progress
 
 WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
@@ -23,6 +23,7 @@ WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
     "W4": wide_idle.measure,
     "W5": durability.measure,
     "W6": assignment.measure,
+    "W7": batch.measure,
 }
 
 # (name, workload, figure, limit): a target is met when the figure is at most the limit.
