@@ -6,6 +6,7 @@ import argparse
 
 from ._cli_support import UsageParser, who
 from ._durable import DEFAULT_LEASE
+from .dask import DEFAULT_RUNS_PER_WORKER
 
 __all__ = ["parser"]
 
@@ -27,6 +28,7 @@ def parser(default_demo: str) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _running(commands, default_demo)
     _reading(commands)
+    _batch(commands)
     for sub in commands.choices.values():  # `--store` after the command works too
         sub.add_argument("--store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sub.add_argument(
@@ -97,3 +99,33 @@ def _reading(
     report = commands.add_parser("report", help="write a run's HTML report")
     report.add_argument("run_id")
     report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
+
+
+def _batch(
+    commands: argparse._SubParsersAction[UsageParser],  # pyright: ignore[reportPrivateUsage]
+) -> None:
+    """`batch`: one run per input line, on a Dask cluster (see `_cli_batch`)."""
+    batch = commands.add_parser("batch", help="run a formation once per input line, on Dask")
+    batch.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
+    batch.add_argument("inputs", metavar="INPUTS.jsonl", help='one {"inputs": [...]} per line')
+    where = batch.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers", type=int, metavar="N", help="worker processes of a local cluster (default 2)"
+    )
+    where.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler")
+    batch.add_argument("--batch-id", help="name the batch and its run ids (default: a new id)")
+    batch.add_argument(
+        "--runs-per-worker",
+        type=int,
+        default=DEFAULT_RUNS_PER_WORKER,
+        metavar="N",
+        help=f"runs a worker runs at once (default {DEFAULT_RUNS_PER_WORKER}; 1 for CPU-bound)",
+    )
+    batch.add_argument(
+        "--lease",
+        type=float,
+        default=DEFAULT_LEASE,
+        metavar="SECONDS",
+        help=f"how long a run counts as alive without a save (default {DEFAULT_LEASE:g})",
+    )
+    batch.add_argument("--json", action="store_true", help="print the batch result as JSON")

@@ -35,6 +35,7 @@ from ._trace import Execution
 from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
+    "BATCH_INCOMPLETE",
     "DEFAULT_STORE",
     "EXIT_CODES",
     "FAILURES",
@@ -76,6 +77,9 @@ EXIT_CODES: Final[dict[StopReason, int]] = {
     StopReason.AWAITING_HUMAN: 6,
 }
 """Exit status per stop reason; 1 is an error, 2 a usage error, 7 a failed verify/replay."""
+
+BATCH_INCOMPLETE: Final = 10
+"""Exit status of `converge batch` when an input did not end as a stored run."""
 
 INTERRUPTED: Final = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""

@@ -6,11 +6,13 @@ converge demo [NAME]
 converge runs | show RUN_ID | review RUN_ID
 converge resume RUN_ID --approve GATE... --reject GATE... --by NAME [--reason TEXT]
 converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
+converge batch PATH_OR_MODULE INPUTS.jsonl [--workers N | --scheduler ADDRESS] [--json]
 ```
 
 Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
 was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed; 8 someone
-else decided or saved the run first (nothing was saved); 130 interrupted.
+else decided or saved the run first (nothing was saved); 10 a batch input not stored;
+130 interrupted.
 
 Everything printed that the command did not write itself (model output, stored records,
 exception messages) has its control characters escaped (`_cli_support.visible`), and
@@ -31,6 +33,7 @@ from typing import TextIO
 import anyio
 from pydantic import ValidationError
 
+from ._cli_batch import cmd_batch
 from ._cli_parser import parser
 from ._cli_records import STALE, formation_locator, paused_checkpoint, resumable, signing_key
 from ._cli_support import (
@@ -404,6 +407,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
     "verify": _cmd_verify,
     "replay": _cmd_replay,
     "report": _cmd_report,
+    "batch": cmd_batch,
 }
 
 
