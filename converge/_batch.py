@@ -10,16 +10,20 @@ connection or a client crosses a process boundary.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import monotonic
 from typing import Final, final
 
 import anyio
+from pydantic import TypeAdapter
 
 from ._cli_support import load_formation
+from ._durable import Durability
 from ._engine import Engine
 from ._exceptions import RunNotFoundError, StaleRecordError
+from ._formation import Formation
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._stop import RunStatus
@@ -29,11 +33,14 @@ __all__ = [
     "BatchFailure",
     "BatchResult",
     "ShardItem",
+    "ShardSpec",
     "StoredRun",
     "open_store_url",
     "run_id_of",
     "run_shard",
 ]
+
+_INPUTS: Final = TypeAdapter(tuple[ProposedFact, ...])
 
 LEASE_GRACE: Final = 5.0
 """Seconds a shard waits beyond a running run's lease before giving up on it."""
@@ -122,31 +129,61 @@ def open_store_url(url: str) -> RunStore:
     return SqliteRunStore(url)
 
 
-def run_shard(
-    locator: str,
-    store_url: str,
-    batch_id: str,
-    items: Sequence[ShardItem],
-    runs_per_worker: int,
-    lease: float,
-) -> list[StoredRun | BatchFailure]:
+@final
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """What every shard of a batch shares: the formation, the store, the run settings."""
+
+    locator: str
+    store_url: str
+    batch_id: str
+    runs_per_worker: int
+    lease: float
+    durability: Durability = "cycle"
+
+
+_FORMATIONS: dict[str, Formation] = {}
+_STORES: dict[str, RunStore] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(spec: ShardSpec) -> tuple[Formation, RunStore]:
+    """The formation and store of `spec`, loaded and opened once per worker process."""
+    with _CACHE_LOCK:
+        formation = _FORMATIONS.get(spec.locator)
+        if formation is None:
+            formation = _FORMATIONS[spec.locator] = load_formation(spec.locator)
+        store = _STORES.get(spec.store_url)
+        if store is None:
+            store = _STORES[spec.store_url] = open_store_url(spec.store_url)
+        return formation, store
+
+
+def run_shard(spec: ShardSpec, items: Sequence[ShardItem]) -> list[StoredRun | BatchFailure]:
     """Run (or find, or continue) each item's run, `runs_per_worker` at a time; in a worker.
+
+    The formation is imported and the store opened once per worker process, and reused by
+    every shard that process runs.
 
     Raises:
         converge._cli_support.CliError: The formation cannot be imported.
     """
-    formation = load_formation(locator)
-    store = open_store_url(store_url)
-    limiter = anyio.CapacityLimiter(runs_per_worker)
+    formation, store = _cached(spec)
+    limiter = anyio.CapacityLimiter(spec.runs_per_worker)
     done: list[StoredRun | BatchFailure] = []
 
     async def one(item: ShardItem) -> None:
         async with limiter:
-            run_id = run_id_of(batch_id, item.index)
+            run_id = run_id_of(spec.batch_id, item.index)
             try:
-                engine = formation.engine(store=store, formation=locator, lease=lease)
+                engine = formation.engine(
+                    store=store,
+                    formation=spec.locator,
+                    lease=spec.lease,
+                    durability=spec.durability,
+                )
                 inputs = _inputs(item.inputs)
-                done.append(await _ensure(engine, store, run_id, item.index, inputs, lease))
+                done.append(await _ensure(engine, store, run_id, item.index, inputs, spec.lease))
             except Exception as error:
                 text = f"{type(error).__name__}: {error}"
                 done.append(BatchFailure(index=item.index, run_id=run_id, error=text))
@@ -156,19 +193,12 @@ def run_shard(
             for item in items:
                 group.start_soon(one, item)
 
-    try:
-        anyio.run(main)
-    finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+    anyio.run(main)
     return sorted(done, key=lambda entry: entry.index)
 
 
 def _inputs(text: str) -> tuple[ProposedFact, ...]:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(tuple[ProposedFact, ...]).validate_json(text)
+    return _INPUTS.validate_json(text)
 
 
 async def _ensure(

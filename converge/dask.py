@@ -23,9 +23,17 @@ import anyio
 import anyio.to_thread
 from pydantic import TypeAdapter
 
-from ._batch import BatchFailure, BatchResult, ShardItem, StoredRun, run_id_of, run_shard
+from ._batch import (
+    BatchFailure,
+    BatchResult,
+    ShardItem,
+    ShardSpec,
+    StoredRun,
+    run_id_of,
+    run_shard,
+)
 from ._cli_support import CliError, load_formation, locate
-from ._durable import DEFAULT_LEASE
+from ._durable import DEFAULT_LEASE, Durability
 from ._exceptions import ConfigurationError
 from ._proposal import ProposedFact
 
@@ -51,6 +59,8 @@ async def run_batch(
     *,
     batch_id: str | None = None,
     runs_per_worker: int = DEFAULT_RUNS_PER_WORKER,
+    shard_size: int | None = None,
+    durability: Durability = "cycle",
     lease: float = DEFAULT_LEASE,
     progress: Progress | None = None,
 ) -> BatchResult:
@@ -64,7 +74,11 @@ async def run_batch(
         store: A SQLite file path or a `postgresql://` URL every worker can reach.
         batch_id: Names the batch and its run ids (a new id by default). Running a batch again
             with the same id and inputs keeps what is stored and completes the rest.
-        runs_per_worker: Runs a task runs at once, in one event loop.
+        runs_per_worker: Runs a task runs at once, in one event loop (1 for CPU-bound work).
+        shard_size: Runs per task (default: `runs_per_worker`, and at most a share that gives
+            each worker two tasks). Larger shards spread the per-task cost over more runs.
+        durability: The runs' durability (see `Engine`): `"exit"` saves each run once, when
+            it stops, for formations cheap enough to restart from their inputs.
         lease: The runs' lease (see `Engine`): how long a dead worker's run counts as running.
         progress: Called with (done, total) as shards finish.
 
@@ -74,6 +88,8 @@ async def run_batch(
     """
     if runs_per_worker < 1:
         raise ConfigurationError(f"runs_per_worker must be at least 1, got {runs_per_worker}")
+    if shard_size is not None and shard_size < 1:
+        raise ConfigurationError(f"shard_size must be at least 1, got {shard_size}")
     locator = locate(formation)
     try:
         load_formation(locator)  # fails the batch early, with one error, not once per input
@@ -82,10 +98,10 @@ async def run_batch(
         raise ConfigurationError(f"formation {formation!r}: {error}{hint}") from None
     items = _items(inputs)
     batch = batch_id or uuid.uuid4().hex[:12]
-    shards = _shards(items, runs_per_worker, _workers(client))
-    outcomes = await _submit(
-        client, locator, store, batch, shards, runs_per_worker, lease, progress
-    )
+    size = shard_size or runs_per_worker
+    shards = _shards(items, size, _workers(client), fixed=shard_size is not None)
+    spec = ShardSpec(locator, store, batch, runs_per_worker, lease, durability)
+    outcomes = await _submit(client, spec, shards, progress)
     runs = sorted((o for o in outcomes if isinstance(o, StoredRun)), key=lambda r: r.index)
     failures = sorted((o for o in outcomes if isinstance(o, BatchFailure)), key=lambda f: f.index)
     return BatchResult(batch_id=batch, runs=tuple(runs), failures=tuple(failures))
@@ -99,6 +115,8 @@ def run_batch_sync(
     *,
     batch_id: str | None = None,
     runs_per_worker: int = DEFAULT_RUNS_PER_WORKER,
+    shard_size: int | None = None,
+    durability: Durability = "cycle",
     lease: float = DEFAULT_LEASE,
     progress: Progress | None = None,
 ) -> BatchResult:
@@ -113,6 +131,8 @@ def run_batch_sync(
             store,
             batch_id=batch_id,
             runs_per_worker=runs_per_worker,
+            shard_size=shard_size,
+            durability=durability,
             lease=lease,
             progress=progress,
         )
@@ -148,31 +168,24 @@ class _Future(Protocol):
     def result(self) -> object: ...
 
 
-def _shards(items: list[ShardItem], per_worker: int, workers: int) -> list[list[ShardItem]]:
-    """Whole runs in shards of at most `per_worker`, at least two per worker when possible."""
+def _shards(
+    items: list[ShardItem], size: int, workers: int, *, fixed: bool
+) -> list[list[ShardItem]]:
+    """Whole runs in shards of `size` (when not `fixed`, at most two shards a worker)."""
     if not items:
         return []
-    size = max(1, min(per_worker, math.ceil(len(items) / (2 * workers))))
+    if not fixed:
+        size = max(1, min(size, math.ceil(len(items) / (2 * workers))))
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
 async def _submit(
-    client: Client,
-    locator: str,
-    store: str,
-    batch: str,
-    shards: list[list[ShardItem]],
-    per_worker: int,
-    lease: float,
-    progress: Progress | None,
+    client: Client, spec: ShardSpec, shards: list[list[ShardItem]], progress: Progress | None
 ) -> list[StoredRun | BatchFailure]:
     from distributed import as_completed
 
     submit = cast("Callable[..., _Future]", client.submit)  # pyright: ignore[reportUnknownMemberType]
-    futures = [
-        submit(run_shard, locator, store, batch, shard, per_worker, lease, pure=False, retries=3)
-        for shard in shards
-    ]
+    futures = [submit(run_shard, spec, shard, pure=False, retries=3) for shard in shards]
     shard_of = {future.key: shard for future, shard in zip(futures, shards, strict=True)}
     total = sum(len(shard) for shard in shards)
     outcomes: list[StoredRun | BatchFailure] = []
@@ -184,7 +197,9 @@ async def _submit(
         else:
             text = f"{type(error).__name__}: {error}"
             outcomes.extend(
-                BatchFailure(index=item.index, run_id=run_id_of(batch, item.index), error=text)
+                BatchFailure(
+                    index=item.index, run_id=run_id_of(spec.batch_id, item.index), error=text
+                )
                 for item in shard
             )
         if progress is not None:
