@@ -96,7 +96,7 @@ class SqliteRunStore:
         )
         connection.execute("PRAGMA busy_timeout = 30000")
         if not self._ready:
-            connection.execute("PRAGMA journal_mode = WAL")
+            _wal(connection)
             connection.execute("BEGIN IMMEDIATE")
             try:
                 connection.execute(
@@ -338,6 +338,30 @@ def _open(uri: str) -> sqlite3.Connection:
     )
     connection.execute("PRAGMA busy_timeout = 30000")
     return connection
+
+
+def _wal(connection: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, waiting while another process does the same.
+
+    Switching the journal mode ignores the busy timeout: two processes opening a new file at
+    once may be told "database is locked" at once, so this retries for up to 30 s.
+    """
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorname not in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
+                time.monotonic() > deadline
+            ):
+                raise
+            time.sleep(0.02)
 
 
 def _shm(path: Path) -> Path:
