@@ -96,6 +96,10 @@ async def run_batch(
     except CliError as error:
         hint = f" ({error.hint})" if error.hint else ""
         raise ConfigurationError(f"formation {formation!r}: {error}{hint}") from None
+    except Exception as error:  # the formation's module raised while it was imported
+        raise ConfigurationError(
+            f"formation {formation!r} failed to load: {type(error).__name__}: {error}"
+        ) from error
     items = _items(inputs)
     batch = batch_id or uuid.uuid4().hex[:12]
     size = shard_size or runs_per_worker

@@ -351,12 +351,6 @@ def test_a_batch_whose_worker_is_killed_stores_every_input_exactly_once(
 # --- failing early -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    raises=RuntimeError,
-    strict=True,
-    reason="run_batch wraps only CliError: an exception raised by the formation's module "
-    "escapes as itself, not as a ConfigurationError naming the formation",
-)
 def test_a_formation_that_raises_on_import_fails_the_batch_before_any_task(
     chain: Chain, tmp_path: Path
 ) -> None:
