@@ -36,14 +36,14 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, cast, final
 
 import anyio
 
-from converge import Formation, PostgresRunStore, ProposedFact, RunStore, SqliteRunStore
+from converge import Durability, Formation, PostgresRunStore, ProposedFact, RunStore, SqliteRunStore
 from converge.dask import BatchResult, run_batch_sync
 
 from . import batch_cpu_bound, batch_model_bound
@@ -73,28 +73,35 @@ class Case:
     runs: int
     runs_per_worker: int
     facts: int  # facts in each finished run, input included
+    durability: Durability = "cycle"
+    shard_size: int | None = None
+    target: str = ""  # the TARGETS entry it is held to (its name by default)
 
 
 def _cases(settings: Settings) -> list[Case]:
+    model = Case(
+        name="model_bound",
+        formation=batch_model_bound.formation,
+        locator=str(_HERE / "batch_model_bound.py"),
+        inputs=batch_model_bound.inputs,
+        runs=200 if settings.quick else 1_000,
+        runs_per_worker=256,
+        facts=1 + 2 * batch_model_bound.STEPS,
+    )
+    cpu = Case(
+        name="cpu_bound",
+        formation=batch_cpu_bound.formation,
+        locator=str(_HERE / "batch_cpu_bound.py"),
+        inputs=batch_cpu_bound.inputs,
+        runs=100 if settings.quick else 500,
+        runs_per_worker=1,
+        facts=2,
+    )
     return [
-        Case(
-            name="model_bound",
-            formation=batch_model_bound.formation,
-            locator=str(_HERE / "batch_model_bound.py"),
-            inputs=batch_model_bound.inputs,
-            runs=200 if settings.quick else 1_000,
-            runs_per_worker=256,
-            facts=1 + 2 * batch_model_bound.STEPS,
-        ),
-        Case(
-            name="cpu_bound",
-            formation=batch_cpu_bound.formation,
-            locator=str(_HERE / "batch_cpu_bound.py"),
-            inputs=batch_cpu_bound.inputs,
-            runs=100 if settings.quick else 500,
-            runs_per_worker=1,
-            facts=2,
-        ),
+        model,
+        replace(model, name="model_bound_exit", durability="exit", target="model_bound"),
+        cpu,
+        replace(cpu, name="cpu_bound_exit", durability="exit", shard_size=10, target="cpu_bound"),
     ]
 
 
@@ -161,7 +168,9 @@ def _sequential(case: Case, store: RunStore, runs: int, prefix: str) -> list[flo
         times: list[float] = []
         for index in range(runs + 1):  # the first is an untimed warm-up
             started = perf_counter()
-            engine = case.formation.engine(store=store, durability="cycle", formation=case.locator)
+            engine = case.formation.engine(
+                store=store, durability=case.durability, formation=case.locator
+            )
             result = await engine.run(inputs=case.inputs(index), run_id=f"{prefix}-{index}")
             elapsed = perf_counter() - started
             if result.stop_reason.value != "converged" or len(result.context) != case.facts:
@@ -200,6 +209,8 @@ def _batch(case: Case, client: Client, url: str, runs: int, batch_id: str) -> fl
         url,
         batch_id=batch_id,
         runs_per_worker=case.runs_per_worker,
+        shard_size=case.shard_size,
+        durability=case.durability,
     )
     elapsed = perf_counter() - started
     _check(case, result, runs)
@@ -247,7 +258,8 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
         "batch_wall_s": rounded(wall, 3),
         "batch_runs_per_s": rounded(batch_throughput),
         "speedup": rounded(batch_throughput / sequential_throughput),
-        "shards": math.ceil(case.runs / concurrency),
+        "shards": math.ceil(case.runs / (case.shard_size or concurrency)),
+        "durability": case.durability,
         "runs_at_once_per_worker": concurrency,
         "ideal_wall_s": rounded(ideal, 3),
         "overhead_ms_per_run": rounded(overhead * 1000, 3),
@@ -304,10 +316,11 @@ def measure(settings: Settings) -> Figures:
                     figures[f"{backend}_{case.name}"] = measured
                     speedup = measured["speedup"]
                     figures[f"{backend}_{case.name}_speedup"] = speedup
+                    goal = TARGETS[case.target or case.name]
                     targets[f"{backend}_{case.name}_speedup"] = {
                         "value": speedup,
-                        "at_least": TARGETS[case.name],
-                        "met": isinstance(speedup, float) and speedup >= TARGETS[case.name],
+                        "at_least": goal,
+                        "met": isinstance(speedup, float) and speedup >= goal,
                     }
         finally:
             stop()
