@@ -75,7 +75,11 @@ def failure(
         spent: object = getattr(error, "tokens", 0)
         if isinstance(spent, int) and spent > 0:
             tokens = spent  # a failure may still have cost model tokens
-        unknown = hasattr(error, "tokens") and spent is None  # it cannot say what it spent
+        # It cannot say what it spent (`tokens is None`), or only a part (`tokens_unknown`):
+        # the count is then a lower bound.
+        unknown = (hasattr(error, "tokens") and spent is None) or (
+            getattr(error, "tokens_unknown", False) is True
+        )
         metadata = _metadata_of(error)
         if text is None:
             text = describe_error(error)

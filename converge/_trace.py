@@ -59,7 +59,9 @@ class Execution(FrozenModel, frozen=True):
     Left out of JSON when 1."""
     tokens_unknown: bool = Field(default=False, exclude_if=lambda v: not v)
     """True when a failed call may have spent tokens it could not count (a model call that
-    timed out): `tokens` is then a lower bound. Left out of JSON when false."""
+    timed out): `tokens` is then a lower bound (what it could count). The engine sets it when
+    the exception's `tokens` is `None`, or its `tokens_unknown` is true. Left out of JSON when
+    false."""
     metadata: JsonValue = Field(default=None, exclude_if=lambda v: not v)
     """The effect's `metadata` (or a failure's `metadata` attribute): what the suggestor
     recorded about the call. Left out of JSON when empty."""

@@ -121,6 +121,9 @@ class ProviderError(Exception):
     metadata: dict[str, JsonValue]
     """What the trace should record about the call (`LlmSuggestor` fills it: model, options,
     attempts so far); empty by default."""
+    tokens_unknown: bool
+    """True when `tokens` counts only part of what was spent (earlier attempts whose usage is
+    known, before one whose cost is not): the engine counts `tokens` as a lower bound."""
 
     def __init__(
         self,
@@ -129,11 +132,13 @@ class ProviderError(Exception):
         status: int | None = None,
         tokens: int | None = None,
         metadata: dict[str, JsonValue] | None = None,
+        tokens_unknown: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.tokens = tokens
         self.metadata = dict(metadata or {})
+        self.tokens_unknown = tokens_unknown
 
 
 ScriptedReply = str | ChatResponse | Exception

@@ -81,10 +81,10 @@ class LlmSuggestor:
     and digest (not its text), the attempts with each one's usage and finish reason, the
     problems that were repaired and the number of invalid items. A failure it raises
     (`LlmOutputError`, `ProviderError`) carries the same `metadata` so far, and `tokens`: the
-    sum of every attempt's usage when all are known, or `None` as soon as one attempt's cost
-    is unknown (a call that timed out or was dropped), which the engine records as
-    `tokens_unknown`. The engine takes one number, so the known part of a partly unknown cost
-    is then only in `metadata["tokens_known"]`.
+    sum of every attempt's usage when all are known. When an attempt's cost is unknown (a call
+    that timed out or was dropped), the first call's error has `tokens=None`, and a later
+    (repair) call's error carries the earlier attempts' known sum with `tokens_unknown=True`:
+    the engine counts it as a lower bound and marks the call `tokens_unknown`.
 
     It accepts while some dependency fact has not yet been shown to it (read from the
     evidence of its own staged facts), so it runs once per new input and the loop converges.
@@ -294,8 +294,9 @@ class LlmSuggestor:
                 raise ProviderError(
                     f"{self._name}: attempt {attempt} (a repair) failed: {error}",
                     status=error.status,
-                    tokens=record.tokens,
+                    tokens=record.known_tokens,
                     metadata=metadata,
+                    tokens_unknown=record.tokens is None,
                 ) from error
             except Exception as error:
                 span.failed(error)

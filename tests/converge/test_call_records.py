@@ -119,3 +119,30 @@ def test_a_refused_item_is_a_rejection_of_its_cycle_and_replays() -> None:
 
 def good_proposal() -> ProposedFact:
     return ProposedFact(key=ContextKey.HYPOTHESES, id="x", content="x", provenance="p")
+
+
+class PartlyCounted(Exception):
+    """As a suggestor raises it after some model calls it could count and one it could not."""
+
+    tokens = 40
+    tokens_unknown = True
+
+
+class Partial:
+    name = "partial"
+    dependencies = (ContextKey.SEEDS,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return True
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        raise PartlyCounted("the second call timed out")
+
+
+def test_a_partly_counted_failure_counts_its_known_tokens_as_a_lower_bound() -> None:
+    engine = Engine()
+    engine.register_suggestor(Partial())
+    result = engine.run_sync(inputs=[SEED])
+    [execution] = result.trace.cycles[0].executions
+    assert (execution.outcome, execution.tokens, execution.tokens_unknown) == ("failed", 40, True)
+    assert result.tokens == 40

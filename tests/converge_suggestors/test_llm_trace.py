@@ -183,7 +183,7 @@ async def test_a_dropped_repair_keeps_the_known_tokens_in_the_metadata(
     ) as provider:
         execution, _ = await run_one(analyst(provider))
     metadata: Any = execution.metadata
-    assert (execution.outcome, execution.tokens, execution.tokens_unknown) == ("failed", 0, True)
+    assert (execution.outcome, execution.tokens, execution.tokens_unknown) == ("failed", 52, True)
     assert metadata["tokens_known"] == 52
     assert metadata["attempts"] == 2
     assert metadata["usage"] == [{"prompt_tokens": 50, "completion_tokens": 2}, None]
