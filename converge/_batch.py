@@ -119,6 +119,11 @@ class ShardItem:
     index: int
     inputs: str
 
+    @classmethod
+    def of(cls, index: int, facts: tuple[ProposedFact, ...]) -> ShardItem:
+        """The item of input `index`, its facts written as JSON (read back by `run_shard`)."""
+        return cls(index, _INPUTS.dump_json(facts).decode())
+
 
 def open_store_url(url: str) -> RunStore:
     """The store a URL names: `postgresql://...` or a SQLite file path."""

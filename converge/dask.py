@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
 import anyio.to_thread
-from pydantic import TypeAdapter
 
 from ._batch import (
     BatchFailure,
@@ -47,8 +46,6 @@ DEFAULT_RUNS_PER_WORKER = 32
 
 Progress = Callable[[int, int], None]
 """Called with (inputs done, inputs in all) as shards finish."""
-
-_INPUTS = TypeAdapter(tuple[ProposedFact, ...])
 
 
 async def run_batch(
@@ -153,7 +150,7 @@ def _items(inputs: Iterable[Sequence[ProposedFact]]) -> list[ShardItem]:
                 raise ConfigurationError(
                     f"inputs[{index}][{position}] must be a ProposedFact, got {type(fact).__name__}"
                 )
-        items.append(ShardItem(index, _INPUTS.dump_json(given).decode()))
+        items.append(ShardItem.of(index, given))
     return items
 
 
