@@ -10,6 +10,7 @@ one into a checkpoint and back. Everything the loop has to say goes through `Run
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, final
 
 import anyio
@@ -53,7 +54,7 @@ HUMAN_SUGGESTOR_ID = -2
 class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
-    __slots__ = ("_config", "_saver", "_state", "_stopwatch", "_view", "events")
+    __slots__ = ("_config", "_cycle_start", "_saver", "_state", "_stopwatch", "_view", "events")
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class RunLoop:
         self._state = state
         self._saver = saver
         self._stopwatch = Stopwatch(state.elapsed_before)
+        self._cycle_start: tuple[datetime, float] | None = None
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
 
@@ -126,6 +128,7 @@ class RunLoop:
     async def _cycle(self, source: EffectSource, cycle: int) -> ConvergeResult | None:
         """Run one cycle; the result when the run stops here, `None` to go on."""
         state = self._state
+        self._cycle_start = (datetime.now(UTC), self._stopwatch.elapsed())
         end = source.end(cycle)
         if end is not None:
             state.cycle = end.cycle
@@ -333,6 +336,7 @@ class RunLoop:
             rejected = tuple(merger.rejections)
             held = tuple([request.gate_id for request in merger.held]) if merger.held else ()
             violations = (*merger.violations, *semantic)
+        start = self._cycle_start
         events = self.events
         if events.debug or (events.warn and _noteworthy(batch, merger, violations)):
             events.executions(cycle, batch.executions)
@@ -357,6 +361,8 @@ class RunLoop:
                     "held": held,
                     "violations": violations,
                     "merged": merged,
+                    "started_at": None if start is None else start[0],
+                    "at_seconds": None if start is None else start[1],
                 },
             )
         )

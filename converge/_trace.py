@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal, final
 
 from pydantic import Field, JsonValue
@@ -93,6 +94,11 @@ class CycleTrace(FrozenModel, frozen=True):
     """Invariant violations found in this cycle."""
     merged: bool = True
     """False when the time budget cancelled the cycle: none of its effects were merged."""
+    started_at: datetime | None = Field(default=None, exclude_if=lambda v: v is None)
+    """When the cycle started, UTC (`None` in records written before converge recorded it)."""
+    at_seconds: float | None = Field(default=None, ge=0.0, exclude_if=lambda v: v is None)
+    """The run's own time when the cycle started, in seconds: a human's wait is not counted,
+    so the cycles of a paused and resumed run share one time axis."""
 
 
 @final
