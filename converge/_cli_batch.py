@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -21,15 +20,14 @@ import anyio.to_thread
 from pydantic import ValidationError
 
 from ._batch import BatchResult
+from ._cli_store import given_store, open_store
 from ._cli_support import (
     BATCH_INCOMPLETE,
-    DEFAULT_STORE,
     CliError,
     error_text,
     json_visible,
     load_formation,
     locate,
-    open_store,
     visible,
 )
 from ._model import FrozenModel
@@ -81,7 +79,7 @@ def read_inputs(path: str) -> list[tuple[ProposedFact, ...]]:
 
 def store_target(option: str | None) -> str:
     """The store the workers open: a PostgreSQL URL, or a SQLite file's absolute path."""
-    target = option or os.environ.get("CONVERGE_STORE") or str(DEFAULT_STORE)
+    target = given_store(option)
     if target.startswith(("postgresql://", "postgres://")):
         return target
     return str(Path(target).expanduser().resolve())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import importlib
 import importlib.util
 import io
@@ -30,13 +29,11 @@ from ._formation import Formation
 from ._key import ContextKey
 from ._log import LOGGER_NAME
 from ._stop import StopReason
-from ._store import RunRecord, RunStore
+from ._store import RunRecord
 from ._trace import Execution
-from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
     "BATCH_INCOMPLETE",
-    "DEFAULT_STORE",
     "EXIT_CODES",
     "FAILURES",
     "INTERRUPTED",
@@ -44,7 +41,6 @@ __all__ = [
     "Progress",
     "UsageParser",
     "VisibleLines",
-    "close_stores",
     "engine_warnings",
     "error_text",
     "exit_status",
@@ -52,8 +48,6 @@ __all__ = [
     "json_visible",
     "load_formation",
     "locate",
-    "open_store",
-    "report_path",
     "summary_lines",
     "visible",
     "who",
@@ -61,7 +55,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-DEFAULT_STORE: Final = Path(".converge") / "runs.db"
 
 FAILURES: Final = 9
 """Exit status of a run that converged with failed calls or rolled-back effects."""
@@ -243,61 +236,6 @@ def _loading(locator: str, load: Callable[[], T]) -> T:
         raise CliError(
             f"formation {locator} exited with status {status} while loading{said}"
         ) from None
-
-
-_OPEN: dict[tuple[str, bool], tuple[SqliteRunStore | PostgresRunStore, str]] = {}
-"""The stores this command opened, reused within it and closed by `close_stores`."""
-
-
-def open_store(option: str | None, *, read_only: bool = False) -> tuple[RunStore, str]:
-    """The store named by `--store`, `CONVERGE_STORE`, or the default SQLite file.
-
-    `read_only` opens a SQLite file read-only (it must exist; nothing is created or written).
-    Opening the same store twice in one command gives the same store (one connection).
-    """
-    target = option or os.environ.get("CONVERGE_STORE") or str(DEFAULT_STORE)
-    postgres = target.startswith(("postgresql://", "postgres://"))
-    opened = _OPEN.get((target, read_only and not postgres))
-    if opened is None:
-        if postgres:
-            opened = PostgresRunStore(target), "PostgreSQL store"
-        else:
-            opened = SqliteRunStore(target, read_only=read_only), target
-        _OPEN[target, read_only and not postgres] = opened
-    return opened
-
-
-def close_stores() -> None:
-    """Close every store `open_store` opened (a SQLite file is left without its WAL)."""
-    while _OPEN:
-        _, (store, _) = _OPEN.popitem()
-        store.close()
-
-
-_UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9._-]")
-_MAX_NAME: Final = 100
-
-
-def report_path(store_label: str, run_id: str) -> Path:
-    """Where the report of `run_id` goes: `reports/NAME.html` beside the store file.
-
-    NAME keeps the run id when it is only letters, digits, `.`, `_` and `-` (not first `.`),
-    up to 100 characters; otherwise the other characters become `_`, and a digest of the
-    run id is added so that two run ids never share a report.
-
-    Raises:
-        CliError: The file would not be inside the reports folder (a symlink points out).
-    """
-    store = Path(store_label)
-    folder = (store.parent if store_label.endswith(".db") else Path(".converge")) / "reports"
-    name = _UNSAFE_NAME.sub("_", run_id).lstrip(".")[:_MAX_NAME]
-    if name != run_id:
-        digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        name = f"{name}-{digest}" if name else f"run-{digest}"
-    path = folder / f"{name}.html"
-    if path.resolve().parent != folder.resolve():
-        raise CliError(f"the report of run {run_id} would be written outside {folder}")
-    return path
 
 
 def _counts(keys: dict[ContextKey, int]) -> str:

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from ._cli_batch import cmd_batch
 from ._cli_parser import parser
 from ._cli_records import STALE, formation_locator, paused_checkpoint, resumable, signing_key
+from ._cli_store import close_stores, open_store, report_path, store_argument
 from ._cli_support import (
     EXIT_CODES,
     FAILURES,
@@ -43,15 +44,12 @@ from ._cli_support import (
     CliError,
     Progress,
     VisibleLines,
-    close_stores,
     engine_warnings,
     error_text,
     exit_status,
     json_visible,
     load_formation,
     locate,
-    open_store,
-    report_path,
     summary_lines,
     visible,
 )
@@ -185,9 +183,10 @@ async def _finish(
         out.write(f"report       {visible(report)}\n")
     if record.pending:
         gates = " ".join(visible(gate.gate_id) for gate in record.pending)
+        where = visible(store_argument(args.store))
         out.write(
-            f"next         converge review {run_id}\n"
-            f"             converge resume {run_id} --approve {gates} --by NAME\n"
+            f"next         converge review {run_id}{where}\n"
+            f"             converge resume {run_id} --approve {gates} --by NAME{where}\n"
         )
     status = exit_status(record, allow_failures=args.allow_failures)
     if status == FAILURES:
@@ -297,7 +296,8 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         )
     gates = " ".join(visible(gate.gate_id) for gate in checkpoint.pending)
     run_id = visible(record.run_id)
-    out.write(f"decide with: converge resume {run_id} --approve {gates} --by NAME\n")
+    where = visible(store_argument(args.store))
+    out.write(f"decide with: converge resume {run_id} --approve {gates} --by NAME{where}\n")
     return EXIT_CODES[StopReason.AWAITING_HUMAN]
 
 

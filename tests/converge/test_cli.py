@@ -139,3 +139,46 @@ def test_store_and_debug_options_work_after_the_command(store: str) -> None:
     code, out = cli("runs", "--store", store)
     assert code == 0
     assert out.startswith(run_id)
+
+
+def test_the_printed_next_commands_name_a_store_that_is_not_the_default(
+    store: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import shlex
+
+    monkeypatch.delenv("CONVERGE_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)  # the default store would be tmp_path/.converge/runs.db
+    code, out = cli("run", FORMATION, "--store", store)
+    assert code == 6
+    review = next(line for line in out.splitlines() if line.startswith("next "))
+    resume = out.splitlines()[out.splitlines().index(review) + 1]
+    assert review.endswith(f"--store {shlex.quote(store)}")
+    code, said = cli(*shlex.split(review.removeprefix("next").strip())[1:])
+    assert code == 6
+    decide = next(line for line in said.splitlines() if line.startswith("decide with:"))
+    assert decide.endswith(f"--store {shlex.quote(store)}")
+    command = shlex.split(resume.strip().replace("NAME", "jane"))[1:]
+    assert cli(*command)[0] == 0
+    assert not (tmp_path / ".converge" / "runs.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "printed"),
+    [
+        (None, ""),
+        (".converge/runs.db", ""),
+        ("my runs.db", " --store 'my runs.db'"),
+        ("postgresql://ana:s3cret@db:5432/runs", " --store postgresql://ana@db:5432/runs"),
+        (
+            "postgresql://db/runs?password=s3cret&sslmode=require",
+            " --store 'postgresql://db/runs?sslmode=require'",
+        ),
+    ],
+)
+def test_store_argument_names_the_store_without_its_password(
+    given: str | None, printed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from converge._cli_store import store_argument
+
+    monkeypatch.delenv("CONVERGE_STORE", raising=False)
+    assert store_argument(given) == printed
