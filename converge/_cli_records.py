@@ -10,14 +10,27 @@ formation the record names.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from typing import Final, TextIO
 
 from ._checkpoint import Checkpoint
-from ._cli_support import CliError
+from ._cli_support import CliError, load_formation
+from ._exceptions import InvalidResumeError, StaleRecordError
+from ._formation import EngineOptions, Formation
+from ._hitl import GateDecision
+from ._result import ConvergeResult
 from ._stop import RunStatus, StopReason
-from ._store import RunRecord
+from ._store import RunRecord, RunStore
 
-__all__ = ["STALE", "formation_locator", "paused_checkpoint", "resumable", "signing_key"]
+__all__ = [
+    "STALE",
+    "Resumed",
+    "formation_locator",
+    "paused_checkpoint",
+    "resumable",
+    "resume_stored",
+    "signing_key",
+]
 
 STALE: Final = 8
 """Exit status when someone else saved the run first (a decision would have been lost)."""
@@ -109,3 +122,55 @@ def formation_locator(record: RunRecord, given: str | None, key: bytes | None, e
             "(pass --formation to choose the formation yourself)\n"
         )
     return record.formation
+
+
+Resumed = tuple[ConvergeResult, Formation, str]
+"""What `resume_stored` ran: the result, the formation, and the locator it was loaded from."""
+
+
+async def resume_stored(
+    store: RunStore,
+    run_id: str,
+    decisions: Sequence[GateDecision],
+    *,
+    formation: str | None,
+    options: Callable[[Formation, str], EngineOptions],
+    err: TextIO,
+    seen_version: int | None = None,
+) -> Resumed | str:
+    """Decide a paused run, or continue an interrupted one: the one path `converge resume`
+    and the review console share.
+
+    Loads the run, checks it can be resumed (`resumable`), imports its formation
+    (`formation_locator`), builds an engine with `options(formation, locator)` and calls
+    `Engine.resume_run`. With `seen_version`, the run must still be the version the
+    reviewer saw.
+
+    Returns:
+        What ran; or, when someone else holds, decided, continued or changed the run first,
+        the message that says so (nothing was saved).
+
+    Raises:
+        CliError, StoreError: As `resumable` and `formation_locator`.
+        InvalidResumeError: The decisions do not fit the run (and nobody changed it).
+    """
+    key = signing_key()
+    record = await store.load(run_id)
+    stale = resumable(record, run_id, key, decided=bool(decisions))
+    if stale is None and seen_version is not None and record.version != seen_version:
+        stale = f"run {run_id} changed since it was shown ({record.outcome}){record.decided_by()}"
+    if stale is not None:
+        return stale
+    locator = formation_locator(record, formation, key, err)
+    loaded = load_formation(locator)
+    engine = loaded.engine(**options(loaded, locator))
+    try:
+        result = await engine.resume_run(run_id, decisions)
+    except (StaleRecordError, InvalidResumeError) as error:
+        current = await store.load(run_id)
+        if isinstance(error, InvalidResumeError) and current.version == record.version:
+            raise
+        if isinstance(error, StaleRecordError):
+            return f"{error}{current.decided_by()}"
+        return str(error)
+    return result, loaded, locator

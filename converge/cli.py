@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from ._cli_batch import cmd_batch
 from ._cli_parser import parser
-from ._cli_records import STALE, formation_locator, paused_checkpoint, resumable, signing_key
+from ._cli_records import STALE, formation_locator, paused_checkpoint, resume_stored, signing_key
 from ._cli_store import close_stores, open_store, report_path, store_argument
 from ._cli_support import (
     EXIT_CODES,
@@ -55,10 +55,8 @@ from ._cli_support import (
 )
 from ._exceptions import (
     ConvergeError,
-    InvalidResumeError,
     ReplayError,
     RunNotFoundError,
-    StaleRecordError,
     StoreError,
 )
 from ._formation import EngineOptions, Formation
@@ -302,32 +300,24 @@ async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
-    store, record = await _load(args, args.run_id, read_only=False)
-    key = signing_key()
+    store, _ = open_store(args.store)
     decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
     decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
     if decisions and args.by is None:
         raise CliError("--by is required with --approve or --reject")
-    stale = resumable(record, args.run_id, key, decided=bool(decisions))
-    if stale is not None:
-        print(f"error: {visible(stale)}", file=sys.stderr)
+    resumed = await resume_stored(
+        store,
+        args.run_id,
+        decisions,
+        formation=args.formation,
+        options=lambda formation, locator: _engine_options(args, formation, out, locator, store),
+        err=VisibleLines(sys.stderr),
+    )
+    if isinstance(resumed, str):
+        print(f"error: {visible(resumed)}", file=sys.stderr)
         return STALE
-    locator = formation_locator(record, args.formation, key, VisibleLines(sys.stderr))
-    formation = load_formation(locator)
-    _, label = open_store(args.store)
-    engine = formation.engine(**_engine_options(args, formation, out, locator, store))
-    try:
-        result = await engine.resume_run(args.run_id, decisions)
-    except (StaleRecordError, InvalidResumeError) as error:
-        current = await store.load(args.run_id)
-        if isinstance(error, InvalidResumeError) and current.version == record.version:
-            raise
-        said = (
-            f"{error}{current.decided_by()}" if isinstance(error, StaleRecordError) else str(error)
-        )
-        print(f"error: {visible(said)}", file=sys.stderr)
-        return STALE
-    return await _finish(result, formation, locator, args, out, label)
+    result, formation, locator = resumed
+    return await _finish(result, formation, locator, args, out, open_store(args.store)[1])
 
 
 async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
