@@ -1,127 +1,33 @@
-"""`render_report`: a stored run as one self-contained HTML page.
+"""`render_report` and `report_body`: a stored run as one self-contained HTML page.
 
 The page has inline CSS, inline SVG and a few lines of inline script, allowed by a content
 security policy that admits nothing else: no network, no external fonts, and any script a fact
-might smuggle in is escaped and would be refused anyway. The charts live in `_report_svg`; the
-stylesheet, the script and the policy in `_report_assets`. Every count the page shows carries
-`data-count` and `data-value`, so tests and tools can read them from the DOM.
+might smuggle in is escaped and would be refused anyway. `report_body` is the part inside
+`<main>`, which the review console embeds in its own page; `render_report` wraps it. The
+header and summary live in `_report_header`, the gates in `_report_gates`, the charts in
+`_report_timeline` and `_report_svg`, the stylesheet, script and policy in `_report_assets`.
+Every count the page shows carries `data-count` and `data-value`, so tests and tools can read
+them from the DOM.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from typing import Final
 
 from ._checkpoint import FactRecord
 from ._integrity import verify
-from ._invariant import Violation
 from ._key import ContextKey
 from ._report_assets import CSS, POLICY, SCRIPT
-from ._report_svg import KEY_COLOURS, esc, format_ms, lineage_svg, short, timeline_svg
-from ._stop import StopReason
+from ._report_gates import gates
+from ._report_header import header, summary
+from ._report_parts import executions, ref_link, section, table, violations
+from ._report_svg import KEY_COLOURS, esc, format_ms, lineage_svg, short
+from ._report_timeline import timeline_svg
 from ._store import RunRecord
-from ._trace import Execution
 
-__all__ = ["render_report"]
-
-
-def _count(name: str, value: int, label: str, *, level: str = "") -> str:
-    cls = f"stat {level}".strip()
-    return (
-        f'<div class="{cls}"><b data-count="{name}" data-value="{value}">{value}</b>'
-        f"<span>{esc(label)}</span></div>"
-    )
-
-
-_RIGHT: Final = ' class="num"'
-
-
-def _table(
-    headers: Sequence[str],
-    rows: Iterable[str],
-    *,
-    kind: str,
-    widths: Sequence[int] = (),
-    right: Sequence[int] = (),
-) -> str:
-    """A table; `widths` (percentages) fix the layout; `right` columns are right-aligned."""
-    cols = "".join(f'<col style="width:{width}%">' for width in widths)
-    head = "".join(
-        f"<th{_RIGHT if index in right else ''}>{esc(header)}</th>"
-        for index, header in enumerate(headers)
-    )
-    body = "".join(rows)
-    fixed = " fixed" if widths else ""
-    return (
-        f'<table class="{kind}{fixed}"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
-        f"<tbody>{body}</tbody></table>"
-    )
-
-
-def _section(ident: str, title: str, body: str, *, count: int | None = None) -> str:
-    badge = "" if count is None else f' <span class="muted">({count})</span>'
-    return f'<section id="{ident}"><h2>{esc(title)}{badge}</h2>{body}</section>'
-
-
-def _ref_link(ref: str, anchors: dict[str, str]) -> str:
-    anchor = anchors.get(ref)
-    if anchor is None:
-        return f'<code>{esc(ref)}</code> <span class="muted">(no such fact)</span>'
-    return f'<a href="#{anchor}"><code>{esc(ref)}</code></a>'
-
-
-def _violations(record: RunRecord) -> list[Violation]:
-    found = list(record.trace.input_violations)
-    for cycle in record.trace.cycles:
-        found.extend(cycle.violations)
-    return found
-
-
-def _executions(record: RunRecord) -> list[tuple[int, Execution]]:
-    return [(cycle.cycle, e) for cycle in record.trace.cycles for e in cycle.executions]
-
-
-def _header(record: RunRecord, title: str) -> str:
-    executions = [e for _, e in _executions(record)]
-    failures = sum(e.outcome == "failed" for e in executions)
-    timeouts = sum(e.outcome == "timed_out" for e in executions)
-    violations = len(_violations(record))
-    stop = record.outcome
-    flawed = record.stop_reason is StopReason.CONVERGED and (failures or timeouts or violations)
-    badge = "converged_with_failures" if flawed else stop
-    stats = "".join(
-        [
-            _count("cycles", record.cycles, "cycles"),
-            _count("facts", len(record.facts), "facts"),
-            _count("tokens", record.tokens, "tokens"),
-            _count("executions", len(executions), "executions"),
-            _count("failures", failures, "failures", level="alert" if failures else ""),
-            _count("timeouts", timeouts, "timeouts", level="alert" if timeouts else ""),
-            _count("rejections", len(record.rejections), "rejections"),
-            _count(
-                "pending",
-                len(record.pending),
-                "pending gates",
-                level="attention" if record.pending else "",
-            ),
-            _count("decisions", len(record.trace.decisions), "decisions"),
-            _count("violations", violations, "violations", level="alert" if violations else ""),
-        ]
-    )
-    callout = (
-        f'<p class="callout">{len(record.pending)} proposal(s) wait for a human decision: '
-        '<a href="#gates">review the pending gates</a>.</p>'
-        if record.pending
-        else ""
-    )
-    return (
-        f'<header class="run"><h1>{esc(title)}</h1>'
-        f'<p class="subtitle">run <code data-run-id>{esc(record.run_id)}</code></p>'
-        f'<p><span class="badge stop-{badge}" data-stop-reason="{stop}">'
-        f'{esc(badge.replace("_", " "))}</span><span class="detail">{esc(record.detail)}'
-        f'</span></p><div class="stats">{stats}</div>{callout}</header>'
-    )
+__all__ = ["render_report", "report_body"]
 
 
 def _timeline(record: RunRecord) -> str:
@@ -129,11 +35,12 @@ def _timeline(record: RunRecord) -> str:
         '<div class="legend"><span><i style="background:var(--bar)"></i>ok</span>'
         '<span><i style="background:var(--bad)"></i>failed ✕</span>'
         '<span><i style="background:#fde2c8;border:1px solid var(--budget)"></i>timed out ◷</span>'
-        "<span>bar width: duration, scaled to the slowest execution of each cycle</span>"
-        "<span>under each cycle: facts promoted, rejected (r), held (h), violations (v)</span>"
-        "</div>"
+        '<span><b class="human-key">◆</b> human decisions applied</span>'
+        '<span><b class="continuation-key">■</b> continued after an interruption</span>'
+        "<span>x axis: the run&#x27;s own time (a human&#x27;s wait left out); vertical lines: "
+        "cycle starts; hover a bar or a line for details</span></div>"
     )
-    failed = [(cycle, e) for cycle, e in _executions(record) if e.outcome != "ok"]
+    failed = [(cycle, e) for cycle, e in executions(record) if e.outcome != "ok"]
     rows = [
         f'<tr data-outcome="{e.outcome}"><td class="num">{cycle}</td>'
         f"<td><code>{esc(e.suggestor)}</code></td>"
@@ -151,7 +58,7 @@ def _timeline(record: RunRecord) -> str:
     ]
     failures = (
         "<h3>Failures and timeouts</h3>"
-        + _table(
+        + table(
             ["cycle", "suggestor", "outcome", "phase", "duration", "error"],
             rows,
             kind="failures",
@@ -161,7 +68,7 @@ def _timeline(record: RunRecord) -> str:
         if rows
         else '<p class="empty">Every execution finished without error.</p>'
     )
-    return _section("timeline", "Cycle timeline", legend + timeline_svg(record.trace) + failures)
+    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + failures)
 
 
 def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
@@ -176,7 +83,7 @@ def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
     approved = (
         f"<br>approved by <b>{esc(promotion.approved_by)}</b>" if promotion.approved_by else ""
     )
-    evidence = "<br>".join(_ref_link(ref, anchors) for ref in fact.evidence) or (
+    evidence = "<br>".join(ref_link(ref, anchors) for ref in fact.evidence) or (
         '<span class="muted">—</span>'
     )
     confidence = max(0.0, min(1.0, fact.confidence))
@@ -189,13 +96,13 @@ def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
         f"<td>cycle {promotion.cycle} · clock {promotion.clock}<br>"
         f"<code>{esc(promotion.suggestor)}</code> (#{promotion.suggestor_id})<br>"
         f'<span class="gate gate-{promotion.gate}">gate {promotion.gate}</span>{approved}</td>'
-        f'<td class="wrap">{evidence}</td></tr>'
+        f'<td class="wrap refs">{evidence}</td></tr>'
     )
 
 
 def _facts(record: RunRecord, anchors: dict[str, str]) -> str:
     if not record.facts:
-        return _section(
+        return section(
             "facts", "Facts", '<p class="empty">The context holds no facts.</p>', count=0
         )
     groups: list[str] = []
@@ -209,16 +116,22 @@ def _facts(record: RunRecord, anchors: dict[str, str]) -> str:
             f'style="background:{KEY_COLOURS[key]}"></span>{key.value}'
             f' <span class="muted" data-count="facts-{key.value}" data-value="{len(facts)}">'
             f"({len(facts)})</span></h3>"
-            + _table(
+            + table(
                 ["id", "content", "provenance", "confidence", "promotion", "evidence"],
                 rows,
                 kind="facts",
                 right=(3,),
-                widths=(14, 29, 15, 10, 19, 13),
+                widths=(14, 27, 14, 10, 19, 16),
             )
             + "</div>"
         )
-    return _section("facts", "Facts by key", "".join(groups), count=len(record.facts))
+    total = len(record.facts)
+    search = (
+        '<div class="filter"><input type="search" id="fact-filter" placeholder="Filter facts: '
+        'any text in a row" aria-label="Filter facts"> <span data-count="facts-shown" '
+        f'data-value="{total}">{total} of {total} facts</span></div>'
+    )
+    return section("facts", "Facts by key", search + "".join(groups), count=total)
 
 
 def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
@@ -228,7 +141,7 @@ def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
         f"to the fact derived from it ({edges} evidence link(s) in all). Hover a node to "
         "highlight its links; click it to jump to its row. Dashed outline: approved by a human.</p>"
     )
-    return _section("lineage", "Lineage", intro + lineage_svg(record.facts, anchors))
+    return section("lineage", "Lineage", intro + lineage_svg(record.facts, anchors))
 
 
 def _rejections(record: RunRecord) -> str:
@@ -240,7 +153,7 @@ def _rejections(record: RunRecord) -> str:
         for r in record.rejections
     ]
     body = (
-        _table(
+        table(
             ["cycle", "suggestor", "proposal", "content", "reason"],
             rows,
             kind="rejections",
@@ -250,70 +163,17 @@ def _rejections(record: RunRecord) -> str:
         if rows
         else '<p class="empty">No proposal was rejected.</p>'
     )
-    return _section("rejections", "Rejections", body, count=len(rows))
-
-
-def _gates(record: RunRecord, anchors: dict[str, str]) -> str:
-    pending = [
-        f'<tr data-gate="{esc(g.gate_id)}"><td class="wrap"><code>{esc(g.gate_id)}</code></td>'
-        f'<td class="num">{g.cycle}</td><td><code>{esc(g.suggestor)}</code></td>'
-        f'<td class="wrap">{esc(g.summary)}</td><td class="num">{g.proposal.confidence:.2f}</td>'
-        f"<td>{esc(g.deadline.isoformat()) if g.deadline else '—'}</td></tr>"
-        for g in record.pending
-    ]
-    decisions: list[str] = []
-    for d in record.trace.decisions:
-        ref = d.gate_id.split(":", 2)[-1]
-        verdict = (
-            '<span class="ok">approved</span>'
-            if d.approved
-            else '<span class="bad">rejected</span>'
-        )
-        if not d.approved:
-            ref = f"{ContextKey.DIAGNOSTIC.value}/hitl-rejected:{ref.partition('/')[2]}"
-        fact = _ref_link(ref, anchors) if ref in anchors else "—"
-        decisions.append(
-            f'<tr data-decision="{esc(d.gate_id)}" data-approved="{str(d.approved).lower()}">'
-            f'<td class="wrap"><code>{esc(d.gate_id)}</code></td><td>{verdict}</td>'
-            f'<td class="wrap">{esc(d.by)}</td>'
-            f'<td class="wrap">{esc(d.reason or "")}</td><td class="wrap">{fact}</td></tr>'
-        )
-    body = (
-        f'<h3>Pending <span class="muted">({len(pending)})</span></h3>'
-        + (
-            _table(
-                ["gate", "cycle", "suggestor", "summary", "confidence", "deadline"],
-                pending,
-                kind="pending",
-                right=(1, 4),
-                widths=(24, 7, 17, 32, 10, 10),
-            )
-            if pending
-            else '<p class="empty">No gate is waiting for a human.</p>'
-        )
-        + f'<h3>Decisions <span class="muted">({len(decisions)})</span></h3>'
-        + (
-            _table(
-                ["gate", "decision", "by", "reason", "fact"],
-                decisions,
-                kind="decisions",
-                widths=(28, 10, 14, 28, 20),
-            )
-            if decisions
-            else '<p class="empty">No human decision was applied.</p>'
-        )
-    )
-    return _section("gates", "Human gates", body)
+    return section("rejections", "Rejections", body, count=len(rows))
 
 
 def _invariants(record: RunRecord) -> str:
     rows = [
         f'<tr data-violation><td class="num">{v.cycle}</td><td><code>{esc(v.invariant)}</code></td>'
         f'<td>{v.invariant_class.value}</td><td class="wrap">{esc(v.reason)}</td></tr>'
-        for v in _violations(record)
+        for v in violations(record)
     ]
     body = (
-        _table(
+        table(
             ["cycle", "invariant", "class", "reason"],
             rows,
             kind="violations",
@@ -328,7 +188,7 @@ def _invariants(record: RunRecord) -> str:
             f'<h3>Conflict</h3><p class="bad" data-conflict>{esc(record.conflict.describe())}</p>'
             f"<pre>{esc(record.conflict.proposal.content)}</pre>"
         )
-    return _section("invariants", "Invariants and conflicts", body, count=len(rows))
+    return section("invariants", "Invariants and conflicts", body, count=len(rows))
 
 
 def _integrity(record: RunRecord) -> str:
@@ -357,10 +217,11 @@ def _integrity(record: RunRecord) -> str:
         f'<dt>initial root</dt><dd class="mono">{esc(record.trace.initial_root)}</dd>'
         f'<dt>trace final root</dt><dd class="mono">{esc(final)}</dd></dl>'
     )
-    return _section("integrity", "Integrity proof", body)
+    return section("integrity", "Integrity proof", body)
 
 
 _NAV: Final = (
+    ("summary", "Result"),
     ("timeline", "Timeline"),
     ("facts", "Facts"),
     ("lineage", "Lineage"),
@@ -371,38 +232,72 @@ _NAV: Final = (
 )
 
 
-def render_report(record: RunRecord, *, title: str | None = None) -> str:
-    """The run as one self-contained HTML page (inline CSS, SVG and a few lines of script).
+def _heading(record: RunRecord, title: str | None) -> str:
+    if title is not None:
+        return title
+    return record.name if record.name is not None else "Run report"
 
-    It shows the stop reason and counts, the cycle timeline (failures and timeouts marked),
-    the facts by key with their provenance and promotion record, the lineage graph drawn from
-    `evidence`, rejections, pending gates and human decisions, invariant violations, and the
-    integrity proof with whether the stored facts verify against it. Every user-provided text
-    is escaped, and the page loads nothing from the network.
+
+def report_body(
+    record: RunRecord,
+    *,
+    title: str | None = None,
+    store_argument: str = "",
+    gate_href: Callable[[str], str] | None = None,
+) -> str:
+    """The report's HTML inside `<main>`: header, navigation and every section.
+
+    Without `<html>`, `<head>`, the stylesheet or the script, so another page (the review
+    console) can embed it beside `CSS` and `SCRIPT` from `_report_assets`.
 
     Args:
-        record: The run, e.g. `RunRecord.of(result)` or `await store.load(run_id)`.
-        title: The heading and page title; by default the heading is `"Run report"` and the
-            page title `"converge run {run_id}"`.
+        record: The run.
+        title: The heading; by default the formation's name, else `"Run report"`.
+        store_argument: Appended to every printed command so it finds the same store, e.g.
+            `" --store /tmp/runs.db"` (already shell-quoted; `""` for the default store).
+        gate_href: When given, each pending gate also links to `gate_href(gate_id)`.
     """
-    heading = title if title is not None else "Run report"
-    page_title = title if title is not None else f"converge run {record.run_id}"
     anchors = {f"{fact.key.value}/{fact.id}": f"fact-{i}" for i, fact in enumerate(record.facts)}
     nav = "".join(f'<a href="#{ident}">{label}</a>' for ident, label in _NAV)
-    body = "".join(
+    held = gates(record, anchors, store_argument=store_argument, gate_href=gate_href)
+    paused = bool(record.pending)
+    return "".join(
         [
-            _header(record, heading),
+            header(record, _heading(record, title)),
             f"<nav>{nav}</nav>",
+            summary(record, anchors),
+            held if paused else "",
             _timeline(record),
             _facts(record, anchors),
             _lineage(record, anchors),
             _rejections(record),
-            _gates(record, anchors),
+            "" if paused else held,
             _invariants(record),
             _integrity(record),
         ]
     )
-    stop = record.outcome
+
+
+def render_report(record: RunRecord, *, title: str | None = None, store_argument: str = "") -> str:
+    """The run as one self-contained HTML page (inline CSS, SVG and a few lines of script).
+
+    It shows the formation, stop reason, times and counts; a summary of what the run decided
+    and who approved it; every held proposal in full with the commands that decide it; the
+    timeline of every execution on one time axis; the facts by key (with a filter), their
+    provenance and promotion record; the lineage graph drawn from `evidence`; rejections,
+    human decisions, invariant violations, and the integrity proof with whether the stored
+    facts verify against it. Every user-provided text is escaped, and the page loads nothing
+    from the network.
+
+    Args:
+        record: The run, e.g. `RunRecord.of(result)` or `await store.load(run_id)`.
+        title: The heading and page title; by default the heading is the formation's name
+            (else `"Run report"`) and the page title `"converge run {run_id}"`.
+        store_argument: Appended to the printed `converge review` and `converge resume`
+            commands so they find the same store (`" --store PATH"`, shell-quoted).
+    """
+    page_title = title if title is not None else f"converge run {record.run_id}"
+    body = report_body(record, title=title, store_argument=store_argument)
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -410,8 +305,8 @@ def render_report(record: RunRecord, *, title: str | None = None) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta name="generator" content="converge"><title>{esc(page_title)}</title>'
         f"<style>{CSS}</style></head>"
-        f'<body data-run-id="{esc(record.run_id)}" data-stop-reason="{stop}"><main>{body}'
-        "<footer>Generated by converge from a stored run record. This file is self-contained: "
-        "it loads nothing from the network.</footer></main>"
+        f'<body data-run-id="{esc(record.run_id)}" data-stop-reason="{record.outcome}"><main>'
+        f"{body}<footer>Generated by converge from a stored run record. This file is "
+        "self-contained: it loads nothing from the network.</footer></main>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )

@@ -2,7 +2,9 @@
 
 Kept apart from `_report` so the page's layout code stays short. The script is allowed by its
 SHA-256 hash alone (`POLICY`), so editing `SCRIPT` updates the policy with it; nothing else may
-run, load or be fetched.
+run, load or be fetched. The review console embeds `CSS` and `SCRIPT` in its own page and
+allows `SCRIPT` by `SCRIPT_HASH`, so the script reads only what the report's body holds: the
+lineage graph, the fact filter and its rows.
 """
 
 from __future__ import annotations
@@ -31,6 +33,30 @@ SCRIPT: Final = """(function () {
   window.addEventListener("beforeprint", function () {
     document.querySelectorAll("details").forEach(function (d) { d.open = true; });
   });
+  document.querySelectorAll(".lineage-scroll").forEach(function (box) {
+    box.scrollLeft = box.scrollWidth;
+  });
+  var filter = document.getElementById("fact-filter");
+  var shown = document.querySelector('[data-count="facts-shown"]');
+  if (filter && shown) {
+    var rows = document.querySelectorAll("tr[data-fact]");
+    var apply = function () {
+      var query = filter.value.trim().toLowerCase();
+      var count = 0;
+      rows.forEach(function (row) {
+        var hit = query === "" || row.textContent.toLowerCase().indexOf(query) >= 0;
+        row.hidden = !hit;
+        if (hit) { count += 1; }
+      });
+      document.querySelectorAll(".key-group").forEach(function (group) {
+        group.hidden = !group.querySelector("tr[data-fact]:not([hidden])");
+      });
+      shown.setAttribute("data-value", String(count));
+      shown.textContent = count + " of " + rows.length + " facts";
+    };
+    filter.addEventListener("input", apply);
+    apply();
+  }
 })();"""
 
 SCRIPT_HASH: Final = b64encode(sha256(SCRIPT.encode()).digest()).decode()
@@ -105,8 +131,9 @@ dl.proof { display: grid; grid-template-columns: 150px 1fr; gap: 4px 12px; margi
 dl.proof dt { color: var(--muted); } dl.proof dd { margin: 0; word-break: break-all; }
 svg text { font: 12px system-ui, "DejaVu Sans", sans-serif; fill: var(--fg); }
 .lane-bg.lane-0 { fill: #fff; } .lane-bg.lane-1 { fill: #f6f8fa; }
-.cycle-rule { stroke: var(--line); } .cycle-label { font-weight: 600; }
-.cycle-scale, .cycle-foot, .idle { fill: var(--muted); font-size: 11px; }
+.cycle-rule { stroke: #afb8c1; stroke-dasharray: 2 3; }
+.cycle-label { font-weight: 600; font-size: 11px; fill: var(--muted); }
+.idle { fill: var(--muted); font-size: 11px; }
 .exec-ok .bar { fill: var(--bar); } .exec-failed .bar { fill: var(--bad); }
 .exec-timed_out .bar { fill: url(#hatch); stroke: var(--budget); stroke-width: 1; }
 .hatch-bg { fill: #fde2c8; } .hatch-line { stroke: var(--budget); stroke-width: 3; }
@@ -121,11 +148,36 @@ svg text { font: 12px system-ui, "DejaVu Sans", sans-serif; fill: var(--fg); }
 .edge { fill: none; stroke: #8c959f; stroke-width: 1.2; opacity: .75; }
 .edge.hot { stroke: var(--accent); stroke-width: 2.4; opacity: 1; }
 .arrow { fill: #8c959f; }
+dl.times { display: flex; flex-wrap: wrap; gap: 2px 10px; margin: 8px 0 0; font-size: 13px; }
+dl.times dt { color: var(--muted); } dl.times dd { margin: 0 14px 0 0; }
+.warn-note { margin: 8px 0; padding: 8px 12px; border-left: 4px solid var(--warn);
+  background: #fff8c5; border-radius: 4px; }
+#summary ul { margin: 4px 0; padding-left: 22px; } #summary li { margin: 2px 0; }
+#summary li .wrap { word-break: break-word; }
+article.held { border: 1px solid var(--warn); border-radius: 8px; padding: 4px 14px 12px;
+  margin: 10px 0 14px; }
+article.held h4 { font-size: 13px; margin: 12px 0 4px; }
+dl.gate-facts { display: grid; grid-template-columns: 120px 1fr; gap: 3px 12px; margin: 0; }
+dl.gate-facts dt { color: var(--muted); } dl.gate-facts dd { margin: 0; min-width: 0; }
+dd.content { white-space: pre-wrap; }
+.cmd { display: grid; grid-template-columns: 60px 1fr; gap: 8px; align-items: baseline; }
+.cmd pre { user-select: all; }
+a.console { font-weight: 600; }
+code.ref { overflow-wrap: anywhere; word-break: break-word; }
+td.refs, dd.refs { overflow-wrap: anywhere; }
+.filter { display: flex; align-items: center; gap: 10px; margin: 4px 0 8px; color: var(--muted);
+  font-size: 12.5px; }
+.filter input { font: inherit; font-size: 13px; padding: 4px 8px; width: 320px; max-width: 60%;
+  border: 1px solid var(--line); border-radius: 6px; }
+.axis line { stroke: var(--muted); } .tick { fill: var(--muted); font-size: 11px; }
+.human path { fill: var(--warn); } .human line { stroke: var(--warn); stroke-width: 1.5; }
+.continuation path { fill: var(--budget); }
+.human-key { color: var(--warn); } .continuation-key { color: var(--budget); }
 footer { margin-top: 34px; color: var(--muted); font-size: 12px; }
 @media print {
   @page { margin: 12mm; }
   body { font-size: 10.5pt; } main { max-width: none; padding: 0; }
-  nav { display: none; }
+  nav, .filter { display: none; }
   .scroll { overflow: visible; border: none; }
   svg.timeline, svg.lineage { max-width: 100%; height: auto; }
   section { break-inside: auto; } h2, h3 { break-after: avoid; }

@@ -34,6 +34,7 @@ import anyio
 from pydantic import ValidationError
 
 from ._cli_batch import cmd_batch
+from ._cli_ui import cmd_ui
 from ._cli_parser import parser
 from ._cli_records import STALE, formation_locator, paused_checkpoint, resume_stored, signing_key
 from ._cli_store import close_stores, open_store, report_path, store_argument
@@ -149,14 +150,15 @@ def _engine_options(
     return options
 
 
-def _write_report(record: RunRecord, path: Path) -> Path | None:
+def _write_report(record: RunRecord, path: Path, where: str) -> Path | None:
+    """Write the run's HTML report; `where` (`store_argument`) goes into its commands."""
     try:
         report = importlib.import_module("converge._report")
     except ImportError:
         return None
-    render: Callable[[RunRecord], str] = report.render_report
+    render: Callable[..., str] = report.render_report
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(record), encoding="utf-8")
+    path.write_text(render(record, store_argument=where), encoding="utf-8")
     return path
 
 
@@ -170,7 +172,7 @@ async def _finish(
 ) -> int:
     """Print the saved run's summary (or JSON) and write its report."""
     record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
-    report = _write_report(record, report_path(label, result.run_id))
+    report = _write_report(record, report_path(label, result.run_id), store_argument(args.store))
     if args.json:
         out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
         return exit_status(record, allow_failures=args.allow_failures)
@@ -380,7 +382,7 @@ async def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     _, record = await _load(args, args.run_id)
     record.verify_signature(signing_key())
     path = Path(args.output) if args.output else report_path(label, record.run_id)
-    written = _write_report(record, path)
+    written = _write_report(record, path, store_argument(args.store))
     if written is None:
         raise CliError("this converge has no HTML report module")
     out.write(f"report written to {visible(written)}\n")
@@ -398,6 +400,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
     "replay": _cmd_replay,
     "report": _cmd_report,
     "batch": cmd_batch,
+    "ui": cmd_ui,
 }
 
 

@@ -167,6 +167,7 @@ def expected_counts(record: RunRecord) -> dict[str, int]:
         "lineage-nodes": len(record.facts),
         "lineage-edges": sum(len(fact.evidence) for fact in record.facts),
         **{name: count for name, count in by_key.items() if count},
+        **({"facts-shown": len(record.facts)} if record.facts else {}),
     }
 
 
