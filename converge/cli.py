@@ -34,7 +34,6 @@ import anyio
 from pydantic import ValidationError
 
 from ._cli_batch import cmd_batch
-from ._cli_ui import cmd_ui
 from ._cli_parser import parser
 from ._cli_records import STALE, formation_locator, paused_checkpoint, resume_stored, signing_key
 from ._cli_store import close_stores, open_store, report_path, store_argument
@@ -400,7 +399,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
     "replay": _cmd_replay,
     "report": _cmd_report,
     "batch": cmd_batch,
-    "ui": cmd_ui,
 }
 
 
