@@ -139,7 +139,9 @@ def _decisions(record: RunRecord) -> str:
 def _promoted(record: RunRecord, anchors: dict[str, str]) -> str:
     last = next((c for c in reversed(record.trace.cycles) if c.promoted), None)
     if last is None:
-        return '<p class="muted">No cycle promoted a fact.</p>'
+        inputs = sum(fact.promotion.cycle == 0 for fact in record.facts)
+        told = f"; the {inputs} input(s) are the run&#x27;s facts" if inputs else ""
+        return f'<p class="muted">No cycle promoted a fact{told}.</p>'
     content = {f"{fact.key.value}/{fact.id}": fact.content for fact in record.facts}
     items = [
         f'<li data-summary-fact="{esc(ref)}">{ref_link(ref, anchors)} '

@@ -240,6 +240,8 @@ def timeline_svg(trace: RunTrace) -> str:
             f'<text class="lane-label" x="8" y="{y + _LANE_H / 2 + 4:.0f}"><title>{esc(label)}'
             f"</title>{esc(short(label, 27))}</text></g>"
         )
+    if not lanes:
+        out.append(f'<text class="idle" x="8" y="{_HEAD_H + 17}">No suggestor was eligible.</text>')
     at = {c.cycle: axis.x(s) for s, c in zip(starts, cycles, strict=True)}
     ends = {c.cycle: axis.x(s + longest_ms(c) / 1000) for s, c in zip(starts, cycles, strict=True)}
     out.append(_cycle_rules(cycles, at, bottom))

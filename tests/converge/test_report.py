@@ -382,6 +382,23 @@ def test_report_is_deterministic_and_uses_the_title() -> None:
 # --- headless Chromium ------------------------------------------------------------------------
 
 
+@functools.cache
+def wide_lineage_record() -> RunRecord:
+    """A chain of inputs with long ids: a lineage graph wider than the page."""
+    ids = [f"customer-{index:03d}-" + "segment:enterprise/eu-west-1-" * 2 for index in range(130)]
+    inputs = [
+        ProposedFact(
+            key=H,
+            id=ident,
+            content=f"claim {index}",
+            provenance="input",
+            evidence=(f"hypotheses/{ids[index - 1]}",) if index else (),
+        )
+        for index, ident in enumerate(ids)
+    ]
+    return RunRecord.of(Engine().run_sync(inputs=inputs))
+
+
 def chromium_or_skip() -> None:
     """Skip (or, with CONVERGE_REQUIRE_SERVICES=1, fail) when Chromium or Playwright is missing."""
     missing = [
@@ -417,6 +434,8 @@ def test_report_loads_in_headless_chromium_with_the_expected_counts() -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "report.html"
     path.write_text(render_report(record), encoding="utf-8")
+    wide = ARTIFACTS / "report-wide.html"
+    wide.write_text(render_report(wide_lineage_record()), encoding="utf-8")
 
     console: list[str] = []
     page_errors: list[str] = []
@@ -476,6 +495,26 @@ def test_report_loads_in_headless_chromium_with_the_expected_counts() -> None:
             page.locator('.lineage .node[data-ref="hypotheses/xss"]').hover()
             assert page.locator(".lineage .edge.hot").count() == 1
 
+            total = len(record.facts)
+            page.locator("#fact-filter").fill("PLAN")
+            visible_refs = page.locator("tr[data-fact]:visible").evaluate_all(
+                "rows => rows.map(row => row.getAttribute('data-fact'))"
+            )
+            matching = [
+                f"{f.key.value}/{f.id}"
+                for f in record.facts
+                if "plan" in " ".join((f.id, f.content, f.provenance)).lower()
+            ]
+            assert visible_refs == matching
+            assert 0 < len(matching) < total
+            assert count("facts-shown") == len(matching)
+            shown = page.locator('[data-count="facts-shown"]').inner_text()
+            assert shown == f"{len(matching)} of {total} facts"
+            assert page.locator('.key-group[data-key="hypotheses"]').is_hidden()
+            page.locator("#fact-filter").fill("")
+            assert page.locator("tr[data-fact]:visible").count() == total
+            assert count("facts-shown") == total
+
             assert page.evaluate("document.documentElement.scrollWidth") <= 1280
             badge = page.locator("header [data-stop-reason]").bounding_box()
             assert badge is not None
@@ -487,6 +526,20 @@ def test_report_loads_in_headless_chromium_with_the_expected_counts() -> None:
             assert page.locator("nav").is_hidden()
             pdf = page.pdf(path=str(ARTIFACTS / "report.pdf"), format="A4")
             assert pdf.startswith(b"%PDF")
+
+            page.emulate_media(media="screen")
+            page.goto(wide.as_uri(), wait_until="load")
+            box = page.locator(".lineage-scroll")
+            scroll = box.evaluate("b => [b.scrollLeft, b.scrollWidth, b.clientWidth]")
+            assert scroll[1] > scroll[2]
+            assert scroll[0] > 0
+            assert scroll[0] + scroll[2] >= scroll[1] - 1
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+            overflowing = page.locator("td.refs").evaluate_all(
+                "cells => cells.filter(c => c.scrollWidth > c.clientWidth + 1).length"
+            )
+            assert overflowing == 0
+            page.screenshot(path=str(ARTIFACTS / "report-wide.png"), full_page=False)
         finally:
             browser.close()
 
