@@ -29,6 +29,7 @@ def parser(default_demo: str) -> argparse.ArgumentParser:
     _running(commands, default_demo)
     _reading(commands)
     _batch(commands)
+    _console(commands)
     for sub in commands.choices.values():  # `--store` after the command works too
         sub.add_argument("--store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sub.add_argument(
@@ -129,3 +130,29 @@ def _batch(
         help=f"how long a run counts as alive without a save (default {DEFAULT_LEASE:g})",
     )
     batch.add_argument("--json", action="store_true", help="print the batch result as JSON")
+
+
+def _console(
+    commands: argparse._SubParsersAction[UsageParser],  # pyright: ignore[reportPrivateUsage]
+) -> None:
+    """`ui`: the review console in the browser (see `_cli_ui`)."""
+    ui = commands.add_parser(
+        "ui",
+        help="serve the review console in the browser (the 'ui' extra)",
+        description="Serve the runs of a store, live, and decide their human gates in the "
+        "browser. Every request needs a reviewer's token; by default one reviewer, you, with a "
+        "new token in the printed URL.",
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
+    ui.add_argument("--users", metavar="FILE", help="admit the reviewers in this JSON file")
+    ui.add_argument("--add", metavar="NAME", type=who, help="add reviewer NAME to --users FILE")
+    ui.add_argument("--reviewer", type=who, help="your name as recorded (default: login name)")
+    ui.add_argument("--formation", help="resume every run with this formation")
+    ui.add_argument(
+        "--poll",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="how often a live page reads the store (default 0.5)",
+    )

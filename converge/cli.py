@@ -53,6 +53,7 @@ from ._cli_support import (
     summary_lines,
     visible,
 )
+from ._cli_ui import cmd_ui
 from ._exceptions import (
     ConvergeError,
     ReplayError,
@@ -399,6 +400,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
     "replay": _cmd_replay,
     "report": _cmd_report,
     "batch": cmd_batch,
+    "ui": cmd_ui,
 }
 
 

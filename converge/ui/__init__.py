@@ -1,0 +1,26 @@
+"""The review console: `converge ui` serves a store's runs, live, and decides human gates.
+
+Install the `ui` extra (`pip install 'converge[ui]'`: Starlette and uvicorn). The console
+lists the runs, shows each run's report and follows a running run cycle by cycle, and shows
+each pending gate's proposal as the signed checkpoint will apply it, with approve and reject.
+Every request needs a reviewer's token and every form a CSRF token; the reviewer who signed
+in is the one recorded as having decided. See the "Review console" page of the docs.
+
+- `ConsoleSettings`, `create_app`: the console as an ASGI application.
+- `Reviewer`, `Reviewers`: who may review, by token (kept as SHA-256 digests).
+- `serve`: run it with uvicorn.
+"""
+
+from ._app import ConsoleSettings, create_app
+from ._auth import Reviewer, Reviewers, new_token, token_digest
+from ._serve import serve
+
+__all__ = [
+    "ConsoleSettings",
+    "Reviewer",
+    "Reviewers",
+    "create_app",
+    "new_token",
+    "serve",
+    "token_digest",
+]

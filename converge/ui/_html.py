@@ -1,0 +1,114 @@
+"""The console's page frame: layout, stylesheet, script, content security policy, escaping.
+
+Every page is built on the server; the one script (live refresh of a run page, the report's
+interactions) is allowed by its hash, like the report's, and nothing else may run, load or
+be fetched but this console's own event stream.
+"""
+
+from __future__ import annotations
+
+from base64 import b64encode
+from datetime import datetime
+from hashlib import sha256
+from typing import Final
+
+from .._cli_support import visible
+from .._report_assets import CSS as REPORT_CSS
+from .._report_assets import SCRIPT as REPORT_SCRIPT
+from .._report_assets import SCRIPT_HASH as REPORT_SCRIPT_HASH
+from .._report_svg import esc
+
+__all__ = ["POLICY", "hidden", "page", "text", "when"]
+
+LIVE_SCRIPT: Final = """(function () {
+  var source = document.body.getAttribute("data-events");
+  if (!source || !window.EventSource) { return; }
+  var events = new EventSource(source);
+  var status = document.getElementById("live");
+  events.addEventListener("changed", function () {
+    events.close();
+    if (status) { status.textContent = "updated: reloading"; }
+    window.location.reload();
+  });
+  events.addEventListener("end", function () {
+    events.close();
+    if (status) { status.textContent = "stopped"; }
+  });
+})();"""
+
+_LIVE_HASH: Final = b64encode(sha256(LIVE_SCRIPT.encode()).digest()).decode()
+POLICY: Final = (
+    "default-src 'none'; style-src 'unsafe-inline'; "
+    f"script-src 'sha256-{REPORT_SCRIPT_HASH}' 'sha256-{_LIVE_HASH}'; connect-src 'self'; "
+    "img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+CONSOLE_CSS: Final = """
+.bar-top { display: flex; align-items: center; gap: 18px; padding: 8px 24px;
+  border-bottom: 1px solid var(--line); background: #fff; font-size: 13.5px; }
+.bar-top .brand { font-weight: 700; color: var(--fg); }
+.bar-top .who { margin-left: auto; color: var(--muted); }
+.live { color: var(--warn); font-weight: 600; }
+form.filters { display: flex; flex-wrap: wrap; gap: 8px; align-items: end; margin: 12px 0; }
+form.filters label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
+input, select, textarea, button { font: inherit; }
+input, select, textarea { border: 1px solid var(--line); border-radius: 6px; padding: 4px 8px; }
+button { border: 1px solid var(--line); border-radius: 6px; padding: 5px 14px; cursor: pointer;
+  background: var(--soft); }
+button.approve { background: var(--ok); color: #fff; border-color: var(--ok); }
+button.reject { background: var(--bad); color: #fff; border-color: var(--bad); }
+fieldset.decide { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px;
+  margin: 12px 0; }
+fieldset.decide textarea { width: 100%; min-height: 54px; margin: 6px 0; }
+.message { border: 1px solid var(--line); border-left: 4px solid var(--warn); padding: 12px 16px;
+  border-radius: 6px; background: var(--soft); }
+.message.refused { border-left-color: var(--bad); }
+.chain ul { margin: 2px 0 2px 18px; padding: 0; list-style: disc; }
+.chain li { margin: 3px 0; word-break: break-word; }
+table.payload td:first-child { width: 32%; }
+"""
+
+
+def text(value: object) -> str:
+    """`value` as HTML text: control and invisible characters shown as escapes, then escaped."""
+    return esc(visible(value))
+
+
+def hidden(name: str, value: object) -> str:
+    """A hidden form field."""
+    return f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
+
+
+def when(moment: datetime | None) -> str:
+    """`moment` in UTC to the second, or a dash."""
+    if moment is None:
+        return "—"
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def page(
+    title: str,
+    body: str,
+    *,
+    reviewer: str | None,
+    events: str | None = None,
+    data: dict[str, str] | None = None,
+) -> str:
+    """A whole console page: the top bar (who is signed in), `body`, and the scripts.
+
+    `events` is the URL of a run's event stream; the page reloads when it says the run changed.
+    `data` become `data-*` attributes of the body, for tests and tools.
+    """
+    who = f'<span class="who">reviewer <b>{text(reviewer)}</b></span>' if reviewer else ""
+    live = f' data-events="{esc(events)}"' if events else ""
+    live += "".join(f' data-{name}="{esc(value)}"' for name, value in (data or {}).items())
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{text(title)} · converge</title>"
+        f"<style>{REPORT_CSS}{CONSOLE_CSS}</style></head>"
+        f'<body{live}><div class="bar-top"><a class="brand" href="/">converge review</a>'
+        f'<a href="/">runs</a>{who}</div><main>{body}</main>'
+        f"<script>{REPORT_SCRIPT}</script><script>{LIVE_SCRIPT}</script></body></html>\n"
+    )

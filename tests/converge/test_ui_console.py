@@ -1,0 +1,285 @@
+"""The review console without a browser: reviewers and tokens, CSRF, decisions, the event stream."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from collections.abc import Generator
+from contextlib import aclosing, contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import anyio
+import pytest
+from starlette.testclient import TestClient
+
+from converge import RunStatus, SqliteRunStore
+from converge._cli_support import load_formation
+from converge.ui import ConsoleSettings, Reviewer, Reviewers, create_app, token_digest
+from converge.ui._live import event_stream
+from tests.cli_runs import cli, run_id_of
+
+HERE = Path(__file__).resolve().parent
+PLAN = str(HERE / "cli_formation.py")
+CHAIN = str(HERE / "durable_formation.py")
+GATE = "gate:2:strategies/costly"
+
+
+def csrf_of(html: str) -> str:
+    return html.split('name="csrf" value="')[1].split('"')[0]
+
+
+def version_of(html: str) -> str:
+    return html.split('name="version" value="')[1].split('"')[0]
+
+
+@pytest.fixture
+def paused(tmp_path: Path) -> tuple[str, str]:
+    store = str(tmp_path / "runs.db")
+    code, out = cli("--store", store, "run", PLAN)
+    assert code == 6
+    return store, run_id_of(out)
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> tuple[Path, str, str]:
+    users = tmp_path / "reviewers.json"
+    return users, Reviewers.add(users, "ana"), Reviewers.add(users, "bo")
+
+
+@contextmanager
+def client_for(store: str, reviewers: Reviewers) -> Generator[TestClient]:
+    settings = ConsoleSettings(store=SqliteRunStore(store), reviewers=reviewers, poll_seconds=0.05)
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
+        yield client
+
+
+def gate_url(run_id: str, gate: str = GATE) -> str:
+    return f"/runs/{quote(run_id, safe='')}/gates/{quote(gate, safe='')}"
+
+
+# --- reviewers ----------------------------------------------------------------------------------
+
+
+def test_the_reviewers_file_keeps_digests_only_owner_readable(two: tuple[Path, str, str]) -> None:
+    users, ana, bo = two
+    text = users.read_text()
+    assert ana not in text
+    assert bo not in text
+    assert token_digest(ana) in text
+    assert stat.S_IMODE(users.stat().st_mode) == 0o600
+    reviewers = Reviewers.load(users)
+    assert [r.name for r in reviewers.all()] == ["ana", "bo"]
+    assert reviewers.find(ana) == Reviewer(name="ana", token_sha256=token_digest(ana))
+    assert reviewers.find(bo).name == "bo"  # type: ignore[union-attr]
+    assert reviewers.find("nope") is None
+    assert reviewers.find("") is None
+    assert reviewers.find(None) is None
+
+
+def test_a_reviewer_is_added_once_and_a_bad_file_is_named(two: tuple[Path, str, str]) -> None:
+    users, _, _ = two
+    with pytest.raises(ValueError, match="already names 'ana'"):
+        Reviewers.add(users, "ana")
+    users.write_text('{"reviewers": [{"name": "x", "token_sha256": "short"}]}')
+    with pytest.raises(ValueError, match=rf"reviewers file {users}"):
+        Reviewers.load(users)
+    with pytest.raises(ValueError, match="printable"):
+        Reviewer(name="ana\u202e", token_sha256="0" * 64)
+
+
+def test_csrf_tokens_differ_per_reviewer_and_per_console(two: tuple[Path, str, str]) -> None:
+    users, ana, bo = two
+    console, again = Reviewers.load(users), Reviewers.load(users)
+    a, b = console.find(ana), console.find(bo)
+    assert a is not None
+    assert b is not None
+    assert console.csrf(a) != console.csrf(b)
+    assert console.csrf(a) != again.csrf(a)  # a restarted console voids old forms
+    assert console.csrf_holds(a, console.csrf(a))
+    assert not console.csrf_holds(a, console.csrf(b))
+    assert not console.csrf_holds(a, None)
+
+
+def test_converge_ui_add_prints_the_token_once(tmp_path: Path) -> None:
+    users = tmp_path / "reviewers.json"
+    code, out = cli("ui", "--users", str(users), "--add", "ana")
+    assert code == 0
+    token = out.split("token (shown once; the file keeps only its digest): ")[1].strip()
+    assert Reviewers.load(users).find(token) is not None
+    assert cli("ui", "--users", str(users), "--add", "ana")[0] == 1
+    assert cli("ui", "--add", "ana")[0] == 1  # --add needs --users
+
+
+def test_converge_ui_without_the_extra_says_which_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "converge.ui", None)
+    assert cli("ui")[0] == 1
+    err = capsys.readouterr().err
+    assert "the review console needs the 'ui' extra" in err
+    assert "pip install 'converge[ui]'" in err
+
+
+# --- signing in and deciding -------------------------------------------------------------------
+
+
+def test_the_token_becomes_a_strict_cookie_and_leaves_the_address(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    store, run_id = paused
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        response = client.get(f"/?token={ana}&status=paused", follow_redirects=False)
+        assert response.status_code == 303
+        assert response.headers["location"] == "/?status=paused"
+        cookie = response.headers["set-cookie"].lower()
+        assert "httponly" in cookie
+        assert "samesite=strict" in cookie
+        page = client.get("/?status=paused")
+        assert page.status_code == 200
+        assert run_id in page.text
+        headers = page.headers
+        assert "default-src 'none'" in headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["cache-control"] == "no-store"
+        assert run_id not in client.get("/?status=finished").text
+
+
+def test_the_decision_is_recorded_as_the_signed_in_reviewer_whatever_the_form_says(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    store, run_id = paused
+    users, _, bo = two
+    with client_for(store, Reviewers.load(users)) as client:
+        client.headers["authorization"] = f"Bearer {bo}"
+        page = client.get(gate_url(run_id)).text
+        assert "250000" in page  # the held proposal's payload
+        response = client.post(
+            gate_url(run_id),
+            data={
+                "csrf": csrf_of(page),
+                "version": version_of(page),
+                f"gate:{GATE}": "approve",
+                "by": "mallory",
+                "approved_by": "mallory",
+            },
+            follow_redirects=False,
+        )
+        assert response.status_code == 303
+    _, out = cli("--store", store, "show", run_id)
+    assert "approved by bo" in out
+    assert "mallory" not in out
+
+
+def test_a_form_shown_before_someone_else_decided_is_refused_with_who_decided(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    store, run_id = paused
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        page = client.get(gate_url(run_id)).text
+        code, _ = cli("--store", store, "resume", run_id, "--reject", GATE, "--by", "cli-cat")
+        assert code == 0
+        form = {"csrf": csrf_of(page), "version": version_of(page), f"gate:{GATE}": "approve"}
+        response = client.post(gate_url(run_id), data=form)
+        assert response.status_code == 409
+        assert "already decided by cli-cat: rejected" in response.text
+        again = client.get(gate_url(run_id))
+        assert again.status_code == 409
+        assert "already decided by cli-cat" in again.text
+    decisions = anyio.run(SqliteRunStore(store).load, run_id).trace.decisions
+    assert [(d.by, d.approved) for d in decisions] == [("cli-cat", False)]
+
+
+def test_an_unknown_run_or_gate_is_not_found_and_a_form_needs_a_choice(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    store, run_id = paused
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        assert client.get("/runs/nope").status_code == 404
+        assert client.get(f"/runs/{run_id}/elsewhere").status_code == 404
+        assert client.get(gate_url(run_id, "gate:9:x/y")).status_code == 409
+        page = client.get(gate_url(run_id)).text
+        response = client.post(
+            gate_url(run_id), data={"csrf": csrf_of(page), "version": version_of(page)}
+        )
+        assert response.status_code == 400
+        assert "Choose approve or reject" in response.text
+    assert cli("--store", store, "review", run_id)[0] == 6
+
+
+def test_an_interrupted_run_continues_from_the_console(
+    tmp_path: Path, two: tuple[Path, str, str]
+) -> None:
+    store = str(tmp_path / "runs.db")
+    formation = load_formation(CHAIN)
+
+    async def interrupted() -> str:
+        engine = formation.engine(store=SqliteRunStore(store), formation=CHAIN)
+        with anyio.move_on_after(0.4):
+            await engine.run(run_id="chain-1", inputs=formation.inputs)
+        return "chain-1"
+
+    run_id = anyio.run(interrupted)
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        page = client.get(f"/runs/{run_id}")
+        assert "This run was interrupted (cancelled)" in page.text
+        response = client.post(
+            f"/runs/{run_id}/continue",
+            data={"csrf": csrf_of(page.text), "version": version_of(page.text)},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303
+
+        async def status() -> RunStatus:
+            return (await SqliteRunStore(store).load(run_id)).status
+
+        deadline = time.monotonic() + 20
+        while anyio.run(status) is not RunStatus.FINISHED:
+            assert time.monotonic() < deadline, "the continued run did not finish"
+            time.sleep(0.05)
+    record = anyio.run(SqliteRunStore(store).load, run_id)
+    assert record.outcome == "converged"
+    assert [c.cause for c in record.trace.continuations] == ["cancelled"]
+
+
+async def test_the_event_stream_says_changed_when_the_run_is_saved_again(
+    paused: tuple[str, str],
+) -> None:
+    store, run_id = paused
+    opened = SqliteRunStore(store)
+    record = await opened.load(run_id)
+    async with aclosing(event_stream(opened, run_id, record.version, 0.02)) as events:
+        assert await anext(events) == "retry: 2000\n\n"
+        code, _ = await anyio.to_thread.run_sync(
+            lambda: cli("--store", store, "resume", run_id, "--approve", GATE, "--by", "jo")
+        )
+        assert code == 0
+        with anyio.fail_after(5):
+            said = await anext(events)
+        assert said.startswith("event: changed\ndata: ")
+        assert '"status": "finished"' in said
+    finished = await opened.load(run_id)
+    async with aclosing(event_stream(opened, run_id, finished.version, 0.02)) as events:
+        await anext(events)
+        assert (await anext(events)).startswith("event: end\n")
+        with pytest.raises(StopAsyncIteration):
+            await anext(events)
+
+
+def test_the_users_file_mode_is_not_world_readable_even_with_a_loose_umask(tmp_path: Path) -> None:
+    previous = os.umask(0)
+    try:
+        Reviewers.add(tmp_path / "r.json", "ana")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o600
