@@ -6,47 +6,31 @@ them all: this gate first, the others below it. With one gate, two buttons decid
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Final
-
-from pydantic import JsonValue
 
 from .._checkpoint import Checkpoint, FactRecord
 from .._hitl import GateRequest
 from .._proposal import ProposedFact
+from .._report_gates import flatten_payload
+from .._report_parts import format_time
 from .._report_svg import esc
 from .._store import RunRecord
-from ._html import hidden, page, text, when
+from ._html import hidden, page
 from ._pages import gate_url, run_url
 
-__all__ = ["gate_page", "payload_rows"]
+__all__ = ["gate_page"]
 
 _MAX_DEPTH: Final = 12
 _MAX_NODES: Final = 200
-
-
-def payload_rows(payload: JsonValue, path: str = "") -> list[tuple[str, str]]:
-    """`payload` flattened to `(path, JSON value)` rows: `terms.amount`, `items[0].sku`."""
-    rows: list[tuple[str, str]] = []
-    if isinstance(payload, dict) and payload:
-        for key, value in payload.items():
-            rows += payload_rows(value, f"{path}.{key}" if path else key)
-        return rows
-    if isinstance(payload, list) and payload:
-        for index, value in enumerate(payload):
-            rows += payload_rows(value, f"{path}[{index}]")
-        return rows
-    return [(path or "(value)", json.dumps(payload, ensure_ascii=False))]
 
 
 def _payload(proposal: ProposedFact) -> str:
     if proposal.payload is None:
         return '<p class="empty">This proposal carries no payload.</p>'
     rows = "".join(
-        f'<tr><td class="wrap"><code>{text(path)}</code></td><td class="wrap">{text(value)}</td>'
-        "</tr>"
-        for path, value in payload_rows(proposal.payload)
+        f'<tr><td class="wrap"><code>{esc(path)}</code></td><td class="wrap">{esc(value)}</td></tr>'
+        for path, value in flatten_payload(proposal.payload)
     )
     return (
         f'<table class="payload" data-payload="{esc(proposal.ref)}"><thead><tr><th>field</th>'
@@ -60,16 +44,18 @@ def _chain(refs: Sequence[str], facts: dict[str, FactRecord], seen: set[str], de
     for ref in refs:
         fact = facts.get(ref)
         if fact is None:
-            items.append(f'<li><code>{text(ref)}</code> <span class="bad">(no such fact)</span>')
+            items.append(
+                f'<li><code>{esc(ref)}</code> <span class="muted">(not a fact of this run)</span>'
+            )
             continue
         if ref in seen or depth >= _MAX_DEPTH or len(seen) >= _MAX_NODES:
-            items.append(f'<li><code>{text(ref)}</code> <span class="muted">(shown above)</span>')
+            items.append(f'<li><code>{esc(ref)}</code> <span class="muted">(shown above)</span>')
             continue
         seen.add(ref)
         below = _chain(fact.evidence, facts, seen, depth + 1) if fact.evidence else ""
         items.append(
-            f'<li data-evidence="{esc(ref)}"><code>{text(ref)}</code>: {text(fact.content)} '
-            f'<span class="muted">by {text(fact.provenance)}, cycle {fact.promotion.cycle}'
+            f'<li data-evidence="{esc(ref)}"><code>{esc(ref)}</code>: {esc(fact.content)} '
+            f'<span class="muted">by {esc(fact.provenance)}, cycle {fact.promotion.cycle}'
             f"</span>{below}</li>"
         )
     return f"<ul>{''.join(items)}</ul>"
@@ -84,14 +70,14 @@ def _detail(request: GateRequest, record: RunRecord) -> str:
         else '<p class="empty">The proposal cites no evidence.</p>'
     )
     return (
-        f'<dl class="proof"><dt>gate</dt><dd><code>{text(request.gate_id)}</code></dd>'
-        f"<dt>proposal</dt><dd><code>{text(proposal.ref)}</code></dd>"
-        f'<dt>content</dt><dd data-content="{esc(proposal.ref)}">{text(proposal.content)}</dd>'
+        f'<dl class="proof"><dt>gate</dt><dd><code>{esc(request.gate_id)}</code></dd>'
+        f"<dt>proposal</dt><dd><code>{esc(proposal.ref)}</code></dd>"
+        f'<dt>content</dt><dd data-content="{esc(proposal.ref)}">{esc(proposal.content)}</dd>'
         f"<dt>confidence</dt><dd>{proposal.confidence:.2f}</dd>"
-        f"<dt>suggestor</dt><dd><code>{text(request.suggestor)}</code> "
+        f"<dt>suggestor</dt><dd><code>{esc(request.suggestor)}</code> "
         f"(#{request.suggestor_id}), cycle {request.cycle}</dd>"
-        f"<dt>provenance</dt><dd><code>{text(proposal.provenance)}</code></dd>"
-        f"<dt>deadline</dt><dd>{when(request.deadline)}</dd></dl>"
+        f"<dt>provenance</dt><dd><code>{esc(proposal.provenance)}</code></dd>"
+        f"<dt>deadline</dt><dd>{format_time(request.deadline)}</dd></dl>"
         f"<h3>Payload</h3>{_payload(proposal)}"
         f'<h3>Evidence, back to the seeds</h3><div class="chain">{chain}</div>'
     )
@@ -117,7 +103,7 @@ def _choice(request: GateRequest, single: bool, run_id: str) -> str:
     )
     return (
         f'<fieldset class="decide" data-decide="{esc(gate)}"><legend><a href="'
-        f'{gate_url(run_id, gate)}"><code>{text(gate)}</code></a>: {text(request.summary)}'
+        f'{gate_url(run_id, gate)}"><code>{esc(gate)}</code></a>: {esc(request.summary)}'
         f"</legend>{radios}{reason}</fieldset>"
     )
 
@@ -140,12 +126,12 @@ def gate_page(
         f'<form method="post" action="{gate_url(record.run_id, gate_id)}" data-decision-form>'
         f"{hidden('csrf', csrf)}{hidden('version', record.version)}{others}{choices}"
         + ("" if single else '<button type="submit">Submit the decisions</button>')
-        + f"<p class='note'>You decide as <b>{text(reviewer)}</b>.</p></form>"
+        + f"<p class='note'>You decide as <b>{esc(reviewer)}</b>.</p></form>"
     )
     body = (
-        f'<p><a href="{run_url(record.run_id)}">run <code>{text(record.run_id)}</code></a>'
-        f"{' (' + text(record.name) + ')' if record.name else ''}</p>"
-        f"<h1>Gate: {text(request.summary)}</h1>{_detail(request, record)}"
+        f'<p><a href="{run_url(record.run_id)}">run <code>{esc(record.run_id)}</code></a>'
+        f"{' (' + esc(record.name) + ')' if record.name else ''}</p>"
+        f"<h1>Gate: {esc(request.summary)}</h1>{_detail(request, record)}"
         f"<h2>Decide</h2>{form}"
     )
     return page(f"Gate {gate_id}", body, reviewer=reviewer)

@@ -8,17 +8,15 @@ be fetched but this console's own event stream.
 from __future__ import annotations
 
 from base64 import b64encode
-from datetime import datetime
 from hashlib import sha256
 from typing import Final
 
-from .._cli_support import visible
 from .._report_assets import CSS as REPORT_CSS
 from .._report_assets import SCRIPT as REPORT_SCRIPT
 from .._report_assets import SCRIPT_HASH as REPORT_SCRIPT_HASH
 from .._report_svg import esc
 
-__all__ = ["POLICY", "hidden", "page", "text", "when"]
+__all__ = ["POLICY", "hidden", "page"]
 
 LIVE_SCRIPT: Final = """(function () {
   var source = document.body.getAttribute("data-events");
@@ -69,21 +67,9 @@ table.payload td:first-child { width: 32%; }
 """
 
 
-def text(value: object) -> str:
-    """`value` as HTML text: control and invisible characters shown as escapes, then escaped."""
-    return esc(visible(value))
-
-
 def hidden(name: str, value: object) -> str:
     """A hidden form field."""
     return f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
-
-
-def when(moment: datetime | None) -> str:
-    """`moment` in UTC to the second, or a dash."""
-    if moment is None:
-        return "—"
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def page(
@@ -99,14 +85,14 @@ def page(
     `events` is the URL of a run's event stream; the page reloads when it says the run changed.
     `data` become `data-*` attributes of the body, for tests and tools.
     """
-    who = f'<span class="who">reviewer <b>{text(reviewer)}</b></span>' if reviewer else ""
+    who = f'<span class="who">reviewer <b>{esc(reviewer)}</b></span>' if reviewer else ""
     live = f' data-events="{esc(events)}"' if events else ""
     live += "".join(f' data-{name}="{esc(value)}"' for name, value in (data or {}).items())
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{text(title)} · converge</title>"
+        f"<title>{esc(title)} · converge</title>"
         f"<style>{REPORT_CSS}{CONSOLE_CSS}</style></head>"
         f'<body{live}><div class="bar-top"><a class="brand" href="/">converge review</a>'
         f'<a href="/">runs</a>{who}</div><main>{body}</main>'

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Final
 from urllib.parse import quote
 
 from .._report import report_body
+from .._report_header import badge_class
+from .._report_parts import RunTimes, format_seconds, format_time, run_times
+from .._report_svg import esc
 from .._stop import RunStatus, StopReason
 from .._store import RunRecord, RunSummary
-from .._trace import RunTrace
-from ._html import hidden, page, text, when
+from ._html import hidden, page
 
 __all__ = [
     "Filters",
@@ -22,7 +23,6 @@ __all__ = [
     "run_page",
     "run_url",
     "runs_page",
-    "span",
 ]
 
 
@@ -36,30 +36,6 @@ def gate_url(run_id: str, gate_id: str) -> str:
     return f"{run_url(run_id)}/gates/{quote(gate_id, safe='')}"
 
 
-def span(trace: RunTrace) -> tuple[str, str, float | None]:
-    """When the run started and ended (UTC, `"—"` if not recorded), and its own time in seconds.
-
-    The end is the last cycle's start plus its longest execution; the duration is the run's
-    own time there (a human's wait excluded).
-    """
-    cycles = trace.cycles
-    if not cycles or cycles[0].started_at is None:
-        return "—", "—", None
-    last = cycles[-1]
-    longest = max((e.duration_ms for e in last.executions), default=0.0) / 1000.0
-    end = None if last.started_at is None else last.started_at + timedelta(seconds=longest)
-    seconds = None if last.at_seconds is None else last.at_seconds + longest
-    return when(cycles[0].started_at), when(end), seconds
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
 _STATUS_CLASS: Final = {
     RunStatus.RUNNING: "stop-running",
     RunStatus.PAUSED: "stop-awaiting_human",
@@ -68,9 +44,12 @@ _STATUS_CLASS: Final = {
 }
 
 
-def _status(status: RunStatus, stop: StopReason | None, clean: bool) -> str:
+def _status(run: RunSummary, record: RunRecord | None) -> str:
+    """The status badge: green only for a run that converged without failures."""
+    status = run.status
     cls = _STATUS_CLASS[status]
-    if status is RunStatus.FINISHED and (stop is not StopReason.CONVERGED or not clean):
+    flawed = record is not None and badge_class(record) == "converged_with_failures"
+    if status is RunStatus.FINISHED and (run.stop_reason is not StopReason.CONVERGED or flawed):
         cls = "stop-cycle_budget_exhausted"
     return f'<span class="badge {cls}" data-status="{status.value}">{status.value}</span>'
 
@@ -104,8 +83,8 @@ class Listed:
 
 def _select(name: str, chosen: str, options: Sequence[str]) -> str:
     items = "".join(
-        f'<option value="{text(option)}"{" selected" if option == chosen else ""}>'
-        f"{text(option or 'any')}</option>"
+        f'<option value="{esc(option)}"{" selected" if option == chosen else ""}>'
+        f"{esc(option or 'any')}</option>"
         for option in ("", *options)
     )
     return f'<label>{name}<select name="{name}">{items}</select></label>'
@@ -117,27 +96,27 @@ def _filters(filters: Filters) -> str:
         + _select("status", filters.status, [s.value for s in RunStatus])
         + _select("stop", filters.stop, [s.value for s in StopReason])
         + f'<label>run id or formation<input type="search" name="text" value="'
-        f'{text(filters.text)}"></label><button type="submit">Filter</button></form>'
+        f'{esc(filters.text)}"></label><button type="submit">Filter</button></form>'
     )
 
 
 def _run_row(listed: Listed) -> str:
     run = listed.summary
     record = listed.record
-    started, _, seconds = span(record.trace) if record is not None else ("—", "—", None)
+    times = run_times(record) if record is not None else RunTimes(None, None, None)
     pending = len(record.pending) if record is not None else 0
-    clean = record is None or not (record.trace.failures() or record.trace.rolled_back())
     stop = run.stop_reason.value.replace("_", " ") if run.stop_reason else "—"
-    problem = f'<br><span class="bad">{text(listed.problem)}</span>' if listed.problem else ""
+    problem = f'<br><span class="bad">{esc(listed.problem)}</span>' if listed.problem else ""
     gates = f'<b class="warn">{pending}</b>' if pending else "0"
     return (
-        f'<tr data-run="{text(run.run_id)}"><td class="wrap"><a href="{run_url(run.run_id)}">'
-        f"<code>{text(run.run_id)}</code></a>{problem}</td>"
-        f'<td class="wrap">{text(run.name or "—")}</td>'
-        f"<td>{_status(run.status, run.stop_reason, clean)}</td><td>{text(stop)}</td>"
-        f"<td>{started}</td><td class='num'>{_duration(seconds)}</td>"
+        f'<tr data-run="{esc(run.run_id)}"><td class="wrap"><a href="{run_url(run.run_id)}">'
+        f"<code>{esc(run.run_id)}</code></a>{problem}</td>"
+        f'<td class="wrap">{esc(run.name or "—")}</td>'
+        f"<td>{_status(run, record)}</td><td>{esc(stop)}</td>"
+        f"<td>{format_time(times.started)}</td>"
+        f"<td class='num'>{format_seconds(times.seconds)}</td>"
         f'<td class="num">{run.fact_count}</td><td class="num" data-pending="{pending}">{gates}'
-        f"</td><td>{when(run.saved_at)}</td></tr>"
+        f"</td><td>{format_time(run.saved_at)}</td></tr>"
     )
 
 
@@ -176,7 +155,7 @@ def _actions(record: RunRecord, csrf: str) -> str:
     if record.status is RunStatus.PAUSED and record.pending:
         links = "".join(
             f'<li><a href="{gate_url(record.run_id, gate.gate_id)}" data-gate-link>'
-            f"<code>{text(gate.gate_id)}</code></a>: {text(gate.summary)}</li>"
+            f"<code>{esc(gate.gate_id)}</code></a>: {esc(gate.summary)}</li>"
             for gate in record.pending
         )
         return (
@@ -186,7 +165,7 @@ def _actions(record: RunRecord, csrf: str) -> str:
     if record.status is RunStatus.INTERRUPTED:
         return (
             f'<form class="message" method="post" action="{run_url(record.run_id)}/continue">'
-            f"<b>This run was interrupted ({text(record.interruption or 'lost')}).</b> "
+            f"<b>This run was interrupted ({esc(record.interruption or 'lost')}).</b> "
             f"{hidden('csrf', csrf)}{hidden('version', record.version)}"
             '<button type="submit">Continue the run</button></form>'
         )
@@ -234,7 +213,6 @@ def message_page(
     link = f'<p><a href="{back}">back</a></p>' if back else ""
     return page(
         title,
-        f'<h1>{text(title)}</h1><div class="{kind}" data-message><p>{text(message)}</p></div>'
-        f"{link}",
+        f'<h1>{esc(title)}</h1><div class="{kind}" data-message><p>{esc(message)}</p></div>{link}',
         reviewer=reviewer,
     )

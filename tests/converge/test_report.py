@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -27,12 +25,11 @@ from converge import (
 )
 from converge._report_svg import LINEAGE_LIMIT
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
+from tests.browser import chromium_or_skip, launch
 from tests.doubles import FirstCycleOnly, NoForbiddenHypothesis
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-REQUIRE = os.environ.get("CONVERGE_REQUIRE_SERVICES") == "1"
 XSS = "<script>alert(1)</script>"
 H = ContextKey.HYPOTHESES
 GATE = "gate:2:strategies/costly"
@@ -399,31 +396,8 @@ def wide_lineage_record() -> RunRecord:
     return RunRecord.of(Engine().run_sync(inputs=inputs))
 
 
-def chromium_or_skip() -> None:
-    """Skip (or, with CONVERGE_REQUIRE_SERVICES=1, fail) when Chromium or Playwright is missing."""
-    missing = [
-        what
-        for what, present in (
-            (str(CHROMIUM), CHROMIUM.exists()),
-            ("the playwright package", importlib.util.find_spec("playwright") is not None),
-        )
-        if not present
-    ]
-    if not missing:
-        return
-    reason = (
-        f"the headless Chromium report test needs {' and '.join(missing)}: install with "
-        "`apt-get install chromium` or run `bash .ci/run`"
-    )
-    if "the playwright package" in missing:
-        reason += " (playwright is in the `test` dependency group: `pip install -e . --group test`)"
-    if REQUIRE:
-        pytest.fail(f"CONVERGE_REQUIRE_SERVICES=1 but {reason}")
-    pytest.skip(reason)
-
-
 def test_report_loads_in_headless_chromium_with_the_expected_counts() -> None:
-    chromium_or_skip()
+    chromium_or_skip("the headless Chromium report test")
     from playwright.sync_api import ConsoleMessage, Request, sync_playwright
 
     record = rich_records()[1]
@@ -452,17 +426,7 @@ def test_report_loads_in_headless_chromium_with_the_expected_counts() -> None:
             network.append(request.url)
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-            ],
-        )
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.on("console", on_console)
