@@ -7,10 +7,12 @@ console as a reviewer would.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,8 @@ pytestmark = pytest.mark.slow
 
 GATE = "gate:6:strategies/commitment"
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "img"
+SHOTS = ROOT / "test-artifacts"  # fresh screenshots; docs/img holds the reviewed ones
+CHAIN = ROOT / "tests" / "converge" / "durable_formation.py"
 
 HOSTILE = textwrap.dedent(
     '''
@@ -244,3 +247,45 @@ def test_hostile_text_in_facts_renders_inert(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.communicate(timeout=10)
+
+
+def test_a_running_run_page_follows_each_saved_cycle_without_a_reload(tmp_path: Path) -> None:
+    chromium_or_skip("the review console tests")
+    from playwright.sync_api import sync_playwright
+
+    store = str(tmp_path / "runs.db")
+    env = {**os.environ, "CONVERGE_TEST_SLEEP": "0.15", "CONVERGE_TEST_STEPS": "16"}
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "converge.cli", "--store", store, "run", str(CHAIN)],
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    process, base, token = start_console(store, "--poll", "0.05")
+    try:
+        with httpx.Client(headers={"authorization": f"Bearer {token}"}) as client:
+            deadline = time.monotonic() + 20
+            while 'data-status="running"' not in (listing := client.get(base + "/").text):
+                assert time.monotonic() < deadline, "the run never showed as running"
+                time.sleep(0.05)
+        run_id = listing.split('data-run="')[1].split('"')[0]
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(f"{base}/?token={token}")
+            page.goto(f"{base}/runs/{run_id}")
+            assert page.locator("body").get_attribute("data-status") == "running"
+            versions = {page.locator("body").get_attribute("data-version")}
+            deadline = time.monotonic() + 30
+            while page.locator("body").get_attribute("data-status") != "finished":
+                assert time.monotonic() < deadline, "the page did not follow the run"
+                page.wait_for_timeout(50)
+                with contextlib.suppress(Exception):  # the page may be reloading
+                    versions.add(page.locator("body").get_attribute("data-version"))
+            assert page.locator("body").get_attribute("data-stop-reason") == "converged"
+            assert len(versions - {None}) >= 3  # it showed several cycles as they were saved
+            browser.close()
+    finally:
+        runner.wait(timeout=30)
+        process.terminate()
+        process.communicate(timeout=10)
+    assert runner.returncode == 0
