@@ -7,18 +7,14 @@ from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Literal, final
 
-import anyio
-
+from ._arguments import check_settings, checked_inputs, checked_start
 from ._budget import Budget
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
 from ._events import EngineEvent, Observer
-from ._exceptions import (
-    ConfigurationError,
-    InvalidResumeError,
-)
+from ._exceptions import ConfigurationError, InvalidResumeError
 from ._executor import ErrorMode
 from ._gate import PromotionPolicy
 from ._hitl import GateDecision, HitlPolicy
@@ -36,6 +32,7 @@ from ._stop import RunStatus
 from ._store import RunStore
 from ._stream import stream_run
 from ._suggestor import Suggestor, SuggestorId
+from ._sync import Backend, call_sync
 from ._trace import Continuation, RunTrace
 
 
@@ -80,6 +77,8 @@ class Engine:
         record_effects: Keep each execution's `AgentEffect` in the trace, for `replay`.
         retry: How a suggestor whose call failed or timed out is tried again (default: it
             is not); a suggestor's own `retry` attribute overrides it.
+        inputs: Merged at cycle 0 of every `run` and `stream` not given `inputs=` (which
+            replace them); `Formation.engine` passes the formation's.
     """
 
     def __init__(
@@ -102,22 +101,11 @@ class Engine:
         observers: Sequence[Observer] = (),
         record_effects: bool = False,
         retry: RetryPolicy | None = None,
+        inputs: Iterable[ProposedFact] = (),
     ) -> None:
-        for index, observer in enumerate(observers):
-            if not callable(getattr(observer, "on_event", None)):
-                raise ConfigurationError(
-                    f"observers[{index}] ({type(observer).__name__}) has no on_event method"
-                )
-        if max_concurrency is not None and max_concurrency < 1:
-            raise ConfigurationError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        if suggestor_timeout is not None and not suggestor_timeout > 0:
-            raise ConfigurationError(f"suggestor_timeout must be positive, got {suggestor_timeout}")
-        if on_conflict not in ("stop", "reject"):
-            raise ConfigurationError(f"on_conflict must be 'stop' or 'reject', got {on_conflict!r}")
-        if on_suggestor_error not in ("isolate", "raise"):
-            raise ConfigurationError(
-                f"on_suggestor_error must be 'isolate' or 'raise', got {on_suggestor_error!r}"
-            )
+        check_settings(
+            observers, max_concurrency, suggestor_timeout, on_conflict, on_suggestor_error
+        )
         self._config = RunConfig(
             budget=budget or Budget(),
             policy=policy or PromotionPolicy(),
@@ -134,6 +122,7 @@ class Engine:
         )
         if self._config.signing_key is not None and not self._config.signing_key:
             raise ConfigurationError("signing_key must not be empty")
+        self._inputs = checked_inputs(inputs)
         self._registry = Registry()
         self._keeper = RunKeeper(
             store,
@@ -214,12 +203,13 @@ class Engine:
         self,
         context: ContextSnapshot | None = None,
         *,
-        inputs: Iterable[ProposedFact] = (),
+        inputs: Iterable[ProposedFact] | None = None,
         run_id: str | None = None,
     ) -> ConvergeResult:
         """Run to a stop reason, starting from `context` (empty by default) plus `inputs`.
 
-        Inputs are merged at cycle 0 by the pseudo-suggestor `"input"`, through the gate.
+        Inputs are merged at cycle 0 by the pseudo-suggestor `"input"`, through the gate;
+        given, they replace the engine's own (`Engine(inputs=...)`, a formation's inputs).
         A stopped run returns its last consistent snapshot; caller cancellation propagates.
         `run_id` names the run (a new UUID by default); with a store, a run id that is already
         stored is refused (`StaleRecordError` at the first save), so a retried job can name its
@@ -239,22 +229,11 @@ class Engine:
         self,
         config: RunConfig,
         context: ContextSnapshot | None,
-        inputs: Iterable[ProposedFact],
+        inputs: Iterable[ProposedFact] | None,
         run_id: str | None = None,
     ) -> ConvergeResult:
-        start = ContextSnapshot.empty() if context is None else context
-        if not isinstance(start, ContextSnapshot):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ConfigurationError(
-                f"context must be a ContextSnapshot, got {type(start).__name__}"
-            )
-        given = tuple(inputs)
-        for index, item in enumerate(given):
-            if not isinstance(item, ProposedFact):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise ConfigurationError(
-                    f"inputs[{index}] must be a ProposedFact, got {type(item).__name__}"
-                )
-        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ConfigurationError(f"run_id must be a non-blank str, got {run_id!r}")
+        start = checked_start(context, run_id)
+        given = self._inputs if inputs is None else checked_inputs(inputs)
         state = RunState.start(start, given, run_id=run_id)
         view = self._registry.view()
         saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
@@ -413,7 +392,7 @@ class Engine:
         self,
         context: ContextSnapshot | None = None,
         *,
-        inputs: Iterable[ProposedFact] = (),
+        inputs: Iterable[ProposedFact] | None = None,
         buffer: int = 16,
     ) -> AsyncGenerator[EngineEvent | ConvergeResult, None]:
         """Run like `run`, yielding every event as it happens and the result last.
@@ -434,13 +413,35 @@ class Engine:
         self,
         context: ContextSnapshot | None = None,
         *,
-        inputs: Iterable[ProposedFact] = (),
-        backend: Literal["asyncio", "trio"] = "asyncio",
+        inputs: Iterable[ProposedFact] | None = None,
+        run_id: str | None = None,
+        backend: Backend = "asyncio",
     ) -> ConvergeResult:
-        """`run` for scripts: starts an event loop on `backend` and runs to a stop reason."""
-        given = tuple(inputs)
+        """`run` for scripts: starts an event loop on `backend` and runs to a stop reason.
 
-        async def main() -> ConvergeResult:
-            return await self.run(context, inputs=given)
+        Raises:
+            ConfigurationError: An event loop is already running here: `await run` instead.
+        """
+        return call_sync(backend, self.run, context, inputs=inputs, run_id=run_id)
 
-        return anyio.run(main, backend=backend)
+    def resume_sync(
+        self,
+        checkpoint: Checkpoint,
+        decisions: Iterable[GateDecision] = (),
+        *,
+        run_id: str | None = None,
+        backend: Backend = "asyncio",
+    ) -> ConvergeResult:
+        """`resume` for scripts, on an event loop of its own (raises as `run_sync` does)."""
+        return call_sync(backend, self.resume, checkpoint, decisions, run_id=run_id)
+
+    def resume_run_sync(
+        self,
+        run_id: str,
+        decisions: Iterable[GateDecision] = (),
+        /,
+        *,
+        backend: Backend = "asyncio",
+    ) -> ConvergeResult:
+        """`resume_run` for scripts, on an event loop of its own (raises as `run_sync` does)."""
+        return call_sync(backend, self.resume_run, run_id, decisions)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict, Unpack, final
@@ -19,8 +19,10 @@ from ._invariant import Invariant
 from ._merge import ConflictMode
 from ._proposal import ProposedFact
 from ._result import ConvergeResult
+from ._retry import RetryPolicy
 from ._store import RunStore
 from ._suggestor import Suggestor
+from ._sync import Backend, call_sync
 
 __all__ = ["EngineOptions", "Formation"]
 
@@ -44,6 +46,8 @@ class EngineOptions(TypedDict, total=False):
     formation: str | None
     observers: Sequence[Observer]
     record_effects: bool
+    retry: RetryPolicy | None
+    inputs: Iterable[ProposedFact]
 
 
 @final
@@ -52,7 +56,8 @@ class Formation:
     """Suggestors, invariants, budget, HITL policy and inputs: one runnable formation.
 
     A formation file is a Python file or module with a module-level `formation`; the
-    `converge` command runs it. `engine()` builds a fresh engine with everything registered.
+    `converge` command runs it. `engine()` builds a fresh engine with everything registered
+    and the formation's inputs; `run()` and `run_sync()` run such an engine once.
     """
 
     name: str
@@ -68,17 +73,23 @@ class Formation:
     hitl: HitlPolicy | None = None
     """Which proposals wait for a human."""
     inputs: tuple[ProposedFact, ...] = ()
-    """Merged at cycle 0."""
+    """Merged at cycle 0 of each run of an engine built by `engine()`, unless the run is given
+    `inputs=` (which replace them)."""
     record_effects: bool = True
     """Keep effects in the trace so the run can be replayed."""
 
     def engine(self, **overrides: Unpack[EngineOptions]) -> Engine:
-        """A new engine with this formation's settings (overridable) and registrations."""
+        """A new engine with this formation's settings and inputs (overridable) and registrations.
+
+        Its `run`, `run_sync` and `stream` start with the formation's `inputs` when they are
+        given no `inputs=`; given, those replace them (as does the override `inputs=`).
+        """
         options: EngineOptions = {
             "name": self.name,
             "budget": self.budget,
             "hitl": self.hitl,
             "record_effects": self.record_effects,
+            "inputs": self.inputs,
         }
         options.update(overrides)
         engine = Engine(**options)
@@ -91,5 +102,24 @@ class Formation:
     async def run(
         self, context: ContextSnapshot | None = None, **overrides: Unpack[EngineOptions]
     ) -> ConvergeResult:
-        """Run the formation once on a fresh engine, with its inputs."""
-        return await self.engine(**overrides).run(context, inputs=self.inputs)
+        """Run the formation once on a fresh engine (`engine(**overrides)`), with its inputs.
+
+        The override `inputs=` replaces the formation's inputs for this run.
+        """
+        return await self.engine(**overrides).run(context)
+
+    def run_sync(
+        self,
+        context: ContextSnapshot | None = None,
+        *,
+        backend: Backend = "asyncio",
+        **overrides: Unpack[EngineOptions],
+    ) -> ConvergeResult:
+        """`run` for scripts: starts an event loop on `backend` and runs the formation once.
+
+        Raises:
+            ConfigurationError: An event loop is already running here (in a formation file
+                that `converge run` loads, say): `await run` instead, or let the command run
+                the module-level `formation`.
+        """
+        return call_sync(backend, self.run, context, **overrides)
