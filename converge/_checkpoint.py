@@ -16,7 +16,7 @@ from ._context import ContextSnapshot
 from ._fact import Fact, PromotionRecord, seal
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation
-from ._key import KEY_ORDER, ContextKey
+from ._key import AnyKey, KeyField, key_rank
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 from ._trace import Continuation, CycleTrace, Rejection
@@ -28,7 +28,7 @@ __all__ = ["Checkpoint", "FactRecord", "restore_fact", "restore_snapshot"]
 class FactRecord(FrozenModel, frozen=True):
     """A fact as stored in JSON. Only a verified restore turns it back into a `Fact`."""
 
-    key: ContextKey
+    key: KeyField
     """The context key."""
     id: str
     """The fact's id."""
@@ -40,7 +40,7 @@ class FactRecord(FrozenModel, frozen=True):
     """The proposer's confidence."""
     provenance: str
     """Who claimed it."""
-    target: ContextKey | None = None
+    target: KeyField | None = None
     """The staged target, under `PROPOSALS`."""
     evidence: tuple[str, ...] = ()
     """`"key/id"` references."""
@@ -81,7 +81,7 @@ class Checkpoint(FrozenModel, frozen=True):
     """The context's version."""
     cycle: int
     """The cycle that paused."""
-    dirty: tuple[ContextKey, ...]
+    dirty: tuple[KeyField, ...]
     """Keys that gained facts in the paused cycle."""
     tokens: int
     """Tokens spent so far."""
@@ -139,14 +139,14 @@ def restore_snapshot(
     """
     facts: list[Fact] = []
     leaves: list[str] = []  # the digests just recomputed, read before anyone else holds a fact
-    seen: set[tuple[ContextKey, str]] = set()
-    last_key = -1
+    seen: set[tuple[AnyKey, str]] = set()
+    last_key = (-1, "")
     for index, record in enumerate(records):
         try:
             fact = restore_fact(record)
         except ValueError as error:
             raise ValueError(f"facts[{index}]: {error}") from None
-        order = KEY_ORDER[fact.key]
+        order = key_rank(fact.key)
         if order < last_key or (fact.key, fact.id) in seen:
             raise ValueError(f"facts[{index}] ({fact.ref}) is out of order or repeated")
         last_key = order

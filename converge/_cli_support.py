@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from ._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, ProposalRejected
 from ._formation import Formation
-from ._key import ContextKey
+from ._key import AnyKey, key_named
 from ._log import LOGGER_NAME
 from ._stop import StopReason
 from ._store import RunRecord
@@ -238,7 +238,7 @@ def _loading(locator: str, load: Callable[[], T]) -> T:
         ) from None
 
 
-def _counts(keys: dict[ContextKey, int]) -> str:
+def _counts(keys: dict[AnyKey, int]) -> str:
     return ", ".join(f"{key.value} {count}" for key, count in keys.items() if count) or "none"
 
 
@@ -285,7 +285,7 @@ class Progress:
         self._out = out
         self._clock = clock
         self._started = clock()
-        self._cycle_added: dict[ContextKey, int] = {}
+        self._cycle_added: dict[AnyKey, int] = {}
         self._rejected = 0
 
     def on_event(self, event: EngineEvent, /) -> None:
@@ -294,7 +294,7 @@ class Progress:
             self._cycle_added = {}
             self._rejected = 0
         elif isinstance(event, FactPromoted):
-            key = ContextKey(event.ref.partition("/")[0])
+            key = key_named(event.ref.partition("/")[0])
             self._cycle_added[key] = self._cycle_added.get(key, 0) + 1
         elif isinstance(event, ProposalRejected):
             self._rejected += 1

@@ -25,7 +25,7 @@ import immutables
 
 from ._canonical import merkle_root
 from ._fact import Fact
-from ._key import KEYS, ContextKey, in_key_order
+from ._key import AnyKey, in_key_order
 
 __all__ = ["Context", "ContextSnapshot"]
 
@@ -33,19 +33,19 @@ __all__ = ["Context", "ContextSnapshot"]
 class Context(Protocol):
     """What a suggestor may read. Any class with these members qualifies."""
 
-    def has(self, key: ContextKey, /) -> bool:
+    def has(self, key: AnyKey, /) -> bool:
         """Whether any fact lives under `key`."""
         ...
 
-    def get(self, key: ContextKey, /) -> Sequence[Fact]:
+    def get(self, key: AnyKey, /) -> Sequence[Fact]:
         """The facts under `key`, in insertion order."""
         ...
 
-    def count(self, key: ContextKey, /) -> int:
+    def count(self, key: AnyKey, /) -> int:
         """How many facts live under `key`."""
         ...
 
-    def find(self, key: ContextKey, id: str, /) -> Fact | None:
+    def find(self, key: AnyKey, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None`."""
         ...
 
@@ -158,7 +158,7 @@ class ContextSnapshot:
 
     __slots__ = ("__weakref__", "_clock", "_cycle", "_root", "_size", "_stores", "_version")
 
-    _stores: dict[ContextKey, _KeyStore]
+    _stores: dict[AnyKey, _KeyStore]
     _version: int
     _cycle: int
     _clock: int
@@ -171,7 +171,7 @@ class ContextSnapshot:
     @classmethod
     def _make(
         cls,
-        stores: dict[ContextKey, _KeyStore],
+        stores: dict[AnyKey, _KeyStore],
         version: int,
         cycle: int,
         clock: int,
@@ -205,21 +205,21 @@ class ContextSnapshot:
 
     # -- the Context protocol -------------------------------------------------------------
 
-    def has(self, key: ContextKey, /) -> bool:
+    def has(self, key: AnyKey, /) -> bool:
         """Whether any fact lives under `key`."""
         return key in self._stores
 
-    def get(self, key: ContextKey, /) -> Sequence[Fact]:
+    def get(self, key: AnyKey, /) -> Sequence[Fact]:
         """The facts under `key`, in insertion order (a persistent vector; O(1))."""
         store = self._stores.get(key)
         return _EMPTY_FACTS if store is None else store.view
 
-    def count(self, key: ContextKey, /) -> int:
+    def count(self, key: AnyKey, /) -> int:
         """How many facts live under `key`."""
         store = self._stores.get(key)
         return 0 if store is None else store.count
 
-    def find(self, key: ContextKey, id: str, /) -> Fact | None:
+    def find(self, key: AnyKey, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None`."""
         store = self._stores.get(key)
         return None if store is None else store.ids.get(id)
@@ -251,7 +251,7 @@ class ContextSnapshot:
         counts = ", ".join(f"{key.value}={self._stores[key].count}" for key in self.keys())
         return f"ContextSnapshot(cycle={self._cycle}, version={self._version}, {counts or 'empty'})"
 
-    def keys(self) -> tuple[ContextKey, ...]:
+    def keys(self) -> tuple[AnyKey, ...]:
         """The keys that hold facts, in key order."""
         return in_key_order(self._stores)
 
@@ -321,7 +321,7 @@ class ContextSnapshot:
                 order_mutation.finish(), id_mutation.finish(), count, chunks, tail
             )
         if len(stores) != len(self._stores):
-            stores = {key: stores[key] for key in KEYS if key in stores}
+            stores = {key: stores[key] for key in in_key_order(stores)}
         added = len(facts)
         return ContextSnapshot._make(
             stores, self._version + added, cycle, clock, self._size + added
@@ -330,7 +330,7 @@ class ContextSnapshot:
 
 def _by_key(
     facts: Sequence[Fact], leaves: Sequence[str]
-) -> Sequence[tuple[ContextKey, Sequence[Fact], Sequence[str]]]:
+) -> Sequence[tuple[AnyKey, Sequence[Fact], Sequence[str]]]:
     """The facts and their leaves grouped by key, in order (one key, the usual case, as is)."""
     first = facts[0].key
     for fact in facts:
@@ -338,7 +338,7 @@ def _by_key(
             break
     else:
         return ((first, facts, leaves),)
-    grouped: dict[ContextKey, tuple[list[Fact], list[str]]] = {}
+    grouped: dict[AnyKey, tuple[list[Fact], list[str]]] = {}
     for fact, leaf in zip(facts, leaves, strict=True):
         group = grouped.get(fact.key)
         if group is None:

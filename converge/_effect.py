@@ -8,7 +8,7 @@ from typing import Any, Self, cast, final
 from pydantic import Field, JsonValue, field_validator
 
 from ._canonical import freeze_json
-from ._key import KEY_ORDER, ContextKey
+from ._key import AnyKey, in_key_order
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 
@@ -91,9 +91,9 @@ class AgentEffect(FrozenModel, frozen=True):
         return not self.proposals
 
     @property
-    def affected_keys(self) -> tuple[ContextKey, ...]:
+    def affected_keys(self) -> tuple[AnyKey, ...]:
         """The keys its proposals name, in key order, without duplicates."""
-        return tuple(sorted({p.key for p in self.proposals}, key=KEY_ORDER.__getitem__))
+        return in_key_order({p.key for p in self.proposals})
 
 
 _EMPTY = AgentEffect()

@@ -11,7 +11,7 @@ from pydantic import Field, TypeAdapter
 
 from ._fact import GateKind
 from ._invariant import InvariantClass
-from ._key import ContextKey
+from ._key import KeyField
 from ._model import FrozenModel
 
 __all__ = [
@@ -63,7 +63,7 @@ class CycleStarted(_Event, frozen=True):
 
     type: Literal["cycle_started"] = "cycle_started"
     """Discriminator."""
-    dirty: tuple[ContextKey, ...]
+    dirty: tuple[KeyField, ...]
     """Keys that gained facts since the last cycle."""
 
 

@@ -23,7 +23,7 @@ imports in a circle; this module defines the rest and gathers them all.
 
 from __future__ import annotations
 
-from ._error import ConvergeError
+from ._error import ConfigurationError, ConvergeError
 from ._result import (
     AwaitingHumanError,
     BudgetExhaustedError,
@@ -48,10 +48,6 @@ __all__ = [
     "StaleRecordError",
     "StoreError",
 ]
-
-
-class ConfigurationError(ConvergeError, ValueError):
-    """The engine or a registration is set up wrongly; raised before anything runs."""
 
 
 class InvalidResumeError(ConfigurationError):

@@ -33,7 +33,7 @@ from ._canonical import (
     freeze_json,
     payload_json,
 )
-from ._key import ContextKey
+from ._key import KeyField
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 
@@ -158,7 +158,7 @@ class Fact(BaseModel, frozen=True):
 
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
-    key: ContextKey
+    key: KeyField
     """The context key it lives in."""
     id: str
     """Unique within its key."""
@@ -170,7 +170,7 @@ class Fact(BaseModel, frozen=True):
     """The proposer's confidence, from 0 to 1."""
     provenance: str
     """Who claimed it."""
-    target: ContextKey | None
+    target: KeyField | None
     """For a staged fact under `PROPOSALS`: the key it asks to be promoted into."""
     evidence: tuple[str, ...]
     """`"key/id"` references of the facts it was derived from."""

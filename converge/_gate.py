@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 
 from ._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
 from ._fact import Fact, GateKind, promotion_record, seal
-from ._key import ContextKey
+from ._key import AnyKey, ContextKey, Key, key_named
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 
@@ -64,8 +64,8 @@ class PromotionPolicy(FrozenModel, frozen=True):
     def check(
         self,
         proposal: ProposedFact,
-        writes: Collection[ContextKey] | None,
-        refused: Collection[tuple[ContextKey, str]] = (),
+        writes: Collection[AnyKey] | None,
+        refused: Collection[tuple[AnyKey, str]] = (),
         *,
         gate: GateKind = "engine",
     ) -> str | None:
@@ -79,8 +79,8 @@ class PromotionPolicy(FrozenModel, frozen=True):
 def _reason(
     policy: PromotionPolicy,
     proposal: ProposedFact,
-    writes: Collection[ContextKey] | None,
-    refused: Collection[tuple[ContextKey, str]],
+    writes: Collection[AnyKey] | None,
+    refused: Collection[tuple[AnyKey, str]],
     gate: GateKind,
 ) -> str | None:
     """The first check `proposal` fails, in the documented order, or `None`."""
@@ -150,7 +150,7 @@ def _field_reason(policy: PromotionPolicy, proposal: ProposedFact, gate: GateKin
     return None
 
 
-def _id_reason(policy: PromotionPolicy, key: ContextKey, ident: str, gate: GateKind) -> str | None:
+def _id_reason(policy: PromotionPolicy, key: AnyKey, ident: str, gate: GateKind) -> str | None:
     if not ident:
         return "id is empty"
     if len(ident) > policy.max_id_length:
@@ -182,13 +182,13 @@ def _intact(fields: Mapping[str, Any]) -> bool:
         payload: object = fields["payload"]
         kind = type(payload)
         return (
-            type(key) is ContextKey
+            (type(key) is ContextKey or type(key) is Key)
             and type(ident) is str
             and type(fields["content"]) is str
             and type(fields["provenance"]) is str
             and type(confidence) is float
             and 0.0 <= confidence <= 1.0
-            and (target is None or type(target) is ContextKey)
+            and (target is None or type(target) is ContextKey or type(target) is Key)
             and type(evidence) is tuple
             and (not evidence or all(type(ref) is str for ref in cast("tuple[object]", evidence)))
             and (
@@ -255,11 +255,9 @@ def _text(value: object, default: str) -> str:
     return default if value is None else _shown(value, 256)
 
 
-def _key(value: object) -> ContextKey | None:
-    if isinstance(value, ContextKey):
-        return value
+def _key(value: object) -> AnyKey | None:
     try:
-        return ContextKey(str.__str__(value)) if isinstance(value, str) else None
+        return key_named(str.__str__(value)) if isinstance(value, str) else None
     except ValueError:
         return None
 
@@ -330,7 +328,7 @@ class Gate:
         *,
         cycle: int,
         kind: GateKind,
-        refused: frozenset[tuple[ContextKey, str]] = frozenset(),
+        refused: frozenset[tuple[AnyKey, str]] = frozenset(),
     ) -> None:
         self._policy = policy
         self._cycle = cycle
@@ -345,7 +343,7 @@ class Gate:
             return proposal
         return admit(proposal)
 
-    def check(self, proposal: ProposedFact, writes: Collection[ContextKey] | None) -> str | None:
+    def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
         """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`."""
         return _reason(self._policy, proposal, writes, self._refused, self._kind)
 

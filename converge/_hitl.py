@@ -8,7 +8,7 @@ from typing import ClassVar, Literal, final
 
 from pydantic import ConfigDict, Field
 
-from ._key import ContextKey
+from ._key import KeyField
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 
@@ -30,7 +30,7 @@ class HitlPolicy(FrozenModel, frozen=True):
         frozen=True, extra="forbid", strict=True, arbitrary_types_allowed=True
     )
 
-    gated_keys: frozenset[ContextKey] = Field(default=frozenset(), strict=False)
+    gated_keys: frozenset[KeyField] = frozenset()
     """Keys whose every proposal waits for a human."""
     confidence_below: float | None = Field(default=None, ge=0.0, le=1.0, strict=False)
     """Gate proposals with a confidence strictly below this."""

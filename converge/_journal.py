@@ -19,7 +19,7 @@ from ._checkpoint import Checkpoint, FactRecord
 from ._exceptions import StoreError
 from ._hitl import GateDecision
 from ._integrity import IntegrityProof
-from ._key import KEY_ORDER, ContextKey, in_key_order
+from ._key import AnyKey, in_key_order, key_rank
 from ._model import FrozenModel, trusted
 from ._signature import signature_of
 from ._state import RunState
@@ -90,14 +90,14 @@ class Journal:
         self._fingerprint = fingerprint
         self._name = (name, formation)
         self._key = key
-        self._counts: dict[ContextKey, int] = {}
+        self._counts: dict[AnyKey, int] = {}
         self._rejections = 0
         self._decisions = 0
         self._cycles = 0
         self._last: CycleTrace | None = None
         self._length = 0
         self._digest = ""
-        self._pending: tuple[dict[ContextKey, int], int, int, int, CycleTrace | None] | None = None
+        self._pending: tuple[dict[AnyKey, int], int, int, int, CycleTrace | None] | None = None
 
     def progress(
         self,
@@ -131,7 +131,7 @@ class Journal:
 
     def _delta(
         self, state: RunState
-    ) -> tuple[CycleDelta, tuple[dict[ContextKey, int], int, int, int, CycleTrace | None]]:
+    ) -> tuple[CycleDelta, tuple[dict[AnyKey, int], int, int, int, CycleTrace | None]]:
         snapshot = state.snapshot
         counts = dict(self._counts)
         facts: list[FactRecord] = []
@@ -248,7 +248,7 @@ def _record(
     version: int,
 ) -> RunRecord:
     facts = sorted(
-        (fact for delta in deltas for fact in delta.facts), key=lambda f: KEY_ORDER[f.key]
+        (fact for delta in deltas for fact in delta.facts), key=lambda f: key_rank(f.key)
     )
     by_cycle: dict[int, CycleTrace] = {}
     for delta in deltas:

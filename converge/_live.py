@@ -20,7 +20,7 @@ from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._executor import Executor, Slot, failure
 from ._hitl import GateRequest
-from ._key import ContextKey
+from ._key import AnyKey
 from ._registry import Registration, RegistryView
 from ._retry import Retries
 from ._run_events import RunEvents
@@ -76,7 +76,7 @@ class LiveEffects:
         return None
 
     async def produce(
-        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+        self, cycle: int, dirty: frozenset[AnyKey], snapshot: ContextSnapshot, /
     ) -> Batch:
         """Run the eligible candidates of `dirty`, and the retries due, against `snapshot`."""
         candidates = self._view.candidates(dirty)

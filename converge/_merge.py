@@ -28,7 +28,7 @@ from ._fact import Fact, GateKind
 from ._gate import Gate, PromotionPolicy, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy
 from ._invariant import Invariant, Violation, check_invariants
-from ._key import ContextKey
+from ._key import AnyKey
 from ._model import trusted
 from ._proposal import ProposedFact
 from ._result import Conflict
@@ -75,9 +75,9 @@ class _Effect:
         self.clock = clock
         self.accepted: list[Fact] = []
         self.leaves: list[str] = []
-        self.local: dict[tuple[ContextKey, str], Fact] = {}
+        self.local: dict[tuple[AnyKey, str], Fact] = {}
         self.held: list[GateRequest] = []
-        self.held_slots: set[tuple[ContextKey, str]] = set()
+        self.held_slots: set[tuple[AnyKey, str]] = set()
         self.rejected: list[Rejection] = []
 
     def hold(self, request: GateRequest) -> None:
@@ -117,7 +117,7 @@ class Merger:
         policy: PromotionPolicy,
         mode: ConflictMode,
         gate: GateKind = "engine",
-        refused: frozenset[tuple[ContextKey, str]] = frozenset(),
+        refused: frozenset[tuple[AnyKey, str]] = frozenset(),
         structural: Sequence[Invariant] = (),
         hitl: HitlPolicy | None = None,
         deadline: datetime | None = None,
@@ -127,13 +127,13 @@ class Merger:
         self._clock = snapshot.clock
         self._gate = Gate(policy, cycle=cycle, kind=gate, refused=refused)
         self._mode: ConflictMode = mode
-        self._overlay: dict[tuple[ContextKey, str], Fact] = {}
+        self._overlay: dict[tuple[AnyKey, str], Fact] = {}
         self._added: list[Fact] = []
         self._added_leaves: list[str] = []
         self._structural = tuple(structural)
         self._hitl = hitl
         self._deadline = deadline
-        self._held_slots: set[tuple[ContextKey, str]] = set()
+        self._held_slots: set[tuple[AnyKey, str]] = set()
         self.promoted: list[Fact] = []
         """Facts promoted so far in this cycle, in merge order."""
         self.rejections: list[Rejection] = []
@@ -143,7 +143,7 @@ class Merger:
         self.violations: list[Violation] = []
         """Structural violations that rolled an effect back."""
 
-    def _find(self, key: ContextKey, ident: str) -> Fact | None:
+    def _find(self, key: AnyKey, ident: str) -> Fact | None:
         fact = self._overlay.get((key, ident))
         return fact if fact is not None else self._base.find(key, ident)
 
@@ -151,7 +151,7 @@ class Merger:
         self,
         suggestor: str,
         suggestor_id: int,
-        writes: frozenset[ContextKey] | None,
+        writes: frozenset[AnyKey] | None,
         proposals: Iterable[ProposedFact],
         *,
         approved_by: str | None = None,
@@ -198,7 +198,7 @@ class Merger:
         effect: _Effect,
         suggestor: str,
         suggestor_id: int,
-        writes: frozenset[ContextKey] | None,
+        writes: frozenset[AnyKey] | None,
         approved_by: str | None,
     ) -> _Decision:
         """Reject, restate (`None`), conflict, hold or promote one proposal."""
@@ -313,6 +313,6 @@ class Merger:
         return self._base
 
     @property
-    def added_keys(self) -> frozenset[ContextKey]:
+    def added_keys(self) -> frozenset[AnyKey]:
         """Keys that gained facts in this cycle."""
         return frozenset(map(_key_of, self.promoted))

@@ -13,7 +13,7 @@ from datetime import datetime
 from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
 from ._exceptions import InvalidCheckpointError, InvalidResumeError, RunNotFoundError
 from ._hitl import GateDecision, GateRequest, HitlPolicy
-from ._key import ContextKey, in_key_order
+from ._key import AnyKey, in_key_order, key_named
 from ._signature import signature_matches, signature_of
 from ._state import RunState
 from ._store import RunStore
@@ -31,13 +31,13 @@ Fingerprint = tuple[tuple[str, ...], tuple[str, ...]]
 """`(registrations, invariants)` as a checkpoint records them."""
 
 
-def _ref(slot: tuple[ContextKey, str]) -> str:
+def _ref(slot: tuple[AnyKey, str]) -> str:
     return f"{slot[0].value}/{slot[1]}"
 
 
-def _slot(ref: str) -> tuple[ContextKey, str]:
+def _slot(ref: str) -> tuple[AnyKey, str]:
     key, _, ident = ref.partition("/")
-    return ContextKey(key), ident
+    return key_named(key), ident
 
 
 def sign(checkpoint: Checkpoint, key: bytes | None) -> Checkpoint:

@@ -8,7 +8,7 @@ from typing import final
 from pydantic import Field, JsonValue, ValidationInfo, field_validator
 
 from ._canonical import check_text, freeze_json
-from ._key import ContextKey
+from ._key import KeyField
 from ._model import FrozenModel
 
 __all__ = ["ProposedFact", "check_json", "check_text"]
@@ -28,7 +28,7 @@ class ProposedFact(FrozenModel, frozen=True):
     arrays refuse every change) and writes the id in Unicode NFC.
     """
 
-    key: ContextKey = Field(strict=False)
+    key: KeyField
     """The context key it should land in."""
     id: str
     """Unique within its key; keys are separate namespaces."""
@@ -40,7 +40,7 @@ class ProposedFact(FrozenModel, frozen=True):
     """Structured data; finite numbers only. Frozen: objects and arrays refuse every change."""
     confidence: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
     """How sure the proposer is, from 0 to 1."""
-    target: ContextKey | None = Field(default=None, strict=False)
+    target: KeyField | None = None
     """For a staged proposal (`key == PROPOSALS`): the key it asks to be promoted into."""
     evidence: tuple[str, ...] = Field(default=(), strict=False)
     """`"key/id"` references of the facts it was derived from."""

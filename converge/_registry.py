@@ -8,7 +8,7 @@ from typing import final
 
 from ._exceptions import ConfigurationError
 from ._invariant import Invariant, InvariantClass
-from ._key import ContextKey
+from ._key import AnyKey
 from ._retry import RetryPolicy
 from ._suggestor import Suggestor, SuggestorId, describe_suggestor
 
@@ -23,8 +23,8 @@ class Registration:
     id: SuggestorId
     suggestor: Suggestor
     name: str
-    dependencies: tuple[ContextKey, ...]
-    writes: frozenset[ContextKey] | None
+    dependencies: tuple[AnyKey, ...]
+    writes: frozenset[AnyKey] | None
     pack: str | None
     retry: RetryPolicy | None = None
     """The suggestor's own `retry` attribute, if it has one (else the engine's policy)."""
@@ -82,13 +82,13 @@ class RegistryView:
             tuple(f"{i.name}:{i.invariant_class.value}:{i.pack or ''}" for i in invariants),
         )
         self._always: tuple[Registration, ...] = tuple(r for r in live if not r.dependencies)
-        by_key: dict[ContextKey, list[Registration]] = {}
+        by_key: dict[AnyKey, list[Registration]] = {}
         for reg in live:
             for key in reg.dependencies:
                 by_key.setdefault(key, []).append(reg)
         self._by_key = {key: tuple(regs) for key, regs in by_key.items()}
 
-    def candidates(self, dirty: Collection[ContextKey]) -> tuple[Registration, ...]:
+    def candidates(self, dirty: Collection[AnyKey]) -> tuple[Registration, ...]:
         """Active suggestors without dependencies or with one in `dirty`, by ascending id."""
         groups = [group for key in dirty if (group := self._by_key.get(key))]
         if self._always:

@@ -15,7 +15,7 @@ from ._context import ContextSnapshot
 from ._effect import AgentEffect
 from ._exceptions import ReplayError
 from ._hitl import GateDecision, GateRequest
-from ._key import ContextKey
+from ._key import AnyKey
 from ._registry import Registration, RegistryView
 from ._result import ConvergeResult
 from ._run import RunLoop
@@ -58,7 +58,7 @@ class RecordedEffects:
         return End(reason, self._trace.detail, cycle - 1)
 
     async def produce(
-        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+        self, cycle: int, dirty: frozenset[AnyKey], snapshot: ContextSnapshot, /
     ) -> Batch:
         """The recorded cycle `cycle`, checked against this engine's registrations."""
         recorded = self._trace.cycles[self._next]

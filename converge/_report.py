@@ -18,12 +18,12 @@ from typing import Final
 
 from ._checkpoint import FactRecord
 from ._integrity import verify
-from ._key import ContextKey
+from ._key import in_key_order
 from ._report_assets import CSS, POLICY, SCRIPT
 from ._report_gates import gates
 from ._report_header import header, summary
 from ._report_parts import executions, ref_link, section, table, violations
-from ._report_svg import KEY_COLOURS, esc, format_ms, lineage_svg, short
+from ._report_svg import esc, format_ms, key_colour, lineage_svg, short
 from ._report_timeline import timeline_svg
 from ._store import RunRecord
 
@@ -106,14 +106,14 @@ def _facts(record: RunRecord, anchors: dict[str, str]) -> str:
             "facts", "Facts", '<p class="empty">The context holds no facts.</p>', count=0
         )
     groups: list[str] = []
-    for key in ContextKey:
-        facts = [fact for fact in record.facts if fact.key is key]
+    for key in in_key_order({fact.key for fact in record.facts}):
+        facts = [fact for fact in record.facts if fact.key == key]
         if not facts:
             continue
         rows = [_fact_row(fact, anchors[f"{key.value}/{fact.id}"], anchors) for fact in facts]
         groups.append(
             f'<div class="key-group" data-key="{key.value}"><h3><span class="key-chip" '
-            f'style="background:{KEY_COLOURS[key]}"></span>{key.value}'
+            f'style="background:{key_colour(key)}"></span>{key.value}'
             f' <span class="muted" data-count="facts-{key.value}" data-value="{len(facts)}">'
             f"({len(facts)})</span></h3>"
             + table(

@@ -16,13 +16,14 @@ from html import escape
 from typing import Final
 
 from ._checkpoint import FactRecord
-from ._key import KEY_ORDER, ContextKey
+from ._key import AnyKey, ContextKey, key_rank
 
 __all__ = [
     "KEY_COLOURS",
     "LINEAGE_LIMIT",
     "esc",
     "format_ms",
+    "key_colour",
     "lineage_svg",
     "num",
     "short",
@@ -30,7 +31,7 @@ __all__ = [
     "wrap_label",
 ]
 
-KEY_COLOURS: Final[Mapping[ContextKey, str]] = {
+KEY_COLOURS: Final[Mapping[AnyKey, str]] = {
     ContextKey.SEEDS: "#2f6fdf",
     ContextKey.HYPOTHESES: "#8a4fd8",
     ContextKey.STRATEGIES: "#1c9a74",
@@ -42,6 +43,14 @@ KEY_COLOURS: Final[Mapping[ContextKey, str]] = {
     ContextKey.DIAGNOSTIC: "#6b7280",
 }
 """One colour per context key, shared by the lineage graph and the fact tables."""
+
+_OWN_KEY_COLOUR: Final = "#475569"
+
+
+def key_colour(key: AnyKey) -> str:
+    """`key`'s colour; keys of your own share one."""
+    return KEY_COLOURS.get(key, _OWN_KEY_COLOUR)
+
 
 LINEAGE_LIMIT: Final = 120
 """The lineage graph draws at most this many facts (the latest promoted)."""
@@ -174,7 +183,7 @@ def _place(facts: Sequence[FactRecord]) -> tuple[dict[str, _Node], list[str], fl
     headers: list[str] = []
     x = 10.0
     for cycle in sorted(by_cycle):
-        group = sorted(by_cycle[cycle], key=lambda f: (KEY_ORDER[f.key], f.promotion.clock))
+        group = sorted(by_cycle[cycle], key=lambda f: (key_rank(f.key), f.promotion.clock))
         label = "inputs" if cycle == 0 else f"cycle {cycle}"
         headers.append(
             f'<text class="col-label" x="{num(x)}" y="18">{label} · {len(group)} fact(s)</text>'
@@ -195,7 +204,7 @@ def _edge(source: _Node, target: _Node) -> str:
 
 def _node(node: _Node, anchors: Mapping[str, str]) -> str:
     fact = node.fact
-    colour = KEY_COLOURS[fact.key]
+    colour = key_colour(fact.key)
     tip = (
         f"{node.ref}\n{short(fact.content, 300)}\nby {fact.provenance} · gate {fact.promotion.gate}"
     )

@@ -24,7 +24,7 @@ from ._fact import GateKind
 from ._hitl import GateDecision, GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
-from ._key import ContextKey, in_key_order
+from ._key import AnyKey, ContextKey, in_key_order
 from ._live import LiveEffects
 from ._log import EventLog, run_logger
 from ._merge import ConflictMode, Merger
@@ -319,7 +319,7 @@ class RunLoop:
     def _record(
         self,
         cycle: int,
-        dirty: frozenset[ContextKey],
+        dirty: frozenset[AnyKey],
         batch: Batch,
         merger: Merger | None,
         semantic: Sequence[Violation] = (),

@@ -35,7 +35,7 @@ from ._fact import Fact
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
-from ._key import ContextKey, in_key_order
+from ._key import AnyKey, in_key_order
 from ._log import EventLog
 from ._trace import Execution, Rejection
 
@@ -152,7 +152,7 @@ class RunEvents:
                 )
             )
 
-    def cycle_started(self, cycle: int, dirty: frozenset[ContextKey]) -> None:
+    def cycle_started(self, cycle: int, dirty: frozenset[AnyKey]) -> None:
         if self.debug:
             ordered = in_key_order(dirty)
             self._emit(CycleStarted(run_id=self._run_id, cycle=cycle, dirty=ordered))

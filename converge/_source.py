@@ -15,7 +15,7 @@ from typing import Protocol, final
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
 from ._hitl import GateDecision, GateRequest
-from ._key import ContextKey
+from ._key import AnyKey
 from ._registry import Registration
 from ._stop import StopReason
 from ._trace import Execution
@@ -58,7 +58,7 @@ class EffectSource(Protocol):
         ...
 
     async def produce(
-        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+        self, cycle: int, dirty: frozenset[AnyKey], snapshot: ContextSnapshot, /
     ) -> Batch:
         """The effects of `cycle`, from the suggestors whose keys in `dirty` changed."""
         ...

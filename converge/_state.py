@@ -13,7 +13,7 @@ from typing import final
 from ._context import ContextSnapshot
 from ._hitl import GateDecision
 from ._invariant import Violation
-from ._key import ContextKey
+from ._key import AnyKey
 from ._proposal import ProposedFact
 from ._trace import Continuation, CycleTrace, Rejection
 
@@ -30,10 +30,10 @@ class RunState:
     initial_root: str
     inputs: tuple[ProposedFact, ...]
     cycle: int = 0
-    dirty: frozenset[ContextKey] = frozenset()
+    dirty: frozenset[AnyKey] = frozenset()
     tokens: int = 0
     elapsed_before: float = 0.0
-    human_rejected: frozenset[tuple[ContextKey, str]] = frozenset()
+    human_rejected: frozenset[tuple[AnyKey, str]] = frozenset()
     """`(key, id)` of proposals a human rejected in this run; the gate refuses them again."""
     decisions: list[GateDecision] = field(default_factory=list[GateDecision])
     rejections: list[Rejection] = field(default_factory=list[Rejection])

@@ -23,7 +23,7 @@ from ._exceptions import StoreError
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
-from ._key import ContextKey
+from ._key import KeyField
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult
@@ -81,7 +81,7 @@ class ProgressHead(FrozenModel, frozen=True):
     """The context's version after it."""
     fact_count: int
     """Facts in the context after it."""
-    dirty: tuple[ContextKey, ...]
+    dirty: tuple[KeyField, ...]
     """Keys that gained facts in it (what the next cycle wakes up)."""
     tokens: int
     """Tokens spent so far."""

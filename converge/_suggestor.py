@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from typing import Protocol, final, runtime_checkable
+from collections.abc import Collection, Sequence
+from typing import Protocol, cast, final, runtime_checkable
 
 from ._context import Context
 from ._effect import AgentEffect
 from ._exceptions import ConfigurationError
-from ._key import ContextKey
+from ._key import AnyKey, key_named
 
 __all__ = ["Suggestor", "SuggestorId", "describe_suggestor", "normalise_keys"]
 
@@ -18,7 +18,7 @@ __all__ = ["Suggestor", "SuggestorId", "describe_suggestor", "normalise_keys"]
 class Suggestor(Protocol):
     """Proposes facts from a snapshot. Any class with these members qualifies; no base needed.
 
-    A suggestor may also expose `writes: Sequence[ContextKey]`; the engine then rejects its
+    A suggestor may also expose `writes: Sequence[AnyKey]`; the engine then rejects its
     proposals to any other key.
     """
 
@@ -28,7 +28,7 @@ class Suggestor(Protocol):
         ...
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """Keys this suggestor reads; a new fact under one makes it a candidate again."""
         ...
 
@@ -57,27 +57,29 @@ class SuggestorId(int):
 _REQUIRED = ("name", "dependencies", "accepts", "execute")
 
 
-def normalise_keys(value: object, *, owner: str, member: str) -> tuple[ContextKey, ...]:
-    """Turn a sequence of keys (or their string values) into a tuple of `ContextKey`s."""
+def normalise_keys(value: object, *, owner: str, member: str) -> tuple[AnyKey, ...]:
+    """Turn a sequence of keys (or their names) into a tuple of keys."""
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
         raise ConfigurationError(
-            f"suggestor {owner!r}: {member} must be a sequence of ContextKey, "
-            f"got {type(value).__name__}"
+            f"suggestor {owner!r}: {member} must be a sequence of keys, got {type(value).__name__}"
         )
-    keys: list[ContextKey] = []
-    for item in value:  # pyright: ignore[reportUnknownVariableType]
+    keys: list[AnyKey] = []
+    for item in cast("Collection[object]", value):
         try:
-            keys.append(ContextKey(item))
+            if not isinstance(item, str):
+                raise ValueError(item)
+            keys.append(key_named(item))
         except ValueError:
             raise ConfigurationError(
-                f"suggestor {owner!r}: {member} holds {item!r}, which is not a ContextKey"
+                f"suggestor {owner!r}: {member} holds {item!r}, which is not a ContextKey, "
+                "a declared Key or the name of one"
             ) from None
     return tuple(dict.fromkeys(keys))
 
 
 def describe_suggestor(
     suggestor: object,
-) -> tuple[str, tuple[ContextKey, ...], tuple[ContextKey, ...] | None]:
+) -> tuple[str, tuple[AnyKey, ...], tuple[AnyKey, ...] | None]:
     """Check that `suggestor` conforms; return its name, dependencies and `writes` (or None).
 
     Raises:

@@ -10,7 +10,7 @@ from pydantic import Field, JsonValue
 from ._effect import AgentEffect
 from ._hitl import GateDecision
 from ._invariant import InvariantClass, Violation
-from ._key import ContextKey
+from ._key import KeyField
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._stop import StopReason
@@ -78,7 +78,7 @@ class CycleTrace(FrozenModel, frozen=True):
 
     cycle: int
     """The cycle number, from 1."""
-    dirty: tuple[ContextKey, ...]
+    dirty: tuple[KeyField, ...]
     """Keys that gained facts in the previous cycle (or the inputs), in key order."""
     eligible: tuple[str, ...]
     """Names of the suggestors that ran, in registration order."""

@@ -1011,7 +1011,10 @@ async def test_the_report_of_a_running_and_of_an_interrupted_run_shows_its_statu
         (running, "running", "saved after cycle 2"),
         (render_report(record), "interrupted", record.detail),
     ):
-        badge = f'<span class="badge stop-{status}" data-stop-reason="{status}">{status}</span>'
+        badge = (
+            f'<span class="badge stop-{status}" data-stop-reason="{status}" '
+            f'data-badge="{status}">{status}</span>'
+        )
         assert badge in page
         assert f'<body data-run-id="{record.run_id}" data-stop-reason="{status}">' in page
         assert detail in page
