@@ -52,7 +52,7 @@ from ._gate import PromotionPolicy
 from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
 from ._integrity import IntegrityProof, verify
 from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
-from ._key import ContextKey
+from ._key import AnyKey, ContextKey, Key, KeyLike, key_named
 from ._log import get_logger
 from ._merge import ConflictMode
 from ._pack import GateVerdict, Pack
@@ -68,6 +68,7 @@ from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
     "AgentEffect",
+    "AnyKey",
     "AwaitingHumanError",
     "Budget",
     "BudgetExhaustedError",
@@ -111,6 +112,8 @@ __all__ = [
     "InvariantResult",
     "InvariantViolated",
     "InvariantViolationError",
+    "Key",
+    "KeyLike",
     "Observer",
     "Outcome",
     "Pack",
@@ -148,6 +151,7 @@ __all__ = [
     "Violation",
     "event_adapter",
     "get_logger",
+    "key_named",
     "render_report",
     "suggestor",
     "verify",

@@ -25,7 +25,7 @@ import immutables
 
 from ._canonical import merkle_root
 from ._fact import Fact
-from ._key import AnyKey, in_key_order
+from ._key import AnyKey, KeyLike, in_key_order, key_named
 
 __all__ = ["Context", "ContextSnapshot"]
 
@@ -33,19 +33,19 @@ __all__ = ["Context", "ContextSnapshot"]
 class Context(Protocol):
     """What a suggestor may read. Any class with these members qualifies."""
 
-    def has(self, key: AnyKey, /) -> bool:
+    def has(self, key: KeyLike, /) -> bool:
         """Whether any fact lives under `key`."""
         ...
 
-    def get(self, key: AnyKey, /) -> Sequence[Fact]:
+    def get(self, key: KeyLike, /) -> Sequence[Fact]:
         """The facts under `key`, in insertion order."""
         ...
 
-    def count(self, key: AnyKey, /) -> int:
+    def count(self, key: KeyLike, /) -> int:
         """How many facts live under `key`."""
         ...
 
-    def find(self, key: AnyKey, id: str, /) -> Fact | None:
+    def find(self, key: KeyLike, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None`."""
         ...
 
@@ -205,24 +205,40 @@ class ContextSnapshot:
 
     # -- the Context protocol -------------------------------------------------------------
 
-    def has(self, key: AnyKey, /) -> bool:
-        """Whether any fact lives under `key`."""
-        return key in self._stores
+    def has(self, key: KeyLike, /) -> bool:
+        """Whether any fact lives under `key` (a name no key has raises `ValueError`)."""
+        if key in self._stores:
+            return True
+        _known(key)
+        return False
 
-    def get(self, key: AnyKey, /) -> Sequence[Fact]:
-        """The facts under `key`, in insertion order (a persistent vector; O(1))."""
-        store = self._stores.get(key)
-        return _EMPTY_FACTS if store is None else store.view
+    def get(self, key: KeyLike, /) -> Sequence[Fact]:
+        """The facts under `key`, in insertion order (a persistent vector; O(1)).
 
-    def count(self, key: AnyKey, /) -> int:
-        """How many facts live under `key`."""
-        store = self._stores.get(key)
-        return 0 if store is None else store.count
+        Raises:
+            ValueError: `key` is a name that no built-in or declared key has.
+        """
+        store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
+        if store is None:
+            _known(key)
+            return _EMPTY_FACTS
+        return store.view
 
-    def find(self, key: AnyKey, id: str, /) -> Fact | None:
-        """The fact with `id` under `key`, or `None`."""
-        store = self._stores.get(key)
-        return None if store is None else store.ids.get(id)
+    def count(self, key: KeyLike, /) -> int:
+        """How many facts live under `key` (a name no key has raises `ValueError`)."""
+        store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
+        if store is None:
+            _known(key)
+            return 0
+        return store.count
+
+    def find(self, key: KeyLike, id: str, /) -> Fact | None:
+        """The fact with `id` under `key`, or `None` (a name no key has raises `ValueError`)."""
+        store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
+        if store is None:
+            _known(key)
+            return None
+        return store.ids.get(id)
 
     @property
     def version(self) -> int:
@@ -326,6 +342,12 @@ class ContextSnapshot:
         return ContextSnapshot._make(
             stores, self._version + added, cycle, clock, self._size + added
         )
+
+
+def _known(key: KeyLike) -> None:
+    """Raise `ValueError` when `key` is a plain name that no key has (a typo, say)."""
+    if type(key) is str:
+        key_named(key)
 
 
 def _by_key(

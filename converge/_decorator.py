@@ -8,7 +8,7 @@ from typing import final
 from ._context import Context
 from ._effect import AgentEffect
 from ._exceptions import ConfigurationError
-from ._key import AnyKey
+from ._key import KeyLike
 from ._proposal import ProposedFact
 from ._suggestor import normalise_keys
 
@@ -33,9 +33,9 @@ class FunctionSuggestor:
         function: SuggestorFunction,
         *,
         name: str,
-        dependencies: Sequence[AnyKey] = (),
+        dependencies: Sequence[KeyLike] = (),
         accepts: Callable[[Context], bool] | None = None,
-        writes: Sequence[AnyKey] | None = None,
+        writes: Sequence[KeyLike] | None = None,
     ) -> None:
         if not callable(function):
             raise ConfigurationError(f"suggestor {name!r}: the decorated object is not callable")
@@ -56,12 +56,12 @@ class FunctionSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[AnyKey]:
+    def dependencies(self) -> Sequence[KeyLike]:
         """The keys given to the decorator."""
         return self._dependencies
 
     @property
-    def writes(self) -> Sequence[AnyKey] | None:
+    def writes(self) -> Sequence[KeyLike] | None:
         """The keys it may write, or `None` for any."""
         return self._writes
 
@@ -80,9 +80,9 @@ class FunctionSuggestor:
 def suggestor(
     *,
     name: str,
-    dependencies: Sequence[AnyKey] = (),
+    dependencies: Sequence[KeyLike] = (),
     accepts: Callable[[Context], bool] | None = None,
-    writes: Sequence[AnyKey] | None = None,
+    writes: Sequence[KeyLike] | None = None,
 ) -> Callable[[SuggestorFunction], FunctionSuggestor]:
     """Turn `async def f(ctx) -> AgentEffect | Iterable[ProposedFact]` into a suggestor.
 

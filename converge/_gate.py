@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final, cast, final
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from ._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
 from ._fact import Fact, GateKind, promotion_record, seal
@@ -112,8 +112,26 @@ def _reason(
             return "a staged proposal cannot target proposals"
     elif target is not None:
         return f"target is only allowed under proposals, not under {key}"
+    typed = key if type(key) is Key else target if type(target) is Key else None
+    if typed is not None:
+        reason = _model_reason(typed, proposal.payload)
+        if reason is not None:
+            return reason
     if refused and (key, ident) in refused:
         return f"{key}/{ident} was rejected by a human in this run"
+    return None
+
+
+def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
+    """Why `payload` does not validate as `key`'s model (pydantic's words), or `None`."""
+    try:
+        key.payload.model_validate(payload)
+    except ValidationError as error:
+        said = "; ".join(
+            f"{'.'.join(str(part) for part in detail['loc']) or 'payload'}: {detail['msg']}"
+            for detail in error.errors(include_url=False)
+        )
+        return f"payload does not fit {key.payload.__qualname__}, the model of key {key}: {said}"
     return None
 
 

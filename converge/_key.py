@@ -124,6 +124,8 @@ class Key(str, Generic[P_co]):
                 "(model_config = ConfigDict(frozen=True)), so that payloads read back are immutable"
             )
         known = _DECLARED.get(name)
+        if known is not None and known.payload is payload:
+            return cast("Key[P_co]", known)  # declared again (a module run twice): the same key
         if known is not None and _model_name(known.payload) != _model_name(payload):
             raise ConfigurationError(
                 f"two keys named {name!r}: one for {_model_name(known.payload)}, one for "

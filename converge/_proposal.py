@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import unicodedata
-from typing import final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, final
 
-from pydantic import Field, JsonValue, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, JsonValue, ValidationInfo, field_validator
 
 from ._canonical import check_text, freeze_json
-from ._key import KeyField
+from ._key import KeyField, KeyLike
 from ._model import FrozenModel
 
 __all__ = ["ProposedFact", "check_json", "check_text"]
@@ -29,7 +30,7 @@ class ProposedFact(FrozenModel, frozen=True):
     """
 
     key: KeyField
-    """The context key it should land in."""
+    """The context key it should land in (a `ContextKey`, a `Key`, or either's name)."""
     id: str
     """Unique within its key; keys are separate namespaces."""
     content: str
@@ -37,7 +38,9 @@ class ProposedFact(FrozenModel, frozen=True):
     provenance: str
     """Who claims it: a suggestor name, `"gpt-4o:run-17"`, `"input:crm"`."""
     payload: JsonValue | None = None
-    """Structured data; finite numbers only. Frozen: objects and arrays refuse every change."""
+    """Structured data; finite numbers only. Frozen: objects and arrays refuse every change.
+    A pydantic model instance is accepted and kept as its JSON (`model_dump(mode="json")`);
+    under a typed `Key` the gate checks the payload validates as the key's model."""
     confidence: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
     """How sure the proposer is, from 0 to 1."""
     target: KeyField | None = None
@@ -45,9 +48,26 @@ class ProposedFact(FrozenModel, frozen=True):
     evidence: tuple[str, ...] = Field(default=(), strict=False)
     """`"key/id"` references of the facts it was derived from."""
 
+    if TYPE_CHECKING:  # what the constructor accepts: key names, and a model as the payload
+
+        def __init__(
+            self,
+            *,
+            key: KeyLike,
+            id: str,
+            content: str,
+            provenance: str,
+            payload: JsonValue | BaseModel | None = None,
+            confidence: float = 1.0,
+            target: KeyLike | None = None,
+            evidence: Sequence[str] = (),
+        ) -> None: ...
+
     @field_validator("payload", mode="plain", json_schema_input_type=JsonValue | None)
     @classmethod
     def _payload_is_frozen_json(cls, value: object) -> JsonValue | None:
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
         return None if value is None else freeze_json(value)
 
     @field_validator("id")

@@ -9,7 +9,7 @@ from typing import Protocol, cast, final, runtime_checkable
 from ._context import Context
 from ._effect import AgentEffect
 from ._exceptions import ConfigurationError
-from ._key import AnyKey, key_named
+from ._key import AnyKey, KeyLike, key_named
 
 __all__ = ["Suggestor", "SuggestorId", "describe_suggestor", "normalise_keys"]
 
@@ -18,7 +18,7 @@ __all__ = ["Suggestor", "SuggestorId", "describe_suggestor", "normalise_keys"]
 class Suggestor(Protocol):
     """Proposes facts from a snapshot. Any class with these members qualifies; no base needed.
 
-    A suggestor may also expose `writes: Sequence[AnyKey]`; the engine then rejects its
+    A suggestor may also expose `writes: Sequence[KeyLike]`; the engine then rejects its
     proposals to any other key.
     """
 
@@ -28,7 +28,7 @@ class Suggestor(Protocol):
         ...
 
     @property
-    def dependencies(self) -> Sequence[AnyKey]:
+    def dependencies(self) -> Sequence[KeyLike]:
         """Keys this suggestor reads; a new fact under one makes it a candidate again."""
         ...
 

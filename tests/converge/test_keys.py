@@ -1,0 +1,304 @@
+"""Keys of your own: declared once, typed by a model, checked by the gate, ordered and stored."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from typing import assert_type
+
+import pytest
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from converge import (
+    AgentEffect,
+    Checkpoint,
+    ConfigurationError,
+    Context,
+    ContextKey,
+    ContextSnapshot,
+    Formation,
+    GateDecision,
+    HitlPolicy,
+    InvariantClass,
+    InvariantResult,
+    Key,
+    ProposedFact,
+    RunRecord,
+    SqliteRunStore,
+    StopReason,
+    key_named,
+)
+from converge._report import render_report
+
+
+class Bid(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    vendor: str
+    amount: int
+
+
+class Score(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    vendor: str
+    points: float
+
+
+BIDS = Key("bids", payload=Bid)
+SCORES = Key("scores", payload=Score)
+APPLES = Key("apples", payload=Score)  # sorts before "bids" among keys of one's own
+
+
+class Scorer:
+    """Scores every bid once: typed reads, typed proposals."""
+
+    name = "scorer"
+    dependencies = (BIDS,)
+    writes = (SCORES,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(SCORES) < ctx.count(BIDS)
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        bids = BIDS.read(ctx)
+        assert_type(bids, tuple[Bid, ...])
+        return AgentEffect.with_proposals(
+            [
+                ProposedFact(
+                    key=SCORES,
+                    id=bid.vendor,
+                    content=f"{bid.vendor} scores {100_000 / bid.amount:.2f}",
+                    provenance=self.name,
+                    payload=Score(vendor=bid.vendor, points=100_000 / bid.amount),
+                    evidence=(f"bids/{bid.vendor}",),
+                )
+                for bid in bids
+            ]
+        )
+
+
+class CheapestWins:
+    """An acceptance invariant over a key of one's own."""
+
+    name = "cheapest-wins"
+    invariant_class = InvariantClass.ACCEPTANCE
+
+    def check(self, ctx: Context, /) -> InvariantResult:
+        scores = SCORES.read(ctx)
+        if scores and max(scores, key=lambda s: s.points).vendor != "dune":
+            return InvariantResult.violated("dune should win")
+        return InvariantResult.ok()
+
+
+def bid(vendor: str, amount: int | str) -> ProposedFact:
+    return ProposedFact(
+        key="bids",
+        id=vendor,
+        content=f"{vendor} bids {amount}",
+        provenance="input:procurement",
+        payload={"vendor": vendor, "amount": amount},
+    )
+
+
+FORMATION = Formation(
+    name="typed",
+    suggestors=(Scorer(),),
+    invariants=(CheapestWins(),),
+    inputs=(bid("acme", 420_000), bid("dune", 350_000)),
+)
+
+
+# --- declaring -----------------------------------------------------------------------------------
+
+
+def test_a_key_is_its_name_and_resolves_from_it() -> None:
+    assert BIDS == "bids"
+    assert BIDS.value == "bids"
+    assert str(BIDS) == "bids"
+    assert repr(BIDS) == "Key('bids', payload=Bid)"
+    assert key_named("bids") is BIDS
+    assert key_named("seeds") is ContextKey.SEEDS
+    assert pickle.loads(pickle.dumps(BIDS)) is BIDS
+    assert (
+        ProposedFact(
+            key="bids", id="x", content="c", provenance="p", payload={"vendor": "x", "amount": 1}
+        ).key
+        is BIDS
+    )
+    with pytest.raises(ValueError, match="unknown context key 'ghosts'"):
+        key_named("ghosts")
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "said"),
+    [
+        ("bids", Score, "two keys named 'bids'"),
+        ("seeds", Bid, "the name of a built-in ContextKey"),
+        ("Bids", Bid, "lower-case"),
+        ("a/b", Bid, "lower-case"),
+        ("", Bid, "lower-case"),
+    ],
+)
+def test_a_bad_declaration_is_a_configuration_error(
+    name: str, model: type[BaseModel], said: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=said):
+        Key(name, payload=model)
+
+
+def test_the_model_must_be_frozen_and_a_pydantic_model() -> None:
+    class Loose(BaseModel):
+        amount: int
+
+    with pytest.raises(ConfigurationError, match="must be frozen"):
+        Key("loose", payload=Loose)
+    with pytest.raises(ConfigurationError, match="pydantic model class"):
+        Key("plain", payload=dict)  # pyright: ignore[reportArgumentType]
+
+
+def test_declaring_the_same_key_again_with_the_same_model_gives_the_same_key() -> None:
+    assert Key("bids", payload=Bid) is BIDS
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def test_typed_payloads_flow_through_a_run_and_read_back_as_frozen_models() -> None:
+    result = FORMATION.run_sync()
+    assert result.stop_reason is StopReason.CONVERGED
+    scores = SCORES.read(result.context)
+    assert [(s.vendor, round(s.points, 3)) for s in scores] == [("acme", 0.238), ("dune", 0.286)]
+    assert all(isinstance(s, Score) for s in scores)
+    with pytest.raises(ValidationError):
+        scores[0].points = 1.0
+    fact = result.context.find(SCORES, "dune")
+    assert fact is not None
+    assert SCORES.of(fact) == Score(vendor="dune", points=100_000 / 350_000)
+    with pytest.raises(ValueError, match="is not under key 'bids'"):
+        BIDS.of(fact)
+
+
+def test_the_gate_rejects_a_payload_that_does_not_fit_the_model_with_pydantics_words() -> None:
+    result = FORMATION.run_sync(inputs=(bid("acme", "a lot"), bid("dune", 350_000)))
+    [rejection] = result.rejections
+    assert rejection.proposal.ref == "bids/acme"
+    assert rejection.reason == (
+        "payload does not fit Bid, the model of key bids: amount: Input should be a valid "
+        "integer, unable to parse string as an integer"
+    )
+    assert [f.ref for f in result.context.get(BIDS)] == ["bids/dune"]
+    missing = ProposedFact(key=BIDS, id="x", content="no payload", provenance="p")
+    result = FORMATION.run_sync(inputs=(missing,))
+    assert "payload does not fit Bid" in result.rejections[0].reason
+
+
+def test_a_staged_proposal_for_a_typed_key_is_checked_against_the_targets_model() -> None:
+    staged = ProposedFact(
+        key=ContextKey.PROPOSALS,
+        id="bid",
+        content="a staged bid",
+        provenance="p",
+        target=BIDS,
+        payload={"vendor": "x"},
+    )
+    result = FORMATION.run_sync(inputs=(staged,))
+    assert "amount: Field required" in result.rejections[0].reason
+
+
+def test_keys_of_ones_own_follow_the_built_in_keys_in_name_order() -> None:
+    apple = ProposedFact(
+        key=APPLES,
+        id="a",
+        content="an apple",
+        provenance="p",
+        payload=Score(vendor="a", points=1.0),
+    )
+    seed = ProposedFact(key=ContextKey.SEEDS, id="s", content="seed", provenance="p")
+    diag = ProposedFact(key=ContextKey.DIAGNOSTIC, id="d", content="note", provenance="p")
+    result = FORMATION.run_sync(inputs=(bid("dune", 1), apple, diag, seed))
+    assert [str(key) for key in result.context.keys()] == [
+        "seeds",
+        "diagnostic",
+        "apples",
+        "bids",
+        "scores",
+    ]
+    again = FORMATION.run_sync(inputs=(apple, bid("dune", 1), diag, seed))
+    assert again.context.keys() == result.context.keys()
+    assert [f.ref for f in again.context.facts()] == [f.ref for f in result.context.facts()]
+
+
+def test_a_typo_in_a_key_name_is_an_error_not_an_empty_answer() -> None:
+    context = FORMATION.run_sync().context
+    assert context.count("bids") == 2
+    assert context.get("scores")[0].key is SCORES
+    with pytest.raises(ValueError, match="unknown context key 'bid'"):
+        context.get("bid")
+    with pytest.raises(ValueError, match="unknown context key 'bid'"):
+        context.has("bid")
+    assert ContextSnapshot.empty().count(BIDS) == 0
+
+
+# --- stored, paused, resumed, replayed ----------------------------------------------------------
+
+
+async def test_a_gated_key_of_ones_own_pauses_stores_and_resumes(tmp_path: object) -> None:
+    store = SqliteRunStore(f"{tmp_path}/runs.db")
+    gated = Formation(
+        name="gated",
+        suggestors=(Scorer(),),
+        inputs=FORMATION.inputs,
+        hitl=HitlPolicy(gated_keys=frozenset({SCORES})),
+    )
+    paused = await gated.run(store=store)
+    assert paused.stop_reason is StopReason.AWAITING_HUMAN
+    assert [g.proposal.key for g in paused.pending] == [SCORES, SCORES]
+    checkpoint = paused.checkpoint
+    assert isinstance(checkpoint, Checkpoint)
+    assert Checkpoint.model_validate_json(checkpoint.model_dump_json()) == checkpoint
+    stored = await store.load(paused.run_id)
+    assert stored.facts[0].key is BIDS
+    decisions = [GateDecision.approve(g.gate_id, by="ana") for g in paused.pending]
+    resumed = await gated.engine(store=store).resume_run(paused.run_id, decisions)
+    assert resumed.stop_reason is StopReason.CONVERGED
+    assert [f.ref for f in resumed.context.get(SCORES)] == ["scores/acme", "scores/dune"]
+    record = await store.load(paused.run_id)
+    assert record.restore_context().merkle_root() == resumed.integrity.merkle_root
+    replayed = await gated.engine().replay(record.trace)
+    assert replayed.integrity == record.integrity
+    page = render_report(record)
+    assert 'data-key="scores"' in page
+    assert 'data-key="bids"' in page
+
+
+def test_a_stored_run_that_names_an_unknown_key_is_refused_clearly() -> None:
+    record = RunRecord.of(FORMATION.run_sync())
+    text = record.model_dump_json().replace('"key":"scores"', '"key":"ghosts"')
+    with pytest.raises(ValidationError, match="unknown context key 'ghosts'"):
+        RunRecord.model_validate_json(text)
+
+
+def test_keys_in_dependencies_writes_and_gated_keys_may_be_names() -> None:
+    class ByName:
+        name = "by-name"
+        dependencies: Sequence[str] = ("bids",)
+        writes: Sequence[str] = ("scores",)
+
+        def accepts(self, ctx: Context, /) -> bool:
+            return not ctx.has("scores")
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            return AgentEffect.with_proposals(
+                [
+                    ProposedFact(
+                        key="scores",
+                        id="all",
+                        content="scored",
+                        provenance=self.name,
+                        payload={"vendor": "all", "points": 1},
+                    )
+                ]
+            )
+
+    formation = Formation(name="names", suggestors=(ByName(),), inputs=FORMATION.inputs)
+    result = formation.run_sync()
+    assert [f.ref for f in result.context.get(SCORES)] == ["scores/all"]
