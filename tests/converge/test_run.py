@@ -7,6 +7,7 @@ import anyio
 
 from converge import (
     AgentEffect,
+    AnyKey,
     Budget,
     ContextKey,
     ContextSnapshot,
@@ -50,7 +51,7 @@ class Script:
         return End(None, "", cycle - 1)
 
     async def produce(
-        self, cycle: int, dirty: frozenset[ContextKey], snapshot: ContextSnapshot, /
+        self, cycle: int, dirty: frozenset[AnyKey], snapshot: ContextSnapshot, /
     ) -> Batch:
         self.produced += 1
         return self.batches[self.produced - 1]
