@@ -52,7 +52,7 @@ from ._gate import PromotionPolicy
 from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
 from ._integrity import IntegrityProof, verify
 from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
-from ._key import AnyKey, ContextKey, Key, KeyLike, key_named
+from ._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
 from ._log import get_logger
 from ._merge import ConflictMode
 from ._pack import GateVerdict, Pack
@@ -152,6 +152,7 @@ __all__ = [
     "event_adapter",
     "get_logger",
     "key_named",
+    "known_keys",
     "render_report",
     "suggestor",
     "verify",

@@ -29,6 +29,7 @@ __all__ = [
     "in_key_order",
     "key_named",
     "key_rank",
+    "known_keys",
 ]
 
 P_co = TypeVar("P_co", bound=BaseModel, covariant=True)
@@ -196,6 +197,11 @@ def key_named(name: str) -> AnyKey:
             "payload=...) is declared in this process (import the module that declares it)"
         )
     return declared
+
+
+def known_keys() -> tuple[AnyKey, ...]:
+    """Every built-in key and every key declared in this process so far, in key order."""
+    return (*KEYS, *sorted(_DECLARED.values(), key=str.__str__))
 
 
 def _validate(value: object) -> AnyKey:

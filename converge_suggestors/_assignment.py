@@ -18,12 +18,15 @@ from pydantic import ValidationError
 
 from converge import (
     AgentEffect,
+    AnyKey,
     Context,
     ContextKey,
     Fact,
     GateVerdict,
     InvariantResult,
+    KeyLike,
     ProposedFact,
+    key_named,
 )
 
 from ._assignment_model import (
@@ -83,7 +86,8 @@ class AssignmentSuggestor:
 
     __slots__ = ("_input_key", "_matrices", "_name", "_solver")
 
-    def __init__(self, input_key: ContextKey, *, name: str = "assignment") -> None:
+    def __init__(self, input_key: KeyLike, *, name: str = "assignment") -> None:
+        input_key = key_named(input_key)
         self._solver = load_solver("AssignmentSuggestor")
         self._matrices = CostMatrices("AssignmentSuggestor")
         if input_key in (ContextKey.STRATEGIES, ContextKey.DIAGNOSTIC):
@@ -100,12 +104,12 @@ class AssignmentSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The input key."""
         return (self._input_key,)
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """`STRATEGIES` and `DIAGNOSTIC` (failures)."""
         return (ContextKey.STRATEGIES, ContextKey.DIAGNOSTIC)
 

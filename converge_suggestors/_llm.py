@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Final, cast, final
 
 from pydantic import BaseModel, JsonValue
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact, Refusal, get_logger
+from converge import (
+    AgentEffect,
+    AnyKey,
+    Context,
+    ContextKey,
+    Fact,
+    KeyLike,
+    ProposedFact,
+    Refusal,
+    get_logger,
+    key_named,
+)
 
 from ._chat import ChatMessage, ChatProvider, ChatRequest, ChatResponse, ProviderError
 from ._chat import ResponseSchema as _ResponseSchema
@@ -120,8 +131,8 @@ class LlmSuggestor:
         name: str,
         provider: ChatProvider,
         *,
-        dependencies: Sequence[ContextKey],
-        target: ContextKey,
+        dependencies: Sequence[AnyKey],
+        target: KeyLike,
         instructions: str,
         model: str | None = None,
         temperature: float = 0.0,
@@ -136,6 +147,7 @@ class LlmSuggestor:
         max_repairs: int = 2,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
+        target = key_named(target)
         if target is ContextKey.PROPOSALS:
             raise ValueError(f"LlmSuggestor {name!r}: target cannot be PROPOSALS")
         if max_context_facts < 1:
@@ -182,12 +194,12 @@ class LlmSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The keys whose facts the model is shown, plus `PROPOSALS` (read by `accepts`)."""
         return self._dependencies
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """`PROPOSALS`, for the model's output."""
         return (ContextKey.PROPOSALS,)
 

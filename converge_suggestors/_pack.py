@@ -8,7 +8,17 @@ from typing import Generic, TypeVar, final
 import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
-from converge import AgentEffect, Context, ContextKey, Fact, Pack, ProposedFact
+from converge import (
+    AgentEffect,
+    AnyKey,
+    Context,
+    ContextKey,
+    Fact,
+    KeyLike,
+    Pack,
+    ProposedFact,
+    key_named,
+)
 
 __all__ = ["PackSuggestor"]
 
@@ -32,9 +42,9 @@ class PackSuggestor(Generic[InputT, PlanT]):
     and why. Each input is handled once, decided from the context.
     """
 
-    def __init__(
-        self, pack: Pack[InputT, PlanT], input_key: ContextKey, output_key: ContextKey
-    ) -> None:
+    def __init__(self, pack: Pack[InputT, PlanT], input_key: KeyLike, output_key: KeyLike) -> None:
+        input_key = key_named(input_key)
+        output_key = key_named(output_key)
         if output_key in (ContextKey.PROPOSALS, ContextKey.DIAGNOSTIC):
             raise ValueError(f"PackSuggestor: output_key cannot be {output_key.value}")
         self._pack = pack
@@ -52,12 +62,12 @@ class PackSuggestor(Generic[InputT, PlanT]):
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The input key."""
         return (self._input_key,)
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """The output key, `PROPOSALS` (escalations) and `DIAGNOSTIC` (failures)."""
         return (self._output_key, ContextKey.PROPOSALS, ContextKey.DIAGNOSTIC)
 

@@ -13,7 +13,16 @@ from typing import ClassVar, Final, Literal, Protocol, cast, final
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact
+from converge import (
+    AgentEffect,
+    AnyKey,
+    Context,
+    ContextKey,
+    Fact,
+    KeyLike,
+    ProposedFact,
+    key_named,
+)
 
 __all__ = ["EntityUid", "PolicyDecision", "PolicyRequest", "PolicySuggestor"]
 
@@ -167,12 +176,14 @@ class PolicySuggestor:
         self,
         policies: str,
         *,
-        watch: ContextKey,
+        watch: KeyLike,
         request: Callable[[Fact], PolicyRequest | None],
-        output_key: ContextKey = ContextKey.EVALUATIONS,
+        output_key: KeyLike = ContextKey.EVALUATIONS,
         entities: Sequence[Mapping[str, object]] = (),
         name: str = "policy",
     ) -> None:
+        watch = key_named(watch)
+        output_key = key_named(output_key)
         cedarpy = _cedarpy()
         if output_key not in _OUTPUT_KEYS:
             raise ValueError(
@@ -213,12 +224,12 @@ class PolicySuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The watched key."""
         return (self._watch,)
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """The output key and `DIAGNOSTIC` (failures)."""
         return (self._output_key, ContextKey.DIAGNOSTIC)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from converge import AgentEffect, Context, ContextKey, ProposedFact
+from converge import AgentEffect, AnyKey, Context, ContextKey, KeyLike, ProposedFact, key_named
 
 __all__ = ["ReactOnceSuggestor"]
 
@@ -25,9 +25,11 @@ class ReactOnceSuggestor:
         fact_id: str,
         content: str,
         *,
-        source: ContextKey = ContextKey.SEEDS,
-        target: ContextKey = ContextKey.HYPOTHESES,
+        source: KeyLike = ContextKey.SEEDS,
+        target: KeyLike = ContextKey.HYPOTHESES,
     ) -> None:
+        source = key_named(source)
+        target = key_named(target)
         self._fact_id = fact_id
         self._content = content
         self._source = source
@@ -40,12 +42,12 @@ class ReactOnceSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The `source` key."""
         return (self._source,)
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """Only the `target` key."""
         return (self._target,)
 

@@ -22,7 +22,16 @@ from typing import Final, Protocol, cast, final, runtime_checkable
 
 import anyio.to_thread
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact
+from converge import (
+    AgentEffect,
+    AnyKey,
+    Context,
+    ContextKey,
+    Fact,
+    KeyLike,
+    ProposedFact,
+    key_named,
+)
 
 __all__ = ["Embedder", "HashingEmbedder", "MiniLmEmbedder", "RetrievalSuggestor"]
 
@@ -256,8 +265,8 @@ class RetrievalSuggestor:
 
     def __init__(
         self,
-        corpus_key: ContextKey,
-        query_key: ContextKey,
+        corpus_key: KeyLike,
+        query_key: KeyLike,
         *,
         embedder: Embedder | None = None,
         k: int = 3,
@@ -266,6 +275,8 @@ class RetrievalSuggestor:
         name: str = "retrieval",
         cache_size: int = 10_000,
     ) -> None:
+        corpus_key = key_named(corpus_key)
+        query_key = key_named(query_key)
         if corpus_key is query_key:
             raise ValueError(f"RetrievalSuggestor {name!r}: corpus_key and query_key must differ")
         if ContextKey.HYPOTHESES in (corpus_key, query_key):
@@ -303,12 +314,12 @@ class RetrievalSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The corpus key and the query key."""
         return (self._corpus_key, self._query_key)
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """`HYPOTHESES`."""
         return (ContextKey.HYPOTHESES,)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import final
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact
+from converge import AgentEffect, AnyKey, Context, Fact, ProposedFact
 
 __all__ = ["RuleSuggestor"]
 
@@ -35,10 +35,10 @@ class RuleSuggestor:
         self,
         name: str,
         *,
-        dependencies: Sequence[ContextKey],
+        dependencies: Sequence[AnyKey],
         when: Callable[[Fact], bool],
         then: Callable[[Fact], ProposedFact],
-        writes: Sequence[ContextKey] | None = None,
+        writes: Sequence[AnyKey] | None = None,
     ) -> None:
         self._name = name
         self._dependencies = tuple(dependencies)
@@ -55,12 +55,12 @@ class RuleSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """The keys whose facts the rule looks at."""
         return self._dependencies
 
     @property
-    def writes(self) -> Sequence[ContextKey] | None:
+    def writes(self) -> Sequence[AnyKey] | None:
         """The keys it may write, or `None` for any."""
         return self._writes
 

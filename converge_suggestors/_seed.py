@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from converge import AgentEffect, Context, ContextKey, ProposedFact
+from converge import AgentEffect, AnyKey, Context, ContextKey, KeyLike, ProposedFact, key_named
 
 __all__ = ["SeedSuggestor"]
 
@@ -19,7 +19,8 @@ class SeedSuggestor:
 
     __slots__ = ("_content", "_fact_id", "_key", "_name")
 
-    def __init__(self, fact_id: str, content: str, *, key: ContextKey = ContextKey.SEEDS) -> None:
+    def __init__(self, fact_id: str, content: str, *, key: KeyLike = ContextKey.SEEDS) -> None:
+        key = key_named(key)
         self._fact_id = fact_id
         self._content = content
         self._key = key
@@ -31,12 +32,12 @@ class SeedSuggestor:
         return self._name
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """None: a seed is a candidate in every cycle."""
         return ()
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
+    def writes(self) -> Sequence[AnyKey]:
         """Only its own key."""
         return (self._key,)
 

@@ -7,11 +7,9 @@ from typing import ClassVar, Final, final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from converge import AgentEffect, Context, ContextKey, Fact, ProposedFact
+from converge import AgentEffect, AnyKey, Context, ContextKey, Fact, ProposedFact, known_keys
 
 __all__ = ["ValidationAgent", "ValidationConfig", "ValidationResult"]
-
-_WRITES: Final = tuple(key for key in ContextKey if key is not ContextKey.PROPOSALS)
 
 
 @final
@@ -80,14 +78,15 @@ class ValidationAgent:
         return "ValidationAgent"
 
     @property
-    def dependencies(self) -> Sequence[ContextKey]:
+    def dependencies(self) -> Sequence[AnyKey]:
         """`PROPOSALS`."""
         return (ContextKey.PROPOSALS,)
 
     @property
-    def writes(self) -> Sequence[ContextKey]:
-        """Every key but `PROPOSALS`."""
-        return _WRITES
+    def writes(self) -> Sequence[AnyKey]:
+        """Every key but `PROPOSALS`: the built-in ones and those declared (`Key(...)`) before
+        the agent is registered (the engine reads `writes` then)."""
+        return tuple([key for key in known_keys() if key is not ContextKey.PROPOSALS])
 
     @property
     def config(self) -> ValidationConfig:

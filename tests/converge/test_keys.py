@@ -302,3 +302,21 @@ def test_keys_in_dependencies_writes_and_gated_keys_may_be_names() -> None:
     formation = Formation(name="names", suggestors=(ByName(),), inputs=FORMATION.inputs)
     result = formation.run_sync()
     assert [f.ref for f in result.context.get(SCORES)] == ["scores/all"]
+
+
+def test_the_validation_agent_promotes_a_staged_proposal_into_a_key_of_ones_own() -> None:
+    from converge_suggestors import ValidationAgent
+
+    assert BIDS in ValidationAgent().writes
+    staged = ProposedFact(
+        key=ContextKey.PROPOSALS,
+        id="bid",
+        content="a staged bid",
+        provenance="p",
+        target=BIDS,
+        payload=Bid(vendor="zed", amount=10),
+        confidence=0.9,
+    )
+    formation = Formation(name="staged", suggestors=(ValidationAgent(),), inputs=(staged,))
+    result = formation.run_sync()
+    assert [(b.vendor, b.amount) for b in BIDS.read(result.context)] == [("zed", 10)]

@@ -10,6 +10,7 @@ from converge import (
     Engine,
     ProposedFact,
     Suggestor,
+    known_keys,
 )
 from converge_suggestors import ValidationAgent, ValidationConfig
 
@@ -36,7 +37,8 @@ def test_validation_agent_shape() -> None:
     assert agent.name == "ValidationAgent"
     assert tuple(agent.dependencies) == (PROPOSALS,)
     assert PROPOSALS not in agent.writes
-    assert set(agent.writes) == set(ContextKey) - {PROPOSALS}
+    assert set(agent.writes) == set(known_keys()) - {PROPOSALS}
+    assert set(ContextKey) - {PROPOSALS} <= set(agent.writes)
 
 
 def test_validation_config_defaults() -> None:
