@@ -52,6 +52,7 @@ from ._gate import PromotionPolicy
 from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
 from ._integrity import IntegrityProof, verify
 from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
+from ._join import missing, ready
 from ._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
 from ._log import get_logger
 from ._merge import ConflictMode
@@ -153,6 +154,8 @@ __all__ = [
     "get_logger",
     "key_named",
     "known_keys",
+    "missing",
+    "ready",
     "render_report",
     "suggestor",
     "verify",

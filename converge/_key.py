@@ -58,6 +58,10 @@ class ContextKey(StrEnum):
     DIAGNOSTIC = "diagnostic"
     """Notes about the run itself: rejections, failures, decisions."""
 
+    def __truediv__(self, ident: str) -> str:
+        """`ContextKey.SEEDS / "goal"` is the fact reference `"seeds/goal"`."""
+        return f"{self.value}/{ident}"
+
 
 KEY_ORDER: Final[dict[str, int]] = {key: index for index, key in enumerate(ContextKey)}
 """The position of each built-in key in declaration order."""
@@ -91,10 +95,14 @@ _DECLARED: dict[str, Key[BaseModel]] = {}
 class Key(str, Generic[P_co]):
     """A context key of your own, whose facts carry a payload of one pydantic model.
 
-    `BIDS = Key("bids", payload=Bid)` declares it (once per process; two keys with one name
-    are a `ConfigurationError`). Use it wherever a `ContextKey` goes. The engine gate rejects
-    a proposal under it whose payload does not validate as `Bid`; `BIDS.of(fact)` and
-    `BIDS.read(ctx)` give the payloads back as `Bid` instances, statically typed.
+    `BIDS = Key("bids", payload=Bid)` declares it, once per process: two keys with one name
+    and different models are a `ConfigurationError` (the same model class, or one with the
+    same name and JSON schema from a module run twice, declares the same key again).
+
+    Use it wherever a `ContextKey` goes. The engine gate rejects a proposal under it whose
+    payload does not validate as `Bid`; `BIDS.of(fact)` and `BIDS.read(ctx)` give the
+    payloads back as `Bid` instances, statically typed; `BIDS / "acme"` is the reference
+    `"bids/acme"`.
 
     Args:
         name: Lower-case letters, digits, `_`, `-` and `.`, starting with a letter, at most 64
@@ -127,7 +135,7 @@ class Key(str, Generic[P_co]):
         known = _DECLARED.get(name)
         if known is not None and known.payload is payload:
             return cast("Key[P_co]", known)  # declared again (a module run twice): the same key
-        if known is not None and _model_name(known.payload) != _model_name(payload):
+        if known is not None and not _same_model(known.payload, payload):
             raise ConfigurationError(
                 f"two keys named {name!r}: one for {_model_name(known.payload)}, one for "
                 f"{_model_name(payload)}"
@@ -147,6 +155,10 @@ class Key(str, Generic[P_co]):
 
     def __repr__(self) -> str:
         return f"Key({str.__repr__(self)}, payload={self.payload.__qualname__})"
+
+    def __truediv__(self, ident: str) -> str:
+        """`BIDS / "acme"` is the fact reference `"bids/acme"`."""
+        return f"{str.__str__(self)}/{ident}"
 
     def __reduce__(self) -> tuple[object, tuple[str]]:
         return key_named, (str.__str__(self),)
@@ -168,6 +180,14 @@ class Key(str, Generic[P_co]):
 
 def _model_name(model: type[BaseModel]) -> str:
     return f"{model.__module__}.{model.__qualname__}"
+
+
+def _same_model(known: type[BaseModel], given: type[BaseModel]) -> bool:
+    """Whether `given` is `known` declared again: the same class name and JSON schema (a
+    module run twice, under two names, declares its keys twice)."""
+    if known.__qualname__ != given.__qualname__:
+        return False
+    return known.model_json_schema() == given.model_json_schema()
 
 
 AnyKey = ContextKey | Key[BaseModel]

@@ -43,9 +43,9 @@ class Score(BaseModel):
     points: float
 
 
-BIDS = Key("bids", payload=Bid)
-SCORES = Key("scores", payload=Score)
-APPLES = Key("apples", payload=Score)  # sorts before "bids" among keys of one's own
+BIDS = Key("t-bids", payload=Bid)
+SCORES = Key("t-scores", payload=Score)
+APPLES = Key("t-apples", payload=Score)  # sorts before "t-bids" among keys of one's own
 
 
 class Scorer:
@@ -69,7 +69,7 @@ class Scorer:
                     content=f"{bid.vendor} scores {100_000 / bid.amount:.2f}",
                     provenance=self.name,
                     payload=Score(vendor=bid.vendor, points=100_000 / bid.amount),
-                    evidence=(f"bids/{bid.vendor}",),
+                    evidence=(f"t-bids/{bid.vendor}",),
                 )
                 for bid in bids
             ]
@@ -91,7 +91,7 @@ class CheapestWins:
 
 def bid(vendor: str, amount: int | str) -> ProposedFact:
     return ProposedFact(
-        key="bids",
+        key="t-bids",
         id=vendor,
         content=f"{vendor} bids {amount}",
         provenance="input:procurement",
@@ -111,27 +111,27 @@ FORMATION = Formation(
 
 
 def test_a_key_is_its_name_and_resolves_from_it() -> None:
-    assert BIDS == "bids"
-    assert BIDS.value == "bids"
-    assert str(BIDS) == "bids"
-    assert repr(BIDS) == "Key('bids', payload=Bid)"
-    assert key_named("bids") is BIDS
+    assert BIDS == "t-bids"
+    assert BIDS.value == "t-bids"
+    assert str(BIDS) == "t-bids"
+    assert repr(BIDS) == "Key('t-bids', payload=Bid)"
+    assert key_named("t-bids") is BIDS
     assert key_named("seeds") is ContextKey.SEEDS
     assert pickle.loads(pickle.dumps(BIDS)) is BIDS
     assert (
         ProposedFact(
-            key="bids", id="x", content="c", provenance="p", payload={"vendor": "x", "amount": 1}
+            key="t-bids", id="x", content="c", provenance="p", payload={"vendor": "x", "amount": 1}
         ).key
         is BIDS
     )
-    with pytest.raises(ValueError, match="unknown context key 'ghosts'"):
-        key_named("ghosts")
+    with pytest.raises(ValueError, match="unknown context key 't-ghosts'"):
+        key_named("t-ghosts")
 
 
 @pytest.mark.parametrize(
     ("name", "model", "said"),
     [
-        ("bids", Score, "two keys named 'bids'"),
+        ("t-bids", Score, "two keys named 't-bids'"),
         ("seeds", Bid, "the name of a built-in ContextKey"),
         ("Bids", Bid, "lower-case"),
         ("a/b", Bid, "lower-case"),
@@ -156,7 +156,14 @@ def test_the_model_must_be_frozen_and_a_pydantic_model() -> None:
 
 
 def test_declaring_the_same_key_again_with_the_same_model_gives_the_same_key() -> None:
-    assert Key("bids", payload=Bid) is BIDS
+    assert Key("t-bids", payload=Bid) is BIDS
+
+    class Bid2(BaseModel):  # another class, another schema: another model
+        model_config = ConfigDict(frozen=True)
+        vendor: str
+
+    with pytest.raises(ConfigurationError, match="two keys named 't-bids'"):
+        Key("t-bids", payload=Bid2)
 
 
 # --- running -------------------------------------------------------------------------------------
@@ -173,19 +180,19 @@ def test_typed_payloads_flow_through_a_run_and_read_back_as_frozen_models() -> N
     fact = result.context.find(SCORES, "dune")
     assert fact is not None
     assert SCORES.of(fact) == Score(vendor="dune", points=100_000 / 350_000)
-    with pytest.raises(ValueError, match="is not under key 'bids'"):
+    with pytest.raises(ValueError, match="is not under key 't-bids'"):
         BIDS.of(fact)
 
 
 def test_the_gate_rejects_a_payload_that_does_not_fit_the_model_with_pydantics_words() -> None:
     result = FORMATION.run_sync(inputs=(bid("acme", "a lot"), bid("dune", 350_000)))
     [rejection] = result.rejections
-    assert rejection.proposal.ref == "bids/acme"
+    assert rejection.proposal.ref == "t-bids/acme"
     assert rejection.reason == (
-        "payload does not fit Bid, the model of key bids: amount: Input should be a valid "
+        "payload does not fit Bid, the model of key t-bids: amount: Input should be a valid "
         "integer, unable to parse string as an integer"
     )
-    assert [f.ref for f in result.context.get(BIDS)] == ["bids/dune"]
+    assert [f.ref for f in result.context.get(BIDS)] == ["t-bids/dune"]
     missing = ProposedFact(key=BIDS, id="x", content="no payload", provenance="p")
     result = FORMATION.run_sync(inputs=(missing,))
     assert "payload does not fit Bid" in result.rejections[0].reason
@@ -218,9 +225,9 @@ def test_keys_of_ones_own_follow_the_built_in_keys_in_name_order() -> None:
     assert [str(key) for key in result.context.keys()] == [
         "seeds",
         "diagnostic",
-        "apples",
-        "bids",
-        "scores",
+        "t-apples",
+        "t-bids",
+        "t-scores",
     ]
     again = FORMATION.run_sync(inputs=(apple, bid("dune", 1), diag, seed))
     assert again.context.keys() == result.context.keys()
@@ -229,12 +236,12 @@ def test_keys_of_ones_own_follow_the_built_in_keys_in_name_order() -> None:
 
 def test_a_typo_in_a_key_name_is_an_error_not_an_empty_answer() -> None:
     context = FORMATION.run_sync().context
-    assert context.count("bids") == 2
-    assert context.get("scores")[0].key is SCORES
-    with pytest.raises(ValueError, match="unknown context key 'bid'"):
-        context.get("bid")
-    with pytest.raises(ValueError, match="unknown context key 'bid'"):
-        context.has("bid")
+    assert context.count("t-bids") == 2
+    assert context.get("t-scores")[0].key is SCORES
+    with pytest.raises(ValueError, match="unknown context key 't-bid'"):
+        context.get("t-bid")
+    with pytest.raises(ValueError, match="unknown context key 't-bid'"):
+        context.has("t-bid")
     assert ContextSnapshot.empty().count(BIDS) == 0
 
 
@@ -260,37 +267,37 @@ async def test_a_gated_key_of_ones_own_pauses_stores_and_resumes(tmp_path: objec
     decisions = [GateDecision.approve(g.gate_id, by="ana") for g in paused.pending]
     resumed = await gated.engine(store=store).resume_run(paused.run_id, decisions)
     assert resumed.stop_reason is StopReason.CONVERGED
-    assert [f.ref for f in resumed.context.get(SCORES)] == ["scores/acme", "scores/dune"]
+    assert [f.ref for f in resumed.context.get(SCORES)] == ["t-scores/acme", "t-scores/dune"]
     record = await store.load(paused.run_id)
     assert record.restore_context().merkle_root() == resumed.integrity.merkle_root
     replayed = await gated.engine().replay(record.trace)
     assert replayed.integrity == record.integrity
     page = render_report(record)
-    assert 'data-key="scores"' in page
-    assert 'data-key="bids"' in page
+    assert 'data-key="t-scores"' in page
+    assert 'data-key="t-bids"' in page
 
 
 def test_a_stored_run_that_names_an_unknown_key_is_refused_clearly() -> None:
     record = RunRecord.of(FORMATION.run_sync())
-    text = record.model_dump_json().replace('"key":"scores"', '"key":"ghosts"')
-    with pytest.raises(ValidationError, match="unknown context key 'ghosts'"):
+    text = record.model_dump_json().replace('"key":"t-scores"', '"key":"t-ghosts"')
+    with pytest.raises(ValidationError, match="unknown context key 't-ghosts'"):
         RunRecord.model_validate_json(text)
 
 
 def test_keys_in_dependencies_writes_and_gated_keys_may_be_names() -> None:
     class ByName:
         name = "by-name"
-        dependencies: Sequence[str] = ("bids",)
-        writes: Sequence[str] = ("scores",)
+        dependencies: Sequence[str] = ("t-bids",)
+        writes: Sequence[str] = ("t-scores",)
 
         def accepts(self, ctx: Context, /) -> bool:
-            return not ctx.has("scores")
+            return not ctx.has("t-scores")
 
         async def execute(self, ctx: Context, /) -> AgentEffect:
             return AgentEffect.with_proposals(
                 [
                     ProposedFact(
-                        key="scores",
+                        key="t-scores",
                         id="all",
                         content="scored",
                         provenance=self.name,
@@ -301,7 +308,7 @@ def test_keys_in_dependencies_writes_and_gated_keys_may_be_names() -> None:
 
     formation = Formation(name="names", suggestors=(ByName(),), inputs=FORMATION.inputs)
     result = formation.run_sync()
-    assert [f.ref for f in result.context.get(SCORES)] == ["scores/all"]
+    assert [f.ref for f in result.context.get(SCORES)] == ["t-scores/all"]
 
 
 def test_the_validation_agent_promotes_a_staged_proposal_into_a_key_of_ones_own() -> None:
@@ -320,3 +327,30 @@ def test_the_validation_agent_promotes_a_staged_proposal_into_a_key_of_ones_own(
     formation = Formation(name="staged", suggestors=(ValidationAgent(),), inputs=(staged,))
     result = formation.run_sync()
     assert [(b.vendor, b.amount) for b in BIDS.read(result.context)] == [("zed", 10)]
+
+
+# --- joins ---------------------------------------------------------------------------------------
+
+
+def test_ready_says_a_join_without_counting() -> None:
+    from converge import missing, ready
+
+    context = FORMATION.run_sync(inputs=(bid("acme", 1), bid("dune", 2))).context
+    assert ContextKey.SEEDS / "goal" == "seeds/goal"
+    assert BIDS / "acme" == "t-bids/acme"
+    bids = [BIDS / "acme", BIDS / "dune"]
+    assert ready(context, needs=bids, makes=ContextKey.STRATEGIES / "pick")
+    assert not ready(context, needs=bids, makes=SCORES / "acme")  # made already
+    assert ready(context, needs=bids, makes=[SCORES / "acme", SCORES / "zed"])  # one is not
+    assert not ready(context, needs=[*bids, BIDS / "zed"], makes=ContextKey.STRATEGIES / "pick")
+    assert ready(context, needs=[], makes=ContextKey.STRATEGIES / "pick")
+    assert missing(context, [BIDS / "zed", BIDS / "acme", SCORES / "x"]) == (
+        "t-bids/zed",
+        "t-scores/x",
+    )
+    with pytest.raises(ValueError, match="must name the fact"):
+        ready(context, needs=bids, makes=[])
+    with pytest.raises(ValueError, match="a fact reference is 'key/id', got 'acme'"):
+        ready(context, needs=["acme"], makes="seeds/x")
+    with pytest.raises(ValueError, match="unknown context key 'nope'"):
+        missing(context, ["nope/x"])
