@@ -85,15 +85,6 @@ def store_target(option: str | None) -> str:
     return str(Path(target).expanduser().resolve())
 
 
-def _check(args: argparse.Namespace) -> None:
-    if args.workers is not None and args.workers < 1:
-        raise CliError(f"--workers must be at least 1, got {args.workers}")
-    if args.runs_per_worker < 1:
-        raise CliError(f"--runs-per-worker must be at least 1, got {args.runs_per_worker}")
-    if not args.lease > 0:
-        raise CliError(f"--lease must be positive, got {args.lease}")
-
-
 def _load(locator: str) -> None:
     """Import the formation here first: one clear error before any cluster starts."""
     try:
@@ -172,10 +163,12 @@ class BatchProgress:
 
 
 async def cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge batch`: run every input line, print the summary; exit 0 if all are stored."""
+    """`converge batch`: run every input line, print the summary; exit 0 if all are stored.
+
+    The parser's types have checked `--workers`, `--runs-per-worker` and `--lease`.
+    """
     from .dask import run_batch
 
-    _check(args)
     inputs = read_inputs(args.inputs)
     locator = locate(args.formation)
     _load(locator)

@@ -34,9 +34,11 @@ from ._trace import Execution
 
 __all__ = [
     "BATCH_INCOMPLETE",
+    "BROKEN_PIPE",
     "EXIT_CODES",
     "FAILURES",
     "INTERRUPTED",
+    "VERIFY_FAILED",
     "CliError",
     "Progress",
     "UsageParser",
@@ -69,13 +71,19 @@ EXIT_CODES: Final[dict[StopReason, int]] = {
     StopReason.CONFLICT: 5,
     StopReason.AWAITING_HUMAN: 6,
 }
-"""Exit status per stop reason; 1 is an error, 2 a usage error, 7 a failed verify/replay."""
+"""Exit status per stop reason; 1 is an error, 2 a usage error (see `cli` for the others)."""
 
 BATCH_INCOMPLETE: Final = 10
 """Exit status of `converge batch` when an input did not end as a stored run."""
 
+VERIFY_FAILED: Final = 7
+"""Exit status of a `verify` or `replay` that failed."""
+
 INTERRUPTED: Final = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+
+BROKEN_PIPE: Final = 141
+"""Exit status when the reader of the output went away (128 + SIGPIPE, as a shell reports)."""
 
 _SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _SUSPECT: Final = re.compile(r"[^\x20-\x7e]")
@@ -287,6 +295,7 @@ class Progress:
         self._started = clock()
         self._cycle_added: dict[AnyKey, int] = {}
         self._rejected = 0
+        self._gone = False
 
     def on_event(self, event: EngineEvent, /) -> None:
         """Track promotions and rejections; print at the end of each cycle."""
@@ -298,16 +307,19 @@ class Progress:
             self._cycle_added[key] = self._cycle_added.get(key, 0) + 1
         elif isinstance(event, ProposalRejected):
             self._rejected += 1
-        elif isinstance(event, CycleFinished):
+        elif isinstance(event, CycleFinished) and not self._gone:
             elapsed = (self._clock() - self._started) * 1000.0
             held = f", {event.held} held" if event.held else ""
-            self._out.write(
-                f"  cycle {event.cycle:>3}: {event.eligible} eligible, "
-                f"+{event.promoted} facts ({_counts(self._cycle_added)}), "
-                f"{event.rejected} rejected{held}; {event.facts} facts in all; "
-                f"{elapsed:.0f} ms\n"
-            )
-            self._out.flush()
+            try:
+                self._out.write(
+                    f"  cycle {event.cycle:>3}: {event.eligible} eligible, "
+                    f"+{event.promoted} facts ({_counts(self._cycle_added)}), "
+                    f"{event.rejected} rejected{held}; {event.facts} facts in all; "
+                    f"{elapsed:.0f} ms\n"
+                )
+                self._out.flush()
+            except BrokenPipeError:  # the reader went away: the run goes on, quietly
+                self._gone = True
 
 
 def summary_lines(record: RunRecord) -> list[str]:

@@ -7,12 +7,17 @@ converge runs | show RUN_ID | review RUN_ID
 converge resume RUN_ID --approve GATE... --reject GATE... --by NAME [--reason TEXT]
 converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
 converge batch PATH_OR_MODULE INPUTS.jsonl [--workers N | --scheduler ADDRESS] [--json]
+converge ui [--port PORT] [--users FILE]
 ```
+
+Every command but `ui` takes `--json`: one JSON document on standard output instead of
+text, with the same exit status (the shapes are in `_cli_read` and `docs/cli.md`).
 
 Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
 was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed; 8 someone
-else decided or saved the run first (nothing was saved); 10 a batch input not stored;
-130 interrupted.
+else decided or saved the run first (nothing was saved); 9 converged with failures; 10 a
+batch input not stored; 130 interrupted; 141 the reader of the output went away. Each
+command's `--help` lists the statuses it can return (`_cli_parser`).
 
 Everything printed that the command did not write itself (model output, stored records,
 exception messages) has its control characters escaped (`_cli_support.visible`), and
@@ -22,23 +27,30 @@ every error is one line.
 from __future__ import annotations
 
 import argparse
-import importlib
+import io
 import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import TextIO
 
 import anyio
-from pydantic import ValidationError
 
 from ._cli_batch import cmd_batch
-from ._cli_parser import parser
-from ._cli_records import STALE, formation_locator, paused_checkpoint, resume_stored, signing_key
+from ._cli_parser import demo_names, parser
+from ._cli_read import (
+    cmd_replay,
+    cmd_report,
+    cmd_review,
+    cmd_runs,
+    cmd_show,
+    cmd_verify,
+    write_report,
+)
+from ._cli_records import STALE, resume_stored, signing_key
 from ._cli_store import close_stores, open_store, report_path, store_argument
 from ._cli_support import (
-    EXIT_CODES,
+    BROKEN_PIPE,
     FAILURES,
     INTERRUPTED,
     CliError,
@@ -54,33 +66,25 @@ from ._cli_support import (
     visible,
 )
 from ._cli_ui import cmd_ui
-from ._exceptions import (
-    ConvergeError,
-    ReplayError,
-    RunNotFoundError,
-    StoreError,
-)
+from ._exceptions import ConvergeError, RunNotFoundError
 from ._formation import EngineOptions, Formation
 from ._hitl import GateDecision
-from ._integrity import verify
 from ._result import ConvergeResult
-from ._stop import StopReason
 from ._store import RunRecord, RunStore
 
 __all__ = ["main"]
 
 DEMO_PACKAGE = "converge_suggestors.demos"
 DEFAULT_DEMO = "vendor_selection"
-VERIFY_FAILED = 7
-BROKEN_PIPE = 141
-"""Exit status when the reader of the output went away (128 + SIGPIPE, as a shell reports)."""
+
+Command = Callable[[argparse.Namespace, TextIO], Awaitable[int]]
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
-    stream = out or sys.stdout
-    args = parser(DEFAULT_DEMO).parse_args(argv)
-    command: Callable[[argparse.Namespace, TextIO], Awaitable[int]] = _COMMANDS[args.command]
+    stream = out or _output()
+    args = parser(DEFAULT_DEMO, DEMO_PACKAGE).parse_args(argv)
+    command: Command = _COMMANDS[args.command]
     try:
         with engine_warnings(sys.stderr):
             return _main(command, args, stream)
@@ -88,15 +92,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         close_stores()
 
 
-def _main(
-    command: Callable[[argparse.Namespace, TextIO], Awaitable[int]],
-    args: argparse.Namespace,
-    stream: TextIO,
-) -> int:
+def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
     try:
-        return anyio.run(command, args, stream)
+        status = anyio.run(command, args, stream)
+        _flush(stream)  # a reader gone away shows here, not when the interpreter exits
+        return status
     except BrokenPipeError:  # the reader went away (`converge runs | head -1`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_output()
         return BROKEN_PIPE
     except KeyboardInterrupt:
         if args.debug:
@@ -117,6 +119,47 @@ def _main(
         )
 
 
+def _output() -> TextIO:
+    """Standard output; when unbuffered (`python -u`), a buffered writer on its descriptor.
+
+    Unbuffered standard output drops what a write to a pipe could not take when the reader
+    goes away, instead of raising `BrokenPipeError`; a buffered writer raises it.
+    """
+    stdout = sys.stdout
+    if not isinstance(getattr(stdout, "buffer", None), io.RawIOBase):
+        return stdout
+    stdout.flush()
+    raw = io.FileIO(stdout.fileno(), "w", closefd=False)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=stdout.encoding,
+        errors=stdout.errors,
+        line_buffering=True,
+    )
+
+
+def _flush(stream: TextIO) -> None:
+    """Write out what `stream` and standard output still buffer."""
+    stream.flush()
+    if sys.stdout is not None and sys.stdout is not stream:
+        sys.stdout.flush()
+
+
+def _discard_output() -> None:
+    """Send standard output to the null device: what it still buffers goes nowhere, quietly.
+
+    Python flushes standard output once more as it exits; into the closed pipe, that flush
+    would print `Exception ignored ... BrokenPipeError` and change the exit status.
+    """
+    if sys.stdout is None:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)
+
+
 def _fail(message: str, hint: str | None, debug: bool) -> int:
     """Report an error: one line (`message` is already visible), and a hint line."""
     if debug:
@@ -130,8 +173,6 @@ def _fail(message: str, hint: str | None, debug: bool) -> int:
 def _engine_options(
     args: argparse.Namespace, formation: Formation, out: TextIO, locator: str, store: RunStore
 ) -> EngineOptions:
-    if not args.lease > 0:
-        raise CliError(f"--lease must be positive, got {args.lease}")
     options: EngineOptions = {
         "store": store,
         "formation": locate(locator),
@@ -139,8 +180,6 @@ def _engine_options(
         "durability": getattr(args, "durability", "cycle"),
     }
     if getattr(args, "max_cycles", None) is not None:
-        if args.max_cycles < 1:
-            raise CliError("--max-cycles must be at least 1")
         options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
     if not getattr(args, "json", False):
         options["observers"] = (Progress(out),)
@@ -148,18 +187,6 @@ def _engine_options(
     if key:
         options["signing_key"] = key
     return options
-
-
-def _write_report(record: RunRecord, path: Path, where: str) -> Path | None:
-    """Write the run's HTML report; `where` (`store_argument`) goes into its commands."""
-    try:
-        report = importlib.import_module("converge._report")
-    except ImportError:
-        return None
-    render: Callable[..., str] = report.render_report
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(record, store_argument=where), encoding="utf-8")
-    return path
 
 
 async def _finish(
@@ -172,7 +199,7 @@ async def _finish(
 ) -> int:
     """Print the saved run's summary (or JSON) and write its report."""
     record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
-    report = _write_report(record, report_path(label, result.run_id), store_argument(args.store))
+    report = write_report(record, report_path(label, result.run_id), store_argument(args.store))
     if args.json:
         out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
         return exit_status(record, allow_failures=args.allow_failures)
@@ -213,92 +240,12 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        demos: tuple[str, ...] = importlib.import_module(DEMO_PACKAGE).DEMOS
-    except ImportError:
-        raise CliError(f"the demos package {DEMO_PACKAGE} is not installed") from None
+    demos = demo_names(DEMO_PACKAGE)
+    if demos is None:
+        raise CliError(f"the demos package {DEMO_PACKAGE} is not installed")
     if args.name not in demos:
         raise CliError(f"no demo named {args.name!r}", f"demos: {', '.join(demos)}")
     return await _run_formation(f"{DEMO_PACKAGE}.{args.name}", args, out)
-
-
-async def _load(
-    args: argparse.Namespace, run_id: str, *, read_only: bool = True
-) -> tuple[RunStore, RunRecord]:
-    store, _ = open_store(args.store, read_only=read_only)
-    return store, await store.load(run_id)
-
-
-async def _cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
-    store, label = open_store(args.store, read_only=True)
-    runs = await store.list_runs(limit=args.limit)
-    if not runs:
-        out.write(f"no runs in {visible(label)}\n")
-        return 0
-    for run in runs:
-        out.write(
-            f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {run.stop_reason.value if run.stop_reason else '-':<22} "
-            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
-        )
-    return 0
-
-
-async def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    _, record = await _load(args, args.run_id)
-    name = f" ({visible(record.name)})" if record.name else ""
-    out.write(f"run {visible(record.run_id)}{name}\n")
-    out.write("\n".join(summary_lines(record)) + "\n")
-    key = None
-    for fact in record.facts:
-        if fact.key is not key:
-            key = fact.key
-            out.write(f"\n{key.value}:\n")
-        promotion = fact.promotion
-        by = promotion.approved_by
-        approved = f", approved by {visible(by)}" if by else ""
-        out.write(
-            f"  {visible(fact.id)}: {visible(fact.content)}\n"
-            f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
-            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{approved}\n"
-        )
-    if record.rejections:
-        out.write("\nrejections:\n")
-        for rejection in record.rejections:
-            out.write(
-                f"  {visible(rejection.proposal.ref)} from {visible(rejection.suggestor)} "
-                f"(cycle {rejection.cycle}): {visible(rejection.reason)}\n"
-            )
-    return 0
-
-
-async def _cmd_review(args: argparse.Namespace, out: TextIO) -> int:
-    _, record = await _load(args, args.run_id)
-    if not record.pending:
-        out.write(
-            f"run {visible(record.run_id)} is not waiting for anyone "
-            f"({record.outcome}){visible(record.decided_by())}\n"
-        )
-        return 0
-    checkpoint = paused_checkpoint(record, args.run_id, signing_key())
-    for gate in checkpoint.pending:
-        proposal = gate.proposal
-        deadline = gate.deadline.isoformat() if gate.deadline else "none"
-        payload = proposal.payload
-        out.write(
-            f"gate {visible(gate.gate_id)}\n"
-            f"  proposal   {visible(proposal.ref)}: {visible(gate.summary)}\n"
-            f"  from       {visible(gate.suggestor)} (cycle {gate.cycle}), "
-            f"confidence {proposal.confidence}\n"
-            f"  evidence   {visible(', '.join(proposal.evidence) or 'none')}\n"
-            f"  payload    {visible(payload if payload is not None else 'none')}\n"
-            f"  deadline   {deadline}\n"
-        )
-    gates = " ".join(visible(gate.gate_id) for gate in checkpoint.pending)
-    run_id = visible(record.run_id)
-    where = visible(store_argument(args.store))
-    out.write(f"decide with: converge resume {run_id} --approve {gates} --by NAME{where}\n")
-    return EXIT_CODES[StopReason.AWAITING_HUMAN]
 
 
 async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
@@ -322,83 +269,16 @@ async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return await _finish(result, formation, locator, args, out, open_store(args.store)[1])
 
 
-async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
-    path = anyio.Path(target)
-    if await path.is_file():
-        try:
-            return RunRecord.model_validate_json(await path.read_text(encoding="utf-8"))
-        except ValidationError as error:
-            raise CliError(f"{target} is not a run record: {error_text(error)}") from None
-    return (await _load(args, target))[1]
-
-
-async def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    record = await _record_for(args, args.target)
-    try:
-        context = record.restore_context()
-    except StoreError as error:
-        out.write(f"FAILED: {error_text(error)}\n")
-        return VERIFY_FAILED
-    if not verify(context, record.integrity):
-        out.write(f"FAILED: run {visible(record.run_id)} does not match its integrity proof\n")
-        return VERIFY_FAILED
-    proof = record.integrity
-    out.write(
-        f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
-        f"clock {proof.clock}, root {visible(proof.merkle_root)}\n"
-    )
-    return 0
-
-
-async def _cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    _, record = await _load(args, args.run_id)
-    if record.stop_reason is None:
-        raise CliError(
-            f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",
-            f"continue it first: converge resume {record.run_id}",
-        )
-    locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
-    engine = load_formation(locator).engine()
-    try:
-        replayed = await engine.replay(record.trace)
-    except ReplayError as error:
-        out.write(f"FAILED: {error_text(error)}\n")
-        return VERIFY_FAILED
-    if replayed.integrity != record.integrity:
-        out.write(
-            f"FAILED: replay gives root {visible(replayed.integrity.merkle_root)}, "
-            f"the run recorded {visible(record.integrity.merkle_root)}\n"
-        )
-        return VERIFY_FAILED
-    out.write(
-        f"replayed: run {visible(record.run_id)}, {replayed.cycles} cycles, "
-        f"no suggestor called, same root {visible(replayed.integrity.merkle_root)}\n"
-    )
-    return 0
-
-
-async def _cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    _, label = open_store(args.store, read_only=True)
-    _, record = await _load(args, args.run_id)
-    record.verify_signature(signing_key())
-    path = Path(args.output) if args.output else report_path(label, record.run_id)
-    written = _write_report(record, path, store_argument(args.store))
-    if written is None:
-        raise CliError("this converge has no HTML report module")
-    out.write(f"report written to {visible(written)}\n")
-    return 0
-
-
-_COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], Awaitable[int]]] = {
+_COMMANDS: dict[str, Command] = {
     "run": _cmd_run,
     "demo": _cmd_demo,
-    "runs": _cmd_runs,
-    "show": _cmd_show,
-    "review": _cmd_review,
+    "runs": cmd_runs,
+    "show": cmd_show,
+    "review": cmd_review,
     "resume": _cmd_resume,
-    "verify": _cmd_verify,
-    "replay": _cmd_replay,
-    "report": _cmd_report,
+    "verify": cmd_verify,
+    "replay": cmd_replay,
+    "report": cmd_report,
     "batch": cmd_batch,
     "ui": cmd_ui,
 }

@@ -1,0 +1,288 @@
+"""The `converge` commands that read stored runs: `runs`, `show`, `review`, `verify`,
+`replay` and `report`, each as text or, with `--json`, as one JSON document.
+
+The JSON shapes (documented in `docs/cli.md`):
+
+- `runs`: a list of `RunSummary` objects, the most recently saved first;
+- `show`: the `RunRecord`, as `run --json` prints it;
+- `review`: `{"run_id", "outcome", "pending": [GateRequest...], "decisions":
+  [GateDecision...], "commands": [str...]}`;
+- `verify`: `{"verified", "run_id", "merkle_root", "clock", "fact_count"}`, and `"error"`
+  when it failed;
+- `replay`: `{"replayed", "run_id", "cycles", "merkle_root", "replay_merkle_root"}`, and
+  `"error"` when it failed;
+- `report`: `{"report": PATH}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+from pydantic import JsonValue, ValidationError
+
+from ._cli_records import formation_locator, paused_checkpoint, signing_key
+from ._cli_store import open_store, report_path, store_argument
+from ._cli_support import (
+    EXIT_CODES,
+    VERIFY_FAILED,
+    CliError,
+    VisibleLines,
+    error_text,
+    json_visible,
+    load_formation,
+    summary_lines,
+    visible,
+)
+from ._exceptions import ReplayError, StoreError
+from ._integrity import verify
+from ._result import ConvergeResult
+from ._stop import StopReason
+from ._store import RunRecord, RunStore
+
+__all__ = [
+    "cmd_replay",
+    "cmd_report",
+    "cmd_review",
+    "cmd_runs",
+    "cmd_show",
+    "cmd_verify",
+    "json_document",
+    "write_report",
+]
+
+
+def json_document(value: object) -> str:
+    """`value` as one indented JSON document and a newline, made visible (`json_visible`)."""
+    return json_visible(json.dumps(value, indent=2, ensure_ascii=False)) + "\n"
+
+
+def write_report(record: RunRecord, path: Path, where: str) -> Path | None:
+    """Write the run's HTML report; `where` (`store_argument`) goes into its commands."""
+    try:
+        report = importlib.import_module("converge._report")
+    except ImportError:
+        return None
+    render: Callable[..., str] = report.render_report
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(record, store_argument=where), encoding="utf-8")
+    return path
+
+
+async def _load(args: argparse.Namespace, run_id: str) -> tuple[RunStore, RunRecord]:
+    store, _ = open_store(args.store, read_only=True)
+    return store, await store.load(run_id)
+
+
+async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge runs`: one line per stored run, the most recently saved first."""
+    store, label = open_store(args.store, read_only=True)
+    runs = await store.list_runs(limit=args.limit)
+    if args.json:
+        out.write(json_document([run.model_dump(mode="json") for run in runs]))
+        return 0
+    if not runs:
+        out.write(f"no runs in {visible(label)}\n")
+        return 0
+    for run in runs:
+        out.write(
+            f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
+            f"{run.status.value:<11} {run.stop_reason.value if run.stop_reason else '-':<22} "
+            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
+        )
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge show`: the summary, every fact by key, then the rejections."""
+    _, record = await _load(args, args.run_id)
+    if args.json:
+        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
+        return 0
+    name = f" ({visible(record.name)})" if record.name else ""
+    out.write(f"run {visible(record.run_id)}{name}\n")
+    out.write("\n".join(summary_lines(record)) + "\n")
+    key = None
+    for fact in record.facts:
+        if fact.key is not key:
+            key = fact.key
+            out.write(f"\n{key.value}:\n")
+        promotion = fact.promotion
+        by = promotion.approved_by
+        approved = f", approved by {visible(by)}" if by else ""
+        out.write(
+            f"  {visible(fact.id)}: {visible(fact.content)}\n"
+            f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
+            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{approved}\n"
+        )
+    if record.rejections:
+        out.write("\nrejections:\n")
+        for rejection in record.rejections:
+            out.write(
+                f"  {visible(rejection.proposal.ref)} from {visible(rejection.suggestor)} "
+                f"(cycle {rejection.cycle}): {visible(rejection.reason)}\n"
+            )
+    return 0
+
+
+async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge review`: the gates a paused run waits on, and the command to decide them."""
+    _, record = await _load(args, args.run_id)
+    pending = (
+        paused_checkpoint(record, args.run_id, signing_key()).pending if record.pending else ()
+    )
+    gates = " ".join(gate.gate_id for gate in pending)
+    where = store_argument(args.store)
+    commands = [f"converge resume {record.run_id} --approve {gates} --by NAME{where}"]
+    status = EXIT_CODES[StopReason.AWAITING_HUMAN] if pending else 0
+    if args.json:
+        out.write(
+            json_document(
+                {
+                    "run_id": record.run_id,
+                    "outcome": record.outcome,
+                    "pending": [gate.model_dump(mode="json") for gate in pending],
+                    "decisions": [d.model_dump(mode="json") for d in record.trace.decisions],
+                    "commands": commands if pending else [],
+                }
+            )
+        )
+        return status
+    if not pending:
+        out.write(
+            f"run {visible(record.run_id)} is not waiting for anyone "
+            f"({record.outcome}){visible(record.decided_by())}\n"
+        )
+        return status
+    for gate in pending:
+        proposal = gate.proposal
+        deadline = gate.deadline.isoformat() if gate.deadline else "none"
+        payload = proposal.payload
+        out.write(
+            f"gate {visible(gate.gate_id)}\n"
+            f"  proposal   {visible(proposal.ref)}: {visible(gate.summary)}\n"
+            f"  from       {visible(gate.suggestor)} (cycle {gate.cycle}), "
+            f"confidence {proposal.confidence}\n"
+            f"  evidence   {visible(', '.join(proposal.evidence) or 'none')}\n"
+            f"  payload    {visible(payload if payload is not None else 'none')}\n"
+            f"  deadline   {deadline}\n"
+        )
+    out.write(f"decide with: {visible(commands[0])}\n")
+    return status
+
+
+async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
+    path = anyio.Path(target)
+    if await path.is_file():
+        try:
+            return RunRecord.model_validate_json(await path.read_text(encoding="utf-8"))
+        except ValidationError as error:
+            raise CliError(f"{target} is not a run record: {error_text(error)}") from None
+    return (await _load(args, target))[1]
+
+
+def _verified(record: RunRecord) -> str | None:
+    """Why `record`'s facts do not match its integrity proof; `None` when they do."""
+    try:
+        context = record.restore_context()
+    except StoreError as error:
+        return str(error).strip()
+    if not verify(context, record.integrity):
+        return f"run {record.run_id} does not match its integrity proof"
+    return None
+
+
+async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge verify`: check a run's facts against its integrity proof."""
+    record = await _record_for(args, args.target)
+    error = _verified(record)
+    proof = record.integrity
+    if args.json:
+        document: dict[str, JsonValue] = {
+            "verified": error is None,
+            "run_id": record.run_id,
+            "merkle_root": proof.merkle_root,
+            "clock": proof.clock,
+            "fact_count": proof.fact_count,
+        }
+        if error is not None:
+            document["error"] = error
+        out.write(json_document(document))
+    elif error is not None:
+        out.write(f"FAILED: {visible(error)}\n")
+    else:
+        out.write(
+            f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
+            f"clock {proof.clock}, root {visible(proof.merkle_root)}\n"
+        )
+    return 0 if error is None else VERIFY_FAILED
+
+
+async def _replay(
+    args: argparse.Namespace, record: RunRecord
+) -> tuple[ConvergeResult | None, str | None]:
+    """Replay `record`'s trace: the result, and why it is not the run (`None` when it is)."""
+    locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
+    engine = load_formation(locator).engine()
+    try:
+        replayed = await engine.replay(record.trace)
+    except ReplayError as error:
+        return None, str(error).strip()
+    if replayed.integrity != record.integrity:
+        return replayed, (
+            f"replay gives root {replayed.integrity.merkle_root}, "
+            f"the run recorded {record.integrity.merkle_root}"
+        )
+    return replayed, None
+
+
+async def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge replay`: merge a stopped run's recorded effects again; same proof or fail."""
+    _, record = await _load(args, args.run_id)
+    if record.stop_reason is None:
+        raise CliError(
+            f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",
+            f"continue it first: converge resume {record.run_id}",
+        )
+    replayed, error = await _replay(args, record)
+    if args.json:
+        document: dict[str, JsonValue] = {
+            "replayed": error is None,
+            "run_id": record.run_id,
+            "cycles": None if replayed is None else replayed.cycles,
+            "merkle_root": record.integrity.merkle_root,
+            "replay_merkle_root": None if replayed is None else replayed.integrity.merkle_root,
+        }
+        if error is not None:
+            document["error"] = error
+        out.write(json_document(document))
+    elif error is not None or replayed is None:
+        out.write(f"FAILED: {visible(error)}\n")
+    else:
+        out.write(
+            f"replayed: run {visible(record.run_id)}, {replayed.cycles} cycles, "
+            f"no suggestor called, same root {visible(replayed.integrity.merkle_root)}\n"
+        )
+    return 0 if error is None else VERIFY_FAILED
+
+
+async def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge report`: write a stored run's HTML report again, anywhere."""
+    _, label = open_store(args.store, read_only=True)
+    _, record = await _load(args, args.run_id)
+    record.verify_signature(signing_key())
+    path = Path(args.output) if args.output else report_path(label, record.run_id)
+    written = write_report(record, path, store_argument(args.store))
+    if written is None:
+        raise CliError("this converge has no HTML report module")
+    if args.json:
+        out.write(json_document({"report": str(written)}))
+    else:
+        out.write(f"report written to {visible(written)}\n")
+    return 0
