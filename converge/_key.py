@@ -74,17 +74,27 @@ class _FactView(Protocol):
     """What `Key.of` reads of a fact (a `Fact` has it)."""
 
     @property
-    def key(self) -> str: ...
+    def key(self) -> str:
+        """The key the fact lives under."""
+        ...
+
     @property
-    def ref(self) -> str: ...
+    def ref(self) -> str:
+        """Its `"key/id"` reference."""
+        ...
+
     @property
-    def payload(self) -> JsonValue | None: ...
+    def payload(self) -> JsonValue | None:
+        """Its payload, JSON."""
+        ...
 
 
 class _ContextView(Protocol):
     """What `Key.read` reads of a context (every `Context` has it)."""
 
-    def get(self, key: ContextKey | Key[BaseModel], /) -> Sequence[_FactView]: ...
+    def get(self, key: ContextKey | Key[BaseModel], /) -> Sequence[_FactView]:
+        """The facts under `key`."""
+        ...
 
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
