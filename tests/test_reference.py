@@ -14,6 +14,7 @@ REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference"
 PAGES = {
     "converge": REFERENCE / "converge.md",
     "converge_suggestors": REFERENCE / "converge_suggestors.md",
+    "converge.ui": REFERENCE / "converge_ui.md",
 }
 # mkdocstrings' own syntax: `::: identifier` alone on a line, optionally after a heading's `#`s.
 _DIRECTIVE = re.compile(r"^[ ]{0,3}(?:#{1,6}[ ]*)?:::[ ]*(?P<identifier>\S+)[ ]*$", re.MULTILINE)

@@ -15,8 +15,9 @@ import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Final, final
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, unquote, urlencode
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -33,9 +34,10 @@ from .._events import EngineEvent
 from .._exceptions import ConvergeError, RunNotFoundError
 from .._formation import EngineOptions, Formation
 from .._hitl import GateDecision
+from .._stop import RunStatus
 from .._store import RunRecord, RunStore
 from ._auth import Reviewer, Reviewers
-from ._gate_page import gate_page
+from ._gate_page import gate_page, live_gates
 from ._html import POLICY
 from ._live import run_events
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
@@ -112,7 +114,7 @@ class _Guard:
             return
         if given is not None and token == given:
             kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            query = "&".join(f"{k}={v}" for k, v in kept)
+            query = urlencode(kept)
             target = request.url.path + (f"?{query}" if query else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(_cookie(scope), given, httponly=True, samesite="strict", path="/")
@@ -184,6 +186,10 @@ class _Console:
 
     def _run_page(self, request: Request, record: RunRecord) -> Response:
         reviewer = _reviewer(request)
+        try:
+            record.verify_signature(signing_key())
+        except ConvergeError as error:
+            return self._say(request, "Cannot show this run", error_text(error), 409)
         html = run_page(
             record,
             reviewer=reviewer.name,
@@ -201,7 +207,8 @@ class _Console:
         except (CliError, ConvergeError) as error:
             return self._say(request, "Cannot review this run", error_text(error), 409)
         csrf = self.settings.reviewers.csrf(reviewer)
-        html = gate_page(record, checkpoint, gate_id, reviewer=reviewer.name, csrf=csrf)
+        now = datetime.now(UTC)
+        html = gate_page(record, checkpoint, gate_id, reviewer=reviewer.name, csrf=csrf, now=now)
         return HTMLResponse(html)
 
     # -- decisions -----------------------------------------------------------------------
@@ -220,10 +227,10 @@ class _Console:
         if not _same_origin(request):
             return self._say(request, "Refused", "The form came from another site.", 403)
         decisions = _decisions(form, reviewer) if gate_id is not None else []
-        if gate_id is not None and not any(d.gate_id == gate_id for d in decisions):
-            return self._say(
-                request, "No decision", f"Choose approve or reject for {gate_id}.", 400
-            )
+        undecided = self._undecided(record, gate_id, decisions)
+        if undecided:
+            said = f"Choose approve or reject for {', '.join(undecided)}."
+            return self._say(request, "No decision", said, 400)
         seen = form.get("version", "")
         lock = self._locks.setdefault(record.run_id, anyio.Lock())
         outcome: str | None = "the decision was interrupted before it was saved"
@@ -237,6 +244,17 @@ class _Console:
             current = await self.settings.store.load(record.run_id)
             return self._decided(request, current, gate_id, said=outcome)
         return RedirectResponse(run_url(record.run_id), status_code=303)
+
+    def _undecided(
+        self, record: RunRecord, gate_id: str | None, decisions: list[GateDecision]
+    ) -> list[str]:
+        """The live gates the form left without a decision (none when continuing a run)."""
+        checkpoint = record.checkpoint
+        if gate_id is None or checkpoint is None or record.status is not RunStatus.PAUSED:
+            return []
+        decided = {decision.gate_id for decision in decisions}
+        live = live_gates(checkpoint, datetime.now(UTC))
+        return [gate.gate_id for gate in live if gate.gate_id not in decided]
 
     async def _start(self, run_id: str, decisions: list[GateDecision], seen: str) -> str | None:
         """Resume the run in the console's task group.

@@ -109,7 +109,7 @@ class Reviewers:
         """
         existing: tuple[Reviewer, ...] = ()
         if path.exists():
-            existing = tuple(cls_reviewer for cls_reviewer in Reviewers.load(path).all())
+            existing = Reviewers.load(path).all()
         if any(reviewer.name == name for reviewer in existing):
             raise ValueError(f"reviewers file {path} already names {name!r}")
         token = new_token()
@@ -117,9 +117,12 @@ class Reviewers:
         text = json.dumps({"reviewers": [reviewer.model_dump() for reviewer in added]}, indent=2)
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text + "\n")
-        temporary.replace(path)
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                file.write(text + "\n")
+            temporary.replace(path)
+        finally:
+            temporary.unlink(missing_ok=True)
         return token
 
     def all(self) -> tuple[Reviewer, ...]:

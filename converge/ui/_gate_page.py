@@ -7,6 +7,7 @@ them all: this gate first, the others below it. With one gate, two buttons decid
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Final
 
 from .._checkpoint import Checkpoint, FactRecord
@@ -19,7 +20,7 @@ from .._store import RunRecord
 from ._html import hidden, page
 from ._pages import gate_url, run_url
 
-__all__ = ["gate_page"]
+__all__ = ["gate_page", "live_gates"]
 
 _MAX_DEPTH: Final = 12
 _MAX_NODES: Final = 200
@@ -108,26 +109,51 @@ def _choice(request: GateRequest, single: bool, run_id: str) -> str:
     )
 
 
+def live_gates(checkpoint: Checkpoint, now: datetime) -> list[GateRequest]:
+    """The gates a reviewer still decides: those whose deadline has not passed."""
+    return [g for g in checkpoint.pending if g.deadline is None or g.deadline > now]
+
+
+def _form(
+    record: RunRecord, gate_id: str, live: list[GateRequest], reviewer: str, csrf: str
+) -> str:
+    expired = len(record.pending) - len(live)
+    note = (
+        f"<p class='note'>{expired} gate(s) passed their deadline: their timeout decides them "
+        "when the run resumes.</p>"
+        if expired
+        else ""
+    )
+    single = len(live) == 1
+    if len(live) > 1:
+        note += (
+            f"<p class='note'>This run waits on {len(live)} gates; it resumes when all are "
+            "decided, so this form decides them all.</p>"
+        )
+    choices = "".join(_choice(one, single, record.run_id) for one in live)
+    submit = "" if single else '<button type="submit">Submit the decisions</button>'
+    if not live:
+        submit = '<button type="submit">Resume the run</button>'
+    return (
+        f'<form method="post" action="{gate_url(record.run_id, gate_id)}" data-decision-form>'
+        f"{hidden('csrf', csrf)}{hidden('version', record.version)}{note}{choices}{submit}"
+        f"<p class='note'>You decide as <b>{esc(reviewer)}</b>.</p></form>"
+    )
+
+
 def gate_page(
-    record: RunRecord, checkpoint: Checkpoint, gate_id: str, *, reviewer: str, csrf: str
+    record: RunRecord,
+    checkpoint: Checkpoint,
+    gate_id: str,
+    *,
+    reviewer: str,
+    csrf: str,
+    now: datetime,
 ) -> str:
     """The gate `gate_id` of the paused run `record`, and the form deciding every live gate."""
-    ordered = sorted(checkpoint.pending, key=lambda request: request.gate_id != gate_id)
-    request = ordered[0]
-    single = len(ordered) == 1
-    others = (
-        ""
-        if single
-        else f"<p class='note'>This run waits on {len(ordered)} gates; it resumes when all are "
-        "decided, so this form decides them all.</p>"
-    )
-    choices = "".join(_choice(one, single, record.run_id) for one in ordered)
-    form = (
-        f'<form method="post" action="{gate_url(record.run_id, gate_id)}" data-decision-form>'
-        f"{hidden('csrf', csrf)}{hidden('version', record.version)}{others}{choices}"
-        + ("" if single else '<button type="submit">Submit the decisions</button>')
-        + f"<p class='note'>You decide as <b>{esc(reviewer)}</b>.</p></form>"
-    )
+    live = sorted(live_gates(checkpoint, now), key=lambda g: g.gate_id != gate_id)
+    [request] = [g for g in checkpoint.pending if g.gate_id == gate_id]
+    form = _form(record, gate_id, live, reviewer, csrf)
     body = (
         f'<p><a href="{run_url(record.run_id)}">run <code>{esc(record.run_id)}</code></a>'
         f"{' (' + esc(record.name) + ')' if record.name else ''}</p>"

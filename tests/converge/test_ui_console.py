@@ -283,3 +283,68 @@ def test_the_users_file_mode_is_not_world_readable_even_with_a_loose_umask(tmp_p
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o600
+
+
+def test_the_token_redirect_keeps_the_rest_of_the_query_encoded(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    store, _ = paused
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        response = client.get(f"/?token={ana}&text=a%26b%3Dc", follow_redirects=False)
+        assert response.headers["location"] == "/?text=a%26b%3Dc"
+
+
+def test_an_expired_gate_is_left_to_its_timeout_and_the_run_resumes(
+    tmp_path: Path, two: tuple[Path, str, str]
+) -> None:
+    formation = tmp_path / "expiring.py"
+    formation.write_text(
+        Path(PLAN)
+        .read_text()
+        .replace(
+            "hitl=HitlPolicy(confidence_below=0.5)",
+            "hitl=HitlPolicy(confidence_below=0.5, timeout=timedelta(seconds=0.2))",
+        )
+        .replace("from converge import", "from datetime import timedelta\nfrom converge import")
+    )
+    store = str(tmp_path / "runs.db")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(HERE))
+        code, out = cli("--store", store, "run", str(formation))
+    assert code == 6
+    run_id = run_id_of(out)
+    time.sleep(0.3)
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        page = client.get(gate_url(run_id)).text
+        assert "1 gate(s) passed their deadline" in page
+        assert 'name="gate:' not in page  # nothing left to choose
+        response = client.post(
+            gate_url(run_id),
+            data={"csrf": csrf_of(page), "version": version_of(page)},
+            follow_redirects=False,
+        )
+        assert response.status_code == 303, response.text
+        deadline = time.monotonic() + 20
+        while (record := anyio.run(SqliteRunStore(store).load, run_id)).status is not (
+            RunStatus.FINISHED
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert [(d.by, d.approved) for d in record.trace.decisions] == [("timeout", False)]
+
+
+def test_with_a_signing_key_an_unsigned_run_is_not_shown(
+    paused: tuple[str, str], two: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, run_id = paused  # saved without a key: unsigned
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", "k")
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users)) as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        for url in (f"/runs/{run_id}", gate_url(run_id)):
+            response = client.get(url)
+            assert response.status_code == 409, url
+            assert "signature" in response.text or "unsigned" in response.text
