@@ -309,9 +309,7 @@ def test_an_expired_gate_is_left_to_its_timeout_and_the_run_resumes(
         .replace("from converge import", "from datetime import timedelta\nfrom converge import")
     )
     store = str(tmp_path / "runs.db")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(HERE))
-        code, out = cli("--store", store, "run", str(formation))
+    code, out = cli("--store", store, "run", str(formation))
     assert code == 6
     run_id = run_id_of(out)
     time.sleep(0.3)
