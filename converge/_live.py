@@ -178,7 +178,7 @@ class LiveEffects:
         raise_errors = self._raise
         for reg in candidates:
             try:
-                verdict = reg.suggestor.accepts(snapshot)
+                verdict = reg.accepts(snapshot)
             except Exception as error:
                 if raise_errors:
                     raise
