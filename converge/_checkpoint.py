@@ -16,7 +16,7 @@ from ._context import ContextSnapshot
 from ._fact import Fact, PromotionRecord, seal
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation
-from ._key import AnyKey, KeyField, key_rank
+from ._key import AnyKey, KeyField, STORED, key_rank
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 from ._trace import Continuation, CycleTrace, Rejection
@@ -118,7 +118,7 @@ def restore_fact(record: FactRecord) -> Fact:
     fields = record.model_dump()
     digest = fields.pop("digest")
     promotion = PromotionRecord.model_validate(fields.pop("promotion"), strict=False)
-    proposal = ProposedFact.model_validate(fields, strict=False)
+    proposal = ProposedFact.model_validate(fields, strict=False, context=STORED)
     fact = seal(proposal, promotion)
     if fact.digest != digest:
         raise ValueError(f"fact {fact.ref}: digest {digest!r} does not match its fields")

@@ -42,9 +42,11 @@ from ._cli_support import (
 )
 from ._exceptions import ReplayError, StoreError
 from ._integrity import verify
+from ._key import STORED
 from ._result import ConvergeResult
 from ._stop import StopReason
 from ._store import RunRecord, RunStore
+from ._trace import RunTrace
 
 __all__ = [
     "cmd_replay",
@@ -181,7 +183,8 @@ async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
     path = anyio.Path(target)
     if await path.is_file():
         try:
-            return RunRecord.model_validate_json(await path.read_text(encoding="utf-8"))
+            text = await path.read_text(encoding="utf-8")
+            return RunRecord.model_validate_json(text, context=STORED)
         except ValidationError as error:
             raise CliError(f"{target} is not a run record: {error_text(error)}") from None
     return (await _load(args, target))[1]
@@ -230,8 +233,11 @@ async def _replay(
     """Replay `record`'s trace: the result, and why it is not the run (`None` when it is)."""
     locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
     engine = load_formation(locator).engine()
+    # read the trace again now that the formation has declared its keys (a store keeps a name
+    # it did not know as an undeclared key, and replay refuses those)
+    trace = RunTrace.model_validate(record.trace.model_dump())
     try:
-        replayed = await engine.replay(record.trace)
+        replayed = await engine.replay(trace)
     except ReplayError as error:
         return None, str(error).strip()
     if replayed.integrity != record.integrity:

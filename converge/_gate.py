@@ -123,9 +123,13 @@ def _reason(
 
 
 def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
-    """Why `payload` does not validate as `key`'s model (pydantic's words), or `None`."""
+    """Why `payload` does not validate as `key`'s model (pydantic's words), or `None`.
+
+    Strict JSON validation: the payload must already be the model's JSON (`"42"` is not an
+    `int`; an ISO 8601 string is a `datetime`), so the stored payload reads back unchanged.
+    """
     try:
-        key.payload.model_validate(payload)
+        key.payload.model_validate_json(payload_json(payload), strict=True)
     except ValidationError as error:
         said = "; ".join(
             f"{'.'.join(str(part) for part in detail['loc']) or 'payload'}: {detail['msg']}"

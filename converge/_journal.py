@@ -19,7 +19,7 @@ from ._checkpoint import Checkpoint, FactRecord
 from ._exceptions import StoreError
 from ._hitl import GateDecision
 from ._integrity import IntegrityProof
-from ._key import AnyKey, in_key_order, key_rank
+from ._key import STORED, AnyKey, in_key_order, key_rank
 from ._model import FrozenModel, trusted
 from ._signature import signature_of
 from ._state import RunState
@@ -211,7 +211,7 @@ def assemble(
             the head's digest (an entry was changed, dropped, added or reordered).
     """
     try:
-        head = ProgressHead.model_validate_json(head_text)
+        head = ProgressHead.model_validate_json(head_text, context=STORED)
     except ValueError as error:
         raise StoreError(f"run {run_id}: the stored progress head is invalid ({error})") from None
     if head.run_id != run_id:
@@ -221,7 +221,7 @@ def assemble(
     for index, entry in enumerate(entries):
         digest = chain(digest, entry)
         try:
-            deltas.append(CycleDelta.model_validate_json(entry))
+            deltas.append(CycleDelta.model_validate_json(entry, context=STORED))
         except ValueError as error:
             raise StoreError(
                 f"run {run_id}: journal entry {index + 1} is invalid ({error})"

@@ -10,26 +10,36 @@ name that is neither built in nor declared is refused.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from enum import StrEnum
 from typing import Annotated, Final, Generic, Protocol, TypeVar, cast, final
 
-from pydantic import BaseModel, JsonValue, PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    JsonValue,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+)
 
 from ._error import ConfigurationError
 
 __all__ = [
     "KEYS",
     "KEY_ORDER",
+    "STORED",
     "AnyKey",
     "ContextKey",
     "Key",
     "KeyField",
     "KeyLike",
+    "declared",
     "in_key_order",
     "key_named",
     "key_rank",
     "known_keys",
+    "undeclared_names",
 ]
 
 P_co = TypeVar("P_co", bound=BaseModel, covariant=True)
@@ -220,13 +230,13 @@ def key_named(name: str) -> AnyKey:
     built_in = ContextKey._value2member_map_.get(name)
     if built_in is not None:
         return ContextKey(built_in)
-    declared = _DECLARED.get(name)
-    if declared is None:
+    found = _DECLARED.get(name)
+    if found is None:
         raise ValueError(
             f"unknown context key {name!r}: not a built-in key, and no Key({name!r}, "
             "payload=...) is declared in this process (import the module that declares it)"
         )
-    return declared
+    return found
 
 
 def known_keys() -> tuple[AnyKey, ...]:
@@ -234,9 +244,50 @@ def known_keys() -> tuple[AnyKey, ...]:
     return (*KEYS, *sorted(_DECLARED.values(), key=str.__str__))
 
 
-def _validate(value: object) -> AnyKey:
+class _Undeclared(BaseModel, frozen=True, extra="allow"):
+    """The model of a key a stored run names but this process has not declared."""
+
+
+_UNDECLARED: dict[str, Key[BaseModel]] = {}
+
+STORED: Final = {"converge.stored": True}
+"""Validation context for reading stored runs: a key name no one declared is kept as an
+undeclared key (the record can be shown and verified); the engine refuses to run on one."""
+
+
+def _undeclared(name: str) -> Key[BaseModel]:
+    """The placeholder of a key named in stored data that this process has not declared."""
+    known = _UNDECLARED.get(name)
+    if known is None:
+        if _NAME.fullmatch(name) is None:
+            raise ValueError(f"{name!r} is not a key name")
+        made = cast("Key[BaseModel]", str.__new__(Key, name))
+        made.payload = _Undeclared
+        _UNDECLARED[name] = known = made
+    return known
+
+
+def declared(key: AnyKey) -> bool:
+    """Whether `key` is built in or declared here (not a name read from a stored run only)."""
+    return isinstance(key, ContextKey) or key.payload is not _Undeclared
+
+
+def undeclared_names(keys: Iterable[AnyKey | None]) -> list[str]:
+    """The names among `keys` that this process has not declared, sorted, without repeats."""
+    return sorted({str.__str__(k) for k in keys if k is not None and not declared(k)})
+
+
+def _validate(value: object, info: ValidationInfo) -> AnyKey:
     if isinstance(value, str):
-        return key_named(value)
+        try:
+            return key_named(value)
+        except ValueError:
+            context: object = info.context
+            if isinstance(context, dict) and cast("dict[str, object]", context).get(
+                "converge.stored"
+            ):
+                return _undeclared(value)
+            raise
     raise ValueError(
         f"a context key is a ContextKey, a Key or a key name, not {type(value).__name__}"
     )

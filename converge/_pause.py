@@ -7,13 +7,13 @@ fact (through the one verifying restore, `_checkpoint.restore_snapshot`) before 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
 from ._exceptions import InvalidCheckpointError, InvalidResumeError, RunNotFoundError
 from ._hitl import GateDecision, GateRequest, HitlPolicy
-from ._key import AnyKey, in_key_order, key_named
+from ._key import AnyKey, in_key_order, key_named, undeclared_names
 from ._signature import signature_matches, signature_of
 from ._state import RunState
 from ._store import RunStore
@@ -99,6 +99,16 @@ def checkpoint_of(
     return sign(checkpoint, key)
 
 
+def _keys_of(checkpoint: Checkpoint) -> Iterator[AnyKey | None]:
+    """Every key a checkpoint names: its facts', pending proposals' and inputs'."""
+    for fact in checkpoint.facts:
+        yield fact.key
+        yield fact.target
+    for proposal in (*(g.proposal for g in checkpoint.pending), *checkpoint.inputs):
+        yield proposal.key
+        yield proposal.target
+
+
 def resume_state(
     checkpoint: Checkpoint,
     decisions: Sequence[GateDecision],
@@ -115,6 +125,12 @@ def resume_state(
         InvalidResumeError: The registrations differ, or the decisions do not fit the gates.
     """
     verify_signature(checkpoint, key)
+    unknown = undeclared_names(_keys_of(checkpoint))
+    if unknown:
+        raise InvalidCheckpointError(
+            f"checkpoint of run {checkpoint.run_id} names keys this process has not declared: "
+            f"{unknown}; import the module that declares them (Key(name, payload=...)) first"
+        )
     registrations, invariants = fingerprint
     if (registrations, invariants) != (checkpoint.registrations, checkpoint.invariants):
         raise InvalidResumeError(

@@ -7,7 +7,7 @@ Time is not replayed: where the trace stopped on a budget, replay stops there to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import final
 
 from ._config import RunConfig
@@ -15,7 +15,7 @@ from ._context import ContextSnapshot
 from ._effect import AgentEffect
 from ._exceptions import ReplayError
 from ._hitl import GateDecision, GateRequest
-from ._key import AnyKey
+from ._key import AnyKey, undeclared_names
 from ._registry import Registration, RegistryView
 from ._result import ConvergeResult
 from ._run import RunLoop
@@ -124,6 +124,14 @@ class RecordedEffects:
         return tuple(eligible), tuple(effects)
 
 
+def _keys_of(trace: RunTrace) -> Iterator[AnyKey | None]:
+    """Every key the proposals of a trace name: its inputs' and its recorded effects'."""
+    effects = (e.effect for cycle in trace.cycles for e in cycle.executions if e.effect is not None)
+    for proposal in (*trace.inputs, *(p for effect in effects for p in effect.proposals)):
+        yield proposal.key
+        yield proposal.target
+
+
 async def replay_run(
     config: RunConfig, view: RegistryView, trace: RunTrace, start: ContextSnapshot
 ) -> ConvergeResult:
@@ -138,6 +146,12 @@ async def replay_run(
         raise ReplayError(
             f"trace of run {trace.run_id} starts from root {trace.initial_root}, but the "
             f"given context has root {initial_root}"
+        )
+    unknown = undeclared_names(_keys_of(trace))
+    if unknown:
+        raise ReplayError(
+            f"trace of run {trace.run_id} names keys this process has not declared: {unknown}; "
+            "import the module that declares them (Key(name, payload=...)) first"
         )
     state = RunState.start(start, trace.inputs, run_id=trace.run_id)
     loop = RunLoop(config, view, state)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from .._exceptions import StoreError
 from .._journal import assemble
+from .._key import STORED
 from .._stop import RunStatus, StopReason
 from .._store import Interruption, RunProgress, RunRecord, RunSummary
 
@@ -210,7 +211,7 @@ def record_from(run_id: str, text: str, version: int) -> RunRecord:
         StoreError: The stored JSON is not a valid record, or it is another run's.
     """
     try:
-        record = RunRecord.model_validate_json(text)
+        record = RunRecord.model_validate_json(text, context=STORED)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "record"
