@@ -12,7 +12,7 @@ import anyio
 
 from converge import ContextKey, ConvergeResult
 from converge_suggestors import AssignmentPlan
-from converge_suggestors.demos.reconciliation import formation
+from converge_suggestors.demos.reconciliation import LEFTOVERS, MATCHES, formation
 
 
 def show(result: ConvergeResult) -> None:
@@ -23,11 +23,11 @@ def show(result: ConvergeResult) -> None:
         ran = ", ".join(cycle.eligible) or "nothing eligible, fixed point"
         print(f"  cycle {cycle.cycle}: {ran} -> {len(cycle.promoted)} fact(s)")
     context = result.context
-    print(f"matches ({context.count(ContextKey.EVALUATIONS)}):")
-    for match in context.get(ContextKey.EVALUATIONS):
+    print(f"matches ({context.count(MATCHES)}):")
+    for match in context.get(MATCHES):
         print(f"  {match.content}")
-    print(f"leftovers ({context.count(ContextKey.SIGNALS)}):")
-    for leftover in context.get(ContextKey.SIGNALS):
+    print(f"leftovers ({context.count(LEFTOVERS)}):")
+    for leftover in context.get(LEFTOVERS):
         print(f"  {leftover.content}")
     plan = context.find(ContextKey.STRATEGIES, "assignment:ledger-costs")
     if plan is not None:

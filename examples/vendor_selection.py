@@ -13,7 +13,13 @@ from __future__ import annotations
 import anyio
 
 from converge import ContextKey, ConvergeResult, GateDecision
-from converge_suggestors.demos.vendor_selection import formation
+from converge_suggestors.demos.vendor_selection import (
+    BIDS,
+    COMMITMENTS,
+    EVALUATIONS,
+    RECOMMENDATIONS,
+    formation,
+)
 
 
 def show(result: ConvergeResult) -> None:
@@ -27,15 +33,12 @@ def show(result: ConvergeResult) -> None:
         print(f"  cycle {cycle.cycle}: {ran} -> {added} fact(s){held}")
     context = result.context
     print("scores:")
-    for vendor in context.get(ContextKey.SEEDS):
-        vendor_id = vendor.id.removeprefix("vendor:")
+    for bid in BIDS.read(context):
         scores = [
-            f"{evaluation.id.partition(':')[0]} {evaluation.payload['score']}"
-            for evaluation in context.get(ContextKey.EVALUATIONS)
-            if isinstance(evaluation.payload, dict) and evaluation.payload["vendor"] == vendor_id
+            f"{e.criterion} {e.score}" for e in EVALUATIONS.read(context) if e.vendor == bid.id
         ]
-        print(f"  {vendor_id:<7}: {', '.join(scores)}")
-    for key in (ContextKey.STRATEGIES, ContextKey.CONSTRAINTS, ContextKey.DIAGNOSTIC):
+        print(f"  {bid.id:<7}: {', '.join(scores)}")
+    for key in (RECOMMENDATIONS, COMMITMENTS, ContextKey.CONSTRAINTS, ContextKey.DIAGNOSTIC):
         for fact in context.get(key):
             approved = (
                 f" [approved by {fact.promotion.approved_by}]" if fact.promotion.approved_by else ""

@@ -15,6 +15,7 @@ import pytest
 
 import converge_suggestors.demos
 from converge import (
+    AnyKey,
     Checkpoint,
     ContextKey,
     ConvergeResult,
@@ -25,7 +26,7 @@ from converge import (
     verify,
 )
 from converge.cli import DEFAULT_DEMO
-from converge_suggestors import AssignmentPlan, AssignmentProblem
+from converge_suggestors import AssignmentPlan
 from converge_suggestors.demos import (
     DEMOS,
     adaptive_gap_loop,
@@ -43,7 +44,7 @@ def demo(name: str) -> ModuleType:
     return importlib.import_module(f"converge_suggestors.demos.{name}")
 
 
-def refs(result: ConvergeResult, key: ContextKey) -> list[str]:
+def refs(result: ConvergeResult, key: AnyKey) -> list[str]:
     return [fact.id for fact in result.context.get(key)]
 
 
@@ -332,12 +333,12 @@ async def test_adaptive_gap_loop_fails_acceptance_while_a_gap_stays_open() -> No
 # reconciliation
 
 EXPECTED_MATCHES = [
-    "match:B-01:INV-1001",
-    "match:B-02:INV-1002",
-    "match:B-03:INV-1003",
-    "match:B-04:INV-1004",
-    "match:B-05:INV-1007",
-    "match:B-06:INV-1005",
+    "B-01:INV-1001",
+    "B-02:INV-1002",
+    "B-03:INV-1003",
+    "B-04:INV-1004",
+    "B-05:INV-1007",
+    "B-06:INV-1005",
 ]
 
 
@@ -351,26 +352,24 @@ async def test_reconciliation_matches_six_pairs_and_reports_both_leftovers() -> 
         ("match-reporter",),
         (),
     ]
-    assert refs(result, ContextKey.EVALUATIONS) == EXPECTED_MATCHES
-    assert refs(result, ContextKey.SIGNALS) == ["unmatched:bank:B-07", "unmatched:invoice:INV-1006"]
+    assert refs(result, reconciliation.MATCHES) == EXPECTED_MATCHES
+    assert refs(result, reconciliation.LEFTOVERS) == ["bank:B-07", "invoice:INV-1006"]
     assert refs(result, ContextKey.DIAGNOSTIC) == []
-    b02 = result.context.find(ContextKey.EVALUATIONS, "match:B-02:INV-1002")
+    b02 = result.context.find(reconciliation.MATCHES, "B-02:INV-1002")
     assert b02 is not None
-    assert b02.payload == {
-        "bank": "B-02",
-        "invoice": "INV-1002",
-        "cost": 0.455,
-        "amount_difference_cents": -500,
-        "days": 2,
-    }
+    assert reconciliation.MATCHES.of(b02) == reconciliation.Match(
+        bank="B-02", invoice="INV-1002", cost=0.455, amount_difference_cents=-500, days=2
+    )
     assert b02.evidence == (
         "strategies/assignment:ledger-costs",
-        "seeds/bank:B-02",
-        "seeds/invoice:INV-1002",
+        "recon.bank/B-02",
+        "recon.invoices/INV-1002",
     )
-    leftover = result.context.find(ContextKey.SIGNALS, "unmatched:invoice:INV-1006")
+    leftover = result.context.find(reconciliation.LEFTOVERS, "invoice:INV-1006")
     assert leftover is not None
-    assert leftover.payload == {"ledger": "invoice", "line": "INV-1006"}
+    assert reconciliation.LEFTOVERS.of(leftover) == reconciliation.Leftover(
+        ledger="invoice", line="INV-1006"
+    )
     assert leftover.content == (
         "invoice INV-1006 (Wayne Enterprises, 2,200.00 issued 2024-03-10) has no payment"
     )
@@ -378,11 +377,9 @@ async def test_reconciliation_matches_six_pairs_and_reports_both_leftovers() -> 
 
 async def test_reconciliation_assignment_is_optimal_where_greedy_is_not() -> None:
     result = await reconciliation.formation.run()
-    problem_fact = result.context.find(ContextKey.HYPOTHESES, "ledger-costs")
+    [problem] = reconciliation.PROBLEMS.read(result.context)
     plan_fact = result.context.find(ContextKey.STRATEGIES, "assignment:ledger-costs")
-    assert problem_fact is not None
     assert plan_fact is not None
-    problem = problem_fact.payload_as(AssignmentProblem)
     plan = plan_fact.payload_as(AssignmentPlan)
     assert len(problem.rows) == len(problem.columns) == 14
     b01 = problem.costs[problem.rows.index("B-01")]
@@ -413,9 +410,9 @@ def test_reconciliation_costs_combine_amount_date_and_name() -> None:
 @pytest.mark.parametrize(
     ("bank_lines", "invoices", "leftovers"),
     [
-        (2, 0, ["unmatched:bank:B-01", "unmatched:bank:B-02"]),
-        (0, 2, ["unmatched:invoice:INV-1001", "unmatched:invoice:INV-1002"]),
-        (7, 5, ["unmatched:bank:B-05", "unmatched:bank:B-07"]),
+        (2, 0, ["bank:B-01", "bank:B-02"]),
+        (0, 2, ["invoice:INV-1001", "invoice:INV-1002"]),
+        (7, 5, ["bank:B-05", "bank:B-07"]),
     ],
 )
 async def test_reconciliation_reports_every_leftover_when_the_ledgers_differ_in_length(
@@ -427,7 +424,7 @@ async def test_reconciliation_reports_every_leftover_when_the_ledgers_differ_in_
     result = await formation.run()
     assert result.stop_reason is StopReason.CONVERGED
     assert result.cycles == 4
-    assert refs(result, ContextKey.SIGNALS) == leftovers
+    assert refs(result, reconciliation.LEFTOVERS) == leftovers
 
 
 async def test_reconciliation_with_no_lines_has_nothing_to_do() -> None:
@@ -446,8 +443,8 @@ async def test_reconciliation_prefers_leaving_a_line_over_a_costly_match() -> No
     assert cost is not None
     assert cost > 2 * reconciliation.UNMATCHED_COST
     result = await reconciliation.build_formation([line], [invoice]).run()
-    assert refs(result, ContextKey.EVALUATIONS) == []
-    assert refs(result, ContextKey.SIGNALS) == ["unmatched:bank:B-1", "unmatched:invoice:I-1"]
+    assert refs(result, reconciliation.MATCHES) == []
+    assert refs(result, reconciliation.LEFTOVERS) == ["bank:B-1", "invoice:I-1"]
 
 
 async def test_reconciliation_fails_acceptance_when_lines_go_unreported() -> None:
@@ -460,12 +457,14 @@ async def test_reconciliation_fails_acceptance_when_lines_go_unreported() -> Non
     [violation] = result.trace.cycles[-1].violations
     assert violation.invariant == "every-line-accounted-for"
     assert violation.reason is not None
-    assert violation.reason.startswith("not accounted for exactly once: bank:B-01, ")
+    assert violation.reason.startswith(
+        "not accounted for exactly once: recon.bank/B-01, recon.bank/B-02, "
+    )
 
 
 # vendor_selection
 
-COMMITMENT_GATE = "gate:6:strategies/commitment"
+COMMITMENT_GATE = "gate:6:vendor.commitments/acme"
 EVALUATORS = ("price-evaluator", "compliance-evaluator", "risk-evaluator", "timeline-evaluator")
 
 
@@ -487,38 +486,40 @@ async def test_vendor_selection_evaluates_in_parallel_and_pauses_on_the_commitme
         ("commitment",),
     ]
     vendors = ("acme", "birch", "cobalt", "dune")
-    assert refs(paused, ContextKey.EVALUATIONS) == [
+    assert refs(paused, vendor_selection.EVALUATIONS) == [
         f"{criterion}:{vendor}" for criterion in vendor_selection.CRITERIA for vendor in vendors
     ]
-    assert refs(paused, ContextKey.STRATEGIES) == ["recommendation:dune", "recommendation:acme"]
+    assert refs(paused, vendor_selection.RECOMMENDATIONS) == ["dune", "acme"]
     decisions = {
         fact.id: (fact.payload["decision"], fact.payload["policies"])
         for fact in paused.context.get(ContextKey.CONSTRAINTS)
         if isinstance(fact.payload, dict)
     }
     assert decisions == {
-        "policy-gate:recommendation:dune": ("deny", ["spend-limit"]),
-        "policy-gate:recommendation:acme": ("allow", ["consensus-recommends"]),
+        "policy-gate:dune": ("deny", ["spend-limit"]),
+        "policy-gate:acme": ("allow", ["consensus-recommends"]),
     }
-    acme = paused.context.find(ContextKey.STRATEGIES, "recommendation:acme")
+    acme = paused.context.find(vendor_selection.RECOMMENDATIONS, "acme")
     assert acme is not None
-    assert isinstance(acme.payload, dict)
-    assert acme.payload["ranking"] == [
-        {"vendor": "dune", "score": 79.0},
-        {"vendor": "acme", "score": 74.75},
-        {"vendor": "birch", "score": 70.05},
-        {"vendor": "cobalt", "score": 63.25},
+    ranking = vendor_selection.RECOMMENDATIONS.of(acme).ranking
+    assert [(entry.vendor, entry.score) for entry in ranking] == [
+        ("dune", 79.0),
+        ("acme", 74.75),
+        ("birch", 70.05),
+        ("cobalt", 63.25),
     ]
-    assert acme.evidence[-1] == "strategies/recommendation:dune"
+    assert acme.evidence[-1] == "vendor.recommendations/dune"
     [request] = paused.pending
     assert request.gate_id == COMMITMENT_GATE
     assert request.suggestor == "commitment"
-    assert request.proposal.payload == {"vendor": "acme", "name": "Acme Cloud", "spend": 420_000}
-    assert request.proposal.evidence == (
-        "strategies/recommendation:acme",
-        "constraints/policy-gate:recommendation:acme",
+    assert vendor_selection.COMMITMENTS.of(request.proposal) == vendor_selection.Commitment(
+        vendor="acme", name="Acme Cloud", spend=420_000
     )
-    assert paused.context.find(ContextKey.STRATEGIES, "commitment") is None
+    assert request.proposal.evidence == (
+        "vendor.recommendations/acme",
+        "constraints/policy-gate:acme",
+    )
+    assert not paused.context.has(vendor_selection.COMMITMENTS)
     assert paused.checkpoint is not None
 
 
@@ -531,14 +532,14 @@ async def test_vendor_selection_converges_when_the_commitment_is_approved() -> N
     assert resumed.stop_reason is StopReason.CONVERGED
     assert resumed.cycles == 7
     assert resumed.pending == ()
-    commitment = resumed.context.find(ContextKey.STRATEGIES, "commitment")
+    commitment = resumed.context.find(vendor_selection.COMMITMENTS, "acme")
     assert commitment is not None
     assert commitment.content == "Commit to Acme Cloud for 420,000 a year"
     assert commitment.promotion.gate == "human"
     assert commitment.promotion.approved_by == "jane"
     assert verify(resumed.context, resumed.integrity)
     assert resumed.integrity.merkle_root == (
-        "6d5b01ac44f55ac66f91f0eddec16816e44a7e947377c8e6b647a005ab7c0e26"
+        "058379eb6d357f0fcb2032cfb43fccc96b553a821b6e36b326fede2ad18650e5"
     )
     checkpoint = Checkpoint.model_validate_json(paused.checkpoint.model_dump_json())
     fresh = vendor_selection.build_formation().engine()
@@ -554,8 +555,8 @@ async def test_vendor_selection_rejected_commitment_leaves_no_commitment() -> No
     reject = [GateDecision.reject(COMMITMENT_GATE, by="jane", reason="renegotiate the price")]
     resumed = await vendor_selection.formation.engine().resume(paused.checkpoint, reject)
     assert resumed.stop_reason is StopReason.CONVERGED
-    assert resumed.context.find(ContextKey.STRATEGIES, "commitment") is None
-    assert refs(resumed, ContextKey.DIAGNOSTIC) == ["hitl-rejected:commitment"]
+    assert not resumed.context.has(vendor_selection.COMMITMENTS)
+    assert refs(resumed, ContextKey.DIAGNOSTIC) == ["hitl-rejected:acme"]
 
 
 def _vendor(vendor_id: str, **changes: object) -> vendor_selection.Vendor:
@@ -574,18 +575,16 @@ async def test_vendor_selection_skips_a_vendor_without_the_certification() -> No
     result = await formation.run()
     assert result.stop_reason is StopReason.CONVERGED
     assert result.cycles == 7
-    assert refs(result, ContextKey.STRATEGIES) == [
-        "recommendation:birch",
-        "recommendation:cobalt",
-        "commitment",
-    ]
-    birch = result.context.find(ContextKey.CONSTRAINTS, "policy-gate:recommendation:birch")
+    assert refs(result, vendor_selection.RECOMMENDATIONS) == ["birch", "cobalt"]
+    birch = result.context.find(ContextKey.CONSTRAINTS, "policy-gate:birch")
     assert birch is not None
     assert isinstance(birch.payload, dict)
     assert birch.payload["policies"] == ["certification-required"]
-    commitment = result.context.find(ContextKey.STRATEGIES, "commitment")
+    commitment = result.context.find(vendor_selection.COMMITMENTS, "cobalt")
     assert commitment is not None
-    assert commitment.payload == {"vendor": "cobalt", "name": "Cobalt Data", "spend": 380_000}
+    assert vendor_selection.COMMITMENTS.of(commitment) == vendor_selection.Commitment(
+        vendor="cobalt", name="Cobalt Data", spend=380_000
+    )
     assert commitment.promotion.gate == "engine"  # 380,000 is not above 400,000
 
 
@@ -594,7 +593,7 @@ async def test_vendor_selection_small_spend_commits_without_a_human() -> None:
     result = await vendor_selection.build_formation([cheap]).run()
     assert result.stop_reason is StopReason.CONVERGED
     assert result.cycles == 5
-    commitment = result.context.find(ContextKey.STRATEGIES, "commitment")
+    commitment = result.context.find(vendor_selection.COMMITMENTS, "acme")
     assert commitment is not None
     assert commitment.promotion.gate == "engine"
 
@@ -613,33 +612,32 @@ async def test_vendor_selection_reports_when_no_vendor_passes_the_policy(
     result = await vendor_selection.build_formation([vendor]).run()
     assert result.stop_reason is StopReason.CONVERGED
     assert result.cycles == 5
-    decision = result.context.find(
-        ContextKey.CONSTRAINTS, f"policy-gate:recommendation:{vendor.id}"
-    )
+    decision = result.context.find(ContextKey.CONSTRAINTS, f"policy-gate:{vendor.id}")
     assert decision is not None
     assert isinstance(decision.payload, dict)
     assert (decision.payload["decision"], decision.payload["policies"]) == ("deny", [policy])
     assert refs(result, ContextKey.DIAGNOSTIC) == ["no-eligible-vendor"]
-    assert result.context.find(ContextKey.STRATEGIES, "commitment") is None
+    assert not result.context.has(vendor_selection.COMMITMENTS)
 
 
 def test_vendor_selection_gates_only_a_high_spend_commitment() -> None:
     needs_approval = vendor_selection.needs_approval
 
-    def proposal(ident: str, spend: int | str) -> ProposedFact:
+    def proposal(key: AnyKey, spend: int | str) -> ProposedFact:
         return ProposedFact(
-            key=ContextKey.STRATEGIES,
-            id=ident,
+            key=key,
+            id="acme",
             content="c",
             provenance="p",
-            payload={"spend": spend},
+            payload={"vendor": "acme", "name": "Acme Cloud", "spend": spend},
         )
 
-    assert needs_approval(proposal("commitment", 250_001))
-    assert not needs_approval(proposal("commitment", 250_000))
-    assert not needs_approval(proposal("commitment", 300_000), review_above=300_000)
-    assert needs_approval(proposal("commitment", "a lot"))
-    assert not needs_approval(proposal("recommendation:acme", 900_000))
+    commitment = vendor_selection.COMMITMENTS
+    assert needs_approval(proposal(commitment, 250_001))
+    assert not needs_approval(proposal(commitment, 250_000))
+    assert not needs_approval(proposal(commitment, 300_000), review_above=300_000)
+    assert needs_approval(proposal(commitment, "a lot"))
+    assert not needs_approval(proposal(ContextKey.STRATEGIES, 900_000))
 
 
 def test_vendor_selection_weights_must_cover_the_four_criteria() -> None:
@@ -673,7 +671,7 @@ def test_vendor_selection_pauses_and_resumes_from_the_command_line(tmp_path: Pat
     resume = _converge(tmp_path, "resume", run_id, "--approve", COMMITMENT_GATE, "--by", "jane")
     assert resume.returncode == 0, resume.stderr
     assert "stop reason  converged" in resume.stdout
-    root = "6d5b01ac44f55ac66f91f0eddec16816e44a7e947377c8e6b647a005ab7c0e26"
+    root = "058379eb6d357f0fcb2032cfb43fccc96b553a821b6e36b326fede2ad18650e5"
     checked = _converge(tmp_path, "verify", run_id)
     assert (checked.returncode, checked.stdout) == (
         0,
@@ -721,7 +719,7 @@ def test_vendor_selection_pauses_and_resumes_from_the_command_line(tmp_path: Pat
             "vendor_selection",
             [
                 f"pending     : {COMMITMENT_GATE} from commitment",
-                "strategies/commitment: Commit to Acme Cloud for 420,000 a year "
+                "vendor.commitments/acme: Commit to Acme Cloud for 420,000 a year "
                 "[approved by procurement-lead]",
                 "stop reason : converged (fixed point reached)",
             ],

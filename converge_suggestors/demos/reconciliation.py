@@ -1,20 +1,21 @@
 """Reconciliation: two noisy ledgers matched by an exact assignment, the leftovers reported.
 
-The inputs are two ledgers that should agree but do not quite: the bank statement
-(`seeds/bank:{id}`, a `BankLine` each) and the invoices (`seeds/invoice:{number}`, an
-`Invoice` each). Amounts differ by a fee, dates by a few days, payees are spelled the bank's
-way. Then:
+The inputs are two ledgers that should agree but do not quite, each under a key of its own:
+the bank statement (`recon.bank/{id}`, a `BankLine` each) and the invoices
+(`recon.invoices/{number}`, an `Invoice` each). Amounts differ by a fee, dates by a few days,
+payees are spelled the bank's way. Then:
 
 1. Cycle 1: `cost-matrix` prices every (bank line, invoice) pair: the amount difference, the
    date distance and the payee's dissimilarity, each scaled to 0..1 by its tolerance
    (`AMOUNT_TOLERANCE`, `DATE_WINDOW_DAYS`, `NAME_TOLERANCE`), summed; a pair outside any
    tolerance is `None`, not allowed. Each line may also stay unmatched, for `UNMATCHED_COST`.
    The matrix is proposed as an [`AssignmentProblem`][converge_suggestors.AssignmentProblem]:
-   `hypotheses/ledger-costs`.
+   `recon.problems/ledger-costs`.
 2. Cycle 2: the [`AssignmentSuggestor`][converge_suggestors.AssignmentSuggestor] solves it
    exactly (SciPy's `linear_sum_assignment`): `strategies/assignment:ledger-costs`.
-3. Cycle 3: `match-reporter` turns the plan into `evaluations/match:{bank}:{invoice}` facts
-   and reports each line left over, on either side, as `signals/unmatched:{line}`.
+3. Cycle 3: `match-reporter` turns the plan into `recon.matches/{bank}:{invoice}` facts (a
+   `Match` each) and reports each line left over, on either side, as
+   `recon.leftovers/{ledger}:{line}` (a `Leftover` each).
 4. Cycle 4: nothing is left to do; the run converges.
 
 The ACCEPTANCE invariant `every-line-accounted-for` requires every bank line and every
@@ -27,7 +28,7 @@ import re
 from collections.abc import Sequence
 from datetime import date
 from difflib import SequenceMatcher
-from typing import ClassVar, Final, final
+from typing import ClassVar, Final, Literal, final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,20 +39,29 @@ from converge import (
     Formation,
     InvariantClass,
     InvariantResult,
+    Key,
     ProposedFact,
+    ready,
     suggestor,
 )
 from converge_suggestors import AssignmentPlan, AssignmentProblem, AssignmentSuggestor
 
 __all__ = [
     "AMOUNT_TOLERANCE",
+    "BANK",
     "BANK_LINES",
     "DATE_WINDOW_DAYS",
+    "INVOICED",
     "INVOICES",
+    "LEFTOVERS",
+    "MATCHES",
     "NAME_TOLERANCE",
+    "PROBLEMS",
     "UNMATCHED_COST",
     "BankLine",
     "Invoice",
+    "Leftover",
+    "Match",
     "build_formation",
     "formation",
     "match_cost",
@@ -67,8 +77,6 @@ NAME_TOLERANCE: Final = 0.5
 UNMATCHED_COST: Final = 1.0
 """What leaving one line unmatched costs: a pair dearer than two leftovers stays unmatched."""
 
-_BANK: Final = "bank:"
-_INVOICE: Final = "invoice:"
 _PROBLEM_ID: Final = "ledger-costs"
 _PLAN_ID: Final = f"assignment:{_PROBLEM_ID}"
 _SKIP: Final = "unmatched:"
@@ -77,7 +85,7 @@ _SUFFIXES: Final = frozenset({"inc", "ltd", "limited", "llc", "corp", "corporati
 
 @final
 class BankLine(BaseModel, frozen=True):
-    """A line of the bank statement, the payload of the input fact `seeds/bank:{id}`."""
+    """A line of the bank statement, the payload of the input fact `recon.bank/{id}`."""
 
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
@@ -93,7 +101,7 @@ class BankLine(BaseModel, frozen=True):
 
 @final
 class Invoice(BaseModel, frozen=True):
-    """An invoice, the payload of the input fact `seeds/invoice:{number}`."""
+    """An invoice, the payload of the input fact `recon.invoices/{number}`."""
 
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
@@ -105,6 +113,48 @@ class Invoice(BaseModel, frozen=True):
     """The amount due, in cents."""
     customer: str
     """Who owes it, as the invoicing system spells it."""
+
+
+@final
+class Match(BaseModel, frozen=True):
+    """A bank line paying an invoice, the payload of `recon.matches/{bank}:{invoice}`."""
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    bank: str
+    """The bank line's id."""
+    invoice: str
+    """The invoice number."""
+    cost: float
+    """The pair's `match_cost`."""
+    amount_difference_cents: int
+    """The amount received minus the amount due, in cents."""
+    days: int
+    """Days from the invoice's issue to the booking."""
+
+
+@final
+class Leftover(BaseModel, frozen=True):
+    """A line no match accounts for, the payload of `recon.leftovers/{ledger}:{line}`."""
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    ledger: Literal["bank", "invoice"]
+    """Which side it is on."""
+    line: str
+    """The bank line's id or the invoice number."""
+
+
+BANK: Final = Key("recon.bank", payload=BankLine)
+"""The bank statement, one fact per line (id: the line's id); an input."""
+INVOICED: Final = Key("recon.invoices", payload=Invoice)
+"""The invoices, one fact each (id: the invoice number); an input."""
+PROBLEMS: Final = Key("recon.problems", payload=AssignmentProblem)
+"""The matching problem (id: `ledger-costs`), for the `AssignmentSuggestor`."""
+MATCHES: Final = Key("recon.matches", payload=Match)
+"""The matches (id: `{bank}:{invoice}`)."""
+LEFTOVERS: Final = Key("recon.leftovers", payload=Leftover)
+"""The lines left over (id: `bank:{id}` or `invoice:{number}`)."""
 
 
 BANK_LINES: Final[tuple[BankLine, ...]] = (
@@ -180,14 +230,6 @@ def match_cost(line: BankLine, invoice: Invoice) -> float | None:
     return round(sum(parts), 3)
 
 
-def _ledgers(ctx: Context) -> tuple[list[Fact], list[Fact]]:
-    seeds = ctx.get(ContextKey.SEEDS)
-    return (
-        [fact for fact in seeds if fact.id.startswith(_BANK)],
-        [fact for fact in seeds if fact.id.startswith(_INVOICE)],
-    )
-
-
 def _problem(lines: Sequence[BankLine], invoices: Sequence[Invoice]) -> AssignmentProblem:
     """The square problem: real pairs, plus one "leave it unmatched" option per line.
 
@@ -213,24 +255,19 @@ def _problem(lines: Sequence[BankLine], invoices: Sequence[Invoice]) -> Assignme
 
 
 def _problem_due(ctx: Context) -> ProposedFact | None:
-    if ctx.find(ContextKey.HYPOTHESES, _PROBLEM_ID) is not None:
+    bank, invoices = ctx.get(BANK), ctx.get(INVOICED)
+    if not (bank or invoices) or not ready(ctx, needs=(), makes=PROBLEMS / _PROBLEM_ID):
         return None
-    bank, invoices = _ledgers(ctx)
-    if not bank and not invoices:
-        return None
-    problem = _problem(
-        [fact.payload_as(BankLine) for fact in bank],
-        [fact.payload_as(Invoice) for fact in invoices],
-    )
+    problem = _problem([BANK.of(fact) for fact in bank], [INVOICED.of(fact) for fact in invoices])
     allowed = sum(cost is not None for line in problem.costs[: len(bank)] for cost in line)
     return ProposedFact(
-        key=ContextKey.HYPOTHESES,
+        key=PROBLEMS,
         id=_PROBLEM_ID,
         content=(
             f"Match {len(bank)} bank lines with {len(invoices)} invoices: "
             f"{allowed - len(bank)} plausible pairs"
         ),
-        payload=problem.model_dump(mode="json"),
+        payload=problem,
         provenance="cost-matrix",
         evidence=tuple(fact.ref for fact in (*bank, *invoices)),
     )
@@ -238,9 +275,9 @@ def _problem_due(ctx: Context) -> ProposedFact | None:
 
 @suggestor(
     name="cost-matrix",
-    dependencies=[ContextKey.SEEDS],
+    dependencies=[BANK, INVOICED],
     accepts=lambda ctx: _problem_due(ctx) is not None,
-    writes=[ContextKey.HYPOTHESES],
+    writes=[PROBLEMS],
 )
 async def _cost_matrix(ctx: Context) -> list[ProposedFact]:
     proposal = _problem_due(ctx)
@@ -251,82 +288,78 @@ def _money(cents: int) -> str:
     return f"{cents / 100:,.2f}"
 
 
+def _report(ctx: Context, plan_fact: Fact, row: str, column: str, cost: float) -> ProposedFact:
+    """What the plan says of one (row, column) pair: a match, a leftover, or nothing."""
+    line_fact, invoice_fact = ctx.find(BANK, row), ctx.find(INVOICED, column)
+    if line_fact is not None and invoice_fact is not None:
+        line, invoice = BANK.of(line_fact), INVOICED.of(invoice_fact)
+        return ProposedFact(
+            key=MATCHES,
+            id=f"{line.id}:{invoice.number}",
+            content=(
+                f"{line.id} ({line.payee}, {_money(line.amount_cents)}) pays "
+                f"{invoice.number} ({invoice.customer}, "
+                f"{_money(invoice.amount_cents)}): cost {cost:.3f}"
+            ),
+            payload=Match(
+                bank=line.id,
+                invoice=invoice.number,
+                cost=cost,
+                amount_difference_cents=line.amount_cents - invoice.amount_cents,
+                days=(line.booked - invoice.issued).days,
+            ),
+            provenance="match-reporter",
+            evidence=(plan_fact.ref, line_fact.ref, invoice_fact.ref),
+        )
+    if line_fact is not None:
+        line = BANK.of(line_fact)
+        why = (
+            f"bank line {line.id} ({line.payee}, {_money(line.amount_cents)} on "
+            f"{line.booked}) matches no invoice"
+        )
+        return _leftover(Leftover(ledger="bank", line=line.id), why, plan_fact, line_fact)
+    assert invoice_fact is not None
+    invoice = INVOICED.of(invoice_fact)
+    why = (
+        f"invoice {invoice.number} ({invoice.customer}, "
+        f"{_money(invoice.amount_cents)} issued {invoice.issued}) has no payment"
+    )
+    return _leftover(Leftover(ledger="invoice", line=invoice.number), why, plan_fact, invoice_fact)
+
+
+def _leftover(leftover: Leftover, content: str, plan: Fact, line: Fact) -> ProposedFact:
+    return ProposedFact(
+        key=LEFTOVERS,
+        id=f"{leftover.ledger}:{leftover.line}",
+        content=content,
+        payload=leftover,
+        provenance="match-reporter",
+        evidence=(plan.ref, line.ref),
+    )
+
+
 def _reports_due(ctx: Context) -> list[ProposedFact]:
+    """Every match and leftover the plan implies, once the plan is in and until all are made."""
     plan_fact = ctx.find(ContextKey.STRATEGIES, _PLAN_ID)
     if plan_fact is None:
         return []
     plan = plan_fact.payload_as(AssignmentPlan)
-    bank = {fact.id.removeprefix(_BANK): fact for fact in _ledgers(ctx)[0]}
-    invoices = {fact.id.removeprefix(_INVOICE): fact for fact in _ledgers(ctx)[1]}
-    proposals: list[ProposedFact] = []
-    for pair in plan.pairs:
-        if pair.row in bank and pair.column in invoices:
-            line_fact, invoice_fact = bank[pair.row], invoices[pair.column]
-            line, invoice = line_fact.payload_as(BankLine), invoice_fact.payload_as(Invoice)
-            difference = line.amount_cents - invoice.amount_cents
-            days = (line.booked - invoice.issued).days
-            proposals.append(
-                ProposedFact(
-                    key=ContextKey.EVALUATIONS,
-                    id=f"match:{line.id}:{invoice.number}",
-                    content=(
-                        f"{line.id} ({line.payee}, {_money(line.amount_cents)}) pays "
-                        f"{invoice.number} ({invoice.customer}, "
-                        f"{_money(invoice.amount_cents)}): cost {pair.cost:.3f}"
-                    ),
-                    payload={
-                        "bank": line.id,
-                        "invoice": invoice.number,
-                        "cost": pair.cost,
-                        "amount_difference_cents": difference,
-                        "days": days,
-                    },
-                    provenance="match-reporter",
-                    evidence=(plan_fact.ref, line_fact.ref, invoice_fact.ref),
-                )
-            )
-        elif pair.row in bank:
-            line_fact = bank[pair.row]
-            line = line_fact.payload_as(BankLine)
-            proposals.append(
-                _leftover(
-                    line_fact,
-                    f"bank line {line.id} ({line.payee}, {_money(line.amount_cents)} on "
-                    f"{line.booked}) matches no invoice",
-                    plan_fact,
-                )
-            )
-        elif pair.column in invoices:
-            invoice_fact = invoices[pair.column]
-            invoice = invoice_fact.payload_as(Invoice)
-            proposals.append(
-                _leftover(
-                    invoice_fact,
-                    f"invoice {invoice.number} ({invoice.customer}, "
-                    f"{_money(invoice.amount_cents)} issued {invoice.issued}) has no payment",
-                    plan_fact,
-                )
-            )
-    return [p for p in proposals if ctx.find(p.key, p.id) is None]
-
-
-def _leftover(line: Fact, content: str, plan: Fact) -> ProposedFact:
-    side, _, label = line.id.partition(":")
-    return ProposedFact(
-        key=ContextKey.SIGNALS,
-        id=f"{_SKIP}{line.id}",
-        content=content,
-        payload={"ledger": side, "line": label},
-        provenance="match-reporter",
-        evidence=(plan.ref, line.ref),
-    )
+    real = [
+        pair
+        for pair in plan.pairs
+        if ctx.find(BANK, pair.row) is not None or ctx.find(INVOICED, pair.column) is not None
+    ]
+    reports = [_report(ctx, plan_fact, pair.row, pair.column, pair.cost) for pair in real]
+    if not ready(ctx, needs=[plan_fact.ref], makes=[r.ref for r in reports]):
+        return []
+    return [r for r in reports if ctx.find(r.key, r.id) is None]
 
 
 @suggestor(
     name="match-reporter",
     dependencies=[ContextKey.STRATEGIES],
     accepts=lambda ctx: bool(_reports_due(ctx)),
-    writes=[ContextKey.EVALUATIONS, ContextKey.SIGNALS],
+    writes=[MATCHES, LEFTOVERS],
 )
 async def _match_reporter(ctx: Context) -> list[ProposedFact]:
     return _reports_due(ctx)
@@ -341,15 +374,21 @@ class _EveryLineAccountedFor:
 
     def check(self, ctx: Context, /) -> InvariantResult:
         seen: dict[str, int] = {}
-        for match in ctx.get(ContextKey.EVALUATIONS):
-            _, line, invoice = match.id.split(":", 2)
-            for ref in (f"{_BANK}{line}", f"{_INVOICE}{invoice}"):
-                seen[ref] = seen.get(ref, 0) + 1
-        for leftover in ctx.get(ContextKey.SIGNALS):
-            ref = leftover.id.removeprefix(_SKIP)
+        accounted = [
+            *(
+                ref
+                for match in MATCHES.read(ctx)
+                for ref in (BANK / match.bank, INVOICED / match.invoice)
+            ),
+            *(
+                BANK / left.line if left.ledger == "bank" else INVOICED / left.line
+                for left in LEFTOVERS.read(ctx)
+            ),
+        ]
+        for ref in accounted:
             seen[ref] = seen.get(ref, 0) + 1
-        bank, invoices = _ledgers(ctx)
-        wrong = [fact.id for fact in (*bank, *invoices) if seen.get(fact.id, 0) != 1]
+        lines = (*ctx.get(BANK), *ctx.get(INVOICED))
+        wrong = [fact.ref for fact in lines if seen.get(fact.ref, 0) != 1]
         if wrong:
             return InvariantResult.violated(f"not accounted for exactly once: {', '.join(wrong)}")
         return InvariantResult.ok()
@@ -361,23 +400,23 @@ def build_formation(
     """The reconciliation of `bank_lines` against `invoices`."""
     statement = tuple(
         ProposedFact(
-            key=ContextKey.SEEDS,
-            id=f"{_BANK}{line.id}",
+            key=BANK,
+            id=line.id,
             content=f"{line.booked}: {_money(line.amount_cents)} from {line.payee}",
-            payload=line.model_dump(mode="json"),
+            payload=line,
             provenance="input:bank-statement",
         )
         for line in bank_lines
     )
     ledger = tuple(
         ProposedFact(
-            key=ContextKey.SEEDS,
-            id=f"{_INVOICE}{invoice.number}",
+            key=INVOICED,
+            id=invoice.number,
             content=(
                 f"{invoice.issued}: {invoice.number} to {invoice.customer}, "
                 f"{_money(invoice.amount_cents)}"
             ),
-            payload=invoice.model_dump(mode="json"),
+            payload=invoice,
             provenance="input:invoicing",
         )
         for invoice in invoices
@@ -388,7 +427,7 @@ def build_formation(
             "Match a bank statement with the invoices by an exact minimum-cost assignment "
             "over amount, date and payee; report what is left over on either side."
         ),
-        suggestors=(_cost_matrix, AssignmentSuggestor(ContextKey.HYPOTHESES), _match_reporter),
+        suggestors=(_cost_matrix, AssignmentSuggestor(PROBLEMS), _match_reporter),
         invariants=(_EveryLineAccountedFor(),),
         inputs=(*statement, *ledger),
     )

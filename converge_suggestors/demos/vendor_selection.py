@@ -1,23 +1,26 @@
 """Vendor selection: four evaluators in parallel, a consensus, a Cedar policy gate, a human.
 
-The inputs are the vendors' bids (`seeds/vendor:{id}`, each with a `Vendor` as payload:
-price, certifications, risk indicators and delivery time). Then:
+The demo's data lives under keys of its own, each typed by a frozen model: the bids
+(`vendor.bids/{id}`, a `Vendor` each: price, certifications, risk indicators and delivery
+time), the scores (`vendor.evaluations`, an `Evaluation` each), the recommendations
+(`vendor.recommendations`) and the commitment (`vendor.commitments`). Then:
 
 1. Cycle 1: four evaluators (price, compliance, risk, timeline), each a
    [`RuleSuggestor`][converge_suggestors.RuleSuggestor], score every vendor from 0 to 100
-   in the same cycle: `evaluations/{criterion}:{vendor}`.
-2. Cycle 2: once every vendor has all four scores, the `consensus` ranks the vendors by
-   their weighted score (`WEIGHTS`) and recommends the best one:
-   `strategies/recommendation:{vendor}`.
+   in the same cycle: `vendor.evaluations/{criterion}:{vendor}`.
+2. Cycle 2: once every vendor has all four scores (a `ready` join), the `consensus` ranks
+   the vendors by their weighted score (`WEIGHTS`) and recommends the best one:
+   `vendor.recommendations/{vendor}`.
 3. Cycle 3: the `policy-gate`, a [`PolicySuggestor`][converge_suggestors.PolicySuggestor],
    checks the recommendation against the Cedar policy set `POLICIES` (an ISO-27001
    certification is required, the annual cost may not exceed `SPEND_LIMIT`, no high-risk
-   vendor) and records its decision: `constraints/policy-gate:recommendation:{vendor}`.
+   vendor) and records its decision: `constraints/policy-gate:{vendor}`.
    The default top-ranked vendor, `dune`, costs more than the limit and is denied, so in
    cycle 4 the consensus recommends the next one, `acme`, which cycle 5 allows.
 4. Cycle 6: the `commitment` suggestor commits to the allowed vendor
-   (`strategies/commitment`). Its spend is above `REVIEW_ABOVE`, so the HITL policy holds it
-   and the run pauses `AWAITING_HUMAN` with one gate, `gate:6:strategies/commitment`.
+   (`vendor.commitments/{vendor}`). Its spend is above `REVIEW_ABOVE`, so the HITL policy
+   holds it and the run pauses `AWAITING_HUMAN` with one gate,
+   `gate:6:vendor.commitments/acme`.
 5. Approved on resume, the commitment becomes a fact and the run converges in cycle 7.
 
 The ACCEPTANCE invariant `commitment-is-allowed` requires any commitment to name a vendor
@@ -29,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, Final, Literal, final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from converge import (
     Context,
@@ -39,26 +42,37 @@ from converge import (
     HitlPolicy,
     InvariantClass,
     InvariantResult,
+    Key,
     ProposedFact,
     Suggestor,
+    ready,
     suggestor,
 )
 from converge_suggestors import EntityUid, PolicyRequest, PolicySuggestor, RuleSuggestor
 
 __all__ = [
+    "BIDS",
     "CERTIFICATION_POINTS",
+    "COMMITMENTS",
     "CRITERIA",
     "DEADLINE_WEEKS",
+    "EVALUATIONS",
     "POLICIES",
     "POLICY_GATE",
     "PRICE_CEILING",
     "PRICE_FLOOR",
+    "RECOMMENDATIONS",
     "REQUIRED_CERTIFICATION",
     "REVIEW_ABOVE",
     "SPEND_LIMIT",
     "VENDORS",
     "WEIGHTS",
+    "Commitment",
     "Criterion",
+    "Evaluation",
+    "Ranked",
+    "Recommendation",
+    "RiskLevel",
     "Vendor",
     "build_formation",
     "formation",
@@ -68,6 +82,8 @@ __all__ = [
 
 Criterion = Literal["price", "compliance", "risk", "timeline"]
 """What a vendor is scored on."""
+RiskLevel = Literal["low", "medium", "high"]
+"""The risk evaluator's verdict, which the policy reads."""
 
 CRITERIA: Final[tuple[Criterion, ...]] = ("price", "compliance", "risk", "timeline")
 """The four criteria, in the order of the evaluators."""
@@ -113,16 +129,13 @@ when {{ context.risk_level == "high" }};
 """
 """The Cedar policy set the `policy-gate` checks each recommendation against."""
 
-_VENDOR_PREFIX: Final = "vendor:"
-_RECOMMENDATION_PREFIX: Final = "recommendation:"
-_COMMITMENT_ID: Final = "commitment"
 _NO_VENDOR_ID: Final = "no-eligible-vendor"
 _RATING_PENALTY: Final[Mapping[str, int]] = {"A": 0, "B": 15, "C": 40}
 
 
 @final
 class Vendor(BaseModel, frozen=True):
-    """A vendor's bid, the payload of the input fact `seeds/vendor:{id}`."""
+    """A vendor's bid, the payload of the input fact `vendor.bids/{id}`."""
 
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
@@ -189,64 +202,129 @@ VENDORS: Final[tuple[Vendor, ...]] = (
 """The default bids: `dune` ranks first but is over the spend limit; `acme` is next."""
 
 
+@final
+class Evaluation(BaseModel, frozen=True):
+    """One score of one vendor, the payload of `vendor.evaluations/{criterion}:{vendor}`."""
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    vendor: str
+    """The vendor's id."""
+    criterion: Criterion
+    """What was scored."""
+    score: int = Field(ge=0, le=100)
+    """The score, from 0 to 100."""
+    risk_level: RiskLevel | None = None
+    """The risk evaluator's verdict (`None` from the other evaluators)."""
+
+
+@final
+class Ranked(BaseModel, frozen=True):
+    """One line of the consensus's ranking."""
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    vendor: str
+    """The vendor's id."""
+    score: float
+    """Its weighted score."""
+
+
+@final
+class Recommendation(BaseModel, frozen=True):
+    """The consensus's choice, the payload of `vendor.recommendations/{vendor}`.
+
+    It carries what the policy reads (cost, certifications, risk level) and the ranking.
+    """
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    vendor: str
+    """The recommended vendor's id."""
+    name: str
+    """Its name."""
+    rank: int = Field(ge=1)
+    """Its place in the ranking."""
+    score: float
+    """Its weighted score."""
+    annual_cost: int
+    """What it costs a year."""
+    certifications: tuple[str, ...]
+    """The certifications it holds."""
+    risk_level: RiskLevel
+    """The risk evaluator's verdict."""
+    ranking: tuple[Ranked, ...]
+    """Every vendor with its weighted score, best first."""
+
+
+@final
+class Commitment(BaseModel, frozen=True):
+    """The decision to contract, the payload of `vendor.commitments/{vendor}`."""
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
+
+    vendor: str
+    """The vendor's id."""
+    name: str
+    """Its name."""
+    spend: int
+    """The annual spend committed to."""
+
+
+BIDS: Final = Key("vendor.bids", payload=Vendor)
+"""The bids, one per vendor (id: the vendor's id); the inputs."""
+EVALUATIONS: Final = Key("vendor.evaluations", payload=Evaluation)
+"""The scores (id: `{criterion}:{vendor}`)."""
+RECOMMENDATIONS: Final = Key("vendor.recommendations", payload=Recommendation)
+"""The consensus's recommendations (id: the vendor's id), in the order made."""
+COMMITMENTS: Final = Key("vendor.commitments", payload=Commitment)
+"""The commitment (id: the vendor's id); gated above `REVIEW_ABOVE`."""
+
+
 # The evaluators
 
 
-def _is_vendor(fact: Fact) -> bool:
-    return fact.id.startswith(_VENDOR_PREFIX)
-
-
 def _evaluation(
-    criterion: Criterion, vendor: Vendor, score: int, why: str, **extra: JsonValue
+    criterion: Criterion, vendor: Vendor, score: int, why: str, risk: RiskLevel | None = None
 ) -> ProposedFact:
     return ProposedFact(
-        key=ContextKey.EVALUATIONS,
+        key=EVALUATIONS,
         id=f"{criterion}:{vendor.id}",
         content=f"{vendor.name}: {criterion} {score}/100 ({why})",
-        payload={"vendor": vendor.id, "criterion": criterion, "score": score, **extra},
+        payload=Evaluation(vendor=vendor.id, criterion=criterion, score=score, risk_level=risk),
         provenance=f"{criterion}-evaluator",
     )
 
 
-def _price(fact: Fact) -> ProposedFact:
-    vendor = fact.payload_as(Vendor)
+def _price(vendor: Vendor) -> ProposedFact:
     span = PRICE_CEILING - PRICE_FLOOR
     score = max(0, min(100, round(100 * (PRICE_CEILING - vendor.annual_cost) / span)))
     return _evaluation("price", vendor, score, f"{vendor.annual_cost:,} a year")
 
 
-def _compliance(fact: Fact) -> ProposedFact:
-    vendor = fact.payload_as(Vendor)
+def _compliance(vendor: Vendor) -> ProposedFact:
     score = sum(CERTIFICATION_POINTS.get(name, 0) for name in vendor.certifications)
     held = ", ".join(vendor.certifications) or "no certification"
-    return _evaluation(
-        "compliance",
-        vendor,
-        min(score, 100),
-        held,
-        certifications=list(vendor.certifications),
-    )
+    return _evaluation("compliance", vendor, min(score, 100), held)
 
 
-def _risk(fact: Fact) -> ProposedFact:
-    vendor = fact.payload_as(Vendor)
+def _risk(vendor: Vendor) -> ProposedFact:
     score = 100 - _RATING_PENALTY[vendor.financial_rating] - 10 * vendor.incidents_last_year
     if vendor.years_in_business < 3:
         score -= 20
     score = max(0, score)
-    level = "low" if score >= 75 else "medium" if score >= 50 else "high"
+    level: RiskLevel = "low" if score >= 75 else "medium" if score >= 50 else "high"
     return _evaluation(
         "risk",
         vendor,
         score,
         f"{level} risk: rating {vendor.financial_rating}, "
         f"{vendor.incidents_last_year} incident(s), {vendor.years_in_business} years trading",
-        level=level,
+        level,
     )
 
 
-def _timeline(fact: Fact) -> ProposedFact:
-    vendor = fact.payload_as(Vendor)
+def _timeline(vendor: Vendor) -> ProposedFact:
     weeks = vendor.delivery_weeks
     if weeks > DEADLINE_WEEKS:
         score, why = 0, f"{weeks} weeks, past the {DEADLINE_WEEKS}-week deadline"
@@ -255,7 +333,7 @@ def _timeline(fact: Fact) -> ProposedFact:
     return _evaluation("timeline", vendor, score, why)
 
 
-_EVALUATORS: Final[Mapping[Criterion, Callable[[Fact], ProposedFact]]] = {
+_EVALUATORS: Final[Mapping[Criterion, Callable[[Vendor], ProposedFact]]] = {
     "price": _price,
     "compliance": _compliance,
     "risk": _risk,
@@ -263,123 +341,114 @@ _EVALUATORS: Final[Mapping[Criterion, Callable[[Fact], ProposedFact]]] = {
 }
 
 
+def _evaluator(criterion: Criterion) -> RuleSuggestor:
+    evaluate = _EVALUATORS[criterion]
+    return RuleSuggestor(
+        f"{criterion}-evaluator",
+        dependencies=[BIDS],
+        when=lambda _: True,
+        then=lambda bid: evaluate(BIDS.of(bid)),
+        writes=[EVALUATIONS],
+    )
+
+
 # The consensus
 
 
-def _payload(fact: Fact) -> dict[str, JsonValue]:
-    payload = fact.payload
-    assert isinstance(payload, dict)
-    return payload
+def _scores(vendor: str) -> tuple[str, ...]:
+    """The references of `vendor`'s four evaluations."""
+    return tuple(EVALUATIONS / f"{criterion}:{vendor}" for criterion in CRITERIA)
 
 
-def _score(fact: Fact) -> int:
-    score = _payload(fact)["score"]
-    assert isinstance(score, int)
-    return score
-
-
-def _verdict(ctx: Context, recommendation: Fact) -> str | None:
+def _verdict(ctx: Context, vendor: str) -> str | None:
     """`"allow"`, `"deny"` (a failed decision counts as one), or `None` while undecided."""
-    decision_id = f"{POLICY_GATE}:{recommendation.id}"
-    decision = ctx.find(ContextKey.CONSTRAINTS, decision_id)
-    if decision is not None:
-        return str(_payload(decision)["decision"])
-    if ctx.find(ContextKey.DIAGNOSTIC, f"{decision_id}:failed") is not None:
+    decision = ctx.find(ContextKey.CONSTRAINTS, f"{POLICY_GATE}:{vendor}")
+    if decision is not None and isinstance(decision.payload, Mapping):
+        return str(decision.payload["decision"])
+    if ctx.find(ContextKey.DIAGNOSTIC, f"{POLICY_GATE}:{vendor}:failed") is not None:
         return "deny"
     return None
 
 
 def _ranking(
-    ctx: Context, weights: Mapping[Criterion, int]
-) -> list[tuple[Vendor, float, tuple[Fact, ...]]] | None:
-    """Every vendor with its weighted score and evaluations, best first; `None` until complete."""
-    total_weight = sum(weights.values())
-    ranked: list[tuple[Vendor, float, tuple[Fact, ...]]] = []
-    for fact in ctx.get(ContextKey.SEEDS):
-        if not _is_vendor(fact):
-            continue
-        vendor = fact.payload_as(Vendor)
-        evaluations: list[Fact] = []
-        for criterion in CRITERIA:
-            evaluation = ctx.find(ContextKey.EVALUATIONS, f"{criterion}:{vendor.id}")
-            if evaluation is None:
-                return None
-            evaluations.append(evaluation)
-        weighted = sum(
-            weights[criterion] * _score(evaluation)
-            for criterion, evaluation in zip(CRITERIA, evaluations, strict=True)
-        )
-        ranked.append((vendor, round(weighted / total_weight, 2), tuple(evaluations)))
-    if not ranked:
-        return None
+    ctx: Context, bids: Sequence[Vendor], weights: Mapping[Criterion, int]
+) -> list[tuple[Vendor, float]]:
+    """Every vendor with its weighted score, best first (ties by id)."""
+    points = {(e.vendor, e.criterion): e.score for e in EVALUATIONS.read(ctx)}
+    total = sum(weights.values())
+    ranked = [
+        (bid, round(sum(weights[c] * points[bid.id, c] for c in CRITERIA) / total, 2))
+        for bid in bids
+    ]
     return sorted(ranked, key=lambda entry: (-entry[1], entry[0].id))
 
 
 def _recommendation_due(ctx: Context, weights: Mapping[Criterion, int]) -> ProposedFact | None:
-    ranking = _ranking(ctx, weights)
-    if ranking is None:
+    """The next recommendation, or the note that no vendor passes.
+
+    Due once every vendor has all four scores, while every earlier recommendation is denied.
+    """
+    bids = BIDS.read(ctx)
+    every_score = [ref for bid in bids for ref in _scores(bid.id)]
+    outcomes = [*(RECOMMENDATIONS / bid.id for bid in bids), ContextKey.DIAGNOSTIC / _NO_VENDOR_ID]
+    if not bids or not ready(ctx, needs=every_score, makes=outcomes):
         return None
-    ruled_out: list[Fact] = []
-    for rank, (vendor, score, evaluations) in enumerate(ranking, start=1):
-        recommendation = ctx.find(ContextKey.STRATEGIES, f"{_RECOMMENDATION_PREFIX}{vendor.id}")
-        if recommendation is None:
-            return _recommend(vendor, rank, score, ranking, evaluations, ruled_out)
-        verdict = _verdict(ctx, recommendation)
-        if verdict != "deny":
+    ranking = _ranking(ctx, bids, weights)
+    denied: list[str] = []
+    for rank, (vendor, score) in enumerate(ranking, start=1):
+        if ctx.find(RECOMMENDATIONS, vendor.id) is None:
+            return _recommend(ctx, vendor, rank, score, ranking, denied)
+        if _verdict(ctx, vendor.id) != "deny":
             return None  # waiting for the policy, or allowed: nothing more to recommend
-        ruled_out.append(recommendation)
-    if ctx.find(ContextKey.DIAGNOSTIC, _NO_VENDOR_ID) is not None:
-        return None
+        denied.append(vendor.id)
     return ProposedFact(
         key=ContextKey.DIAGNOSTIC,
         id=_NO_VENDOR_ID,
-        content=f"No vendor passes the policy: {len(ruled_out)} recommendation(s) denied",
+        content=f"No vendor passes the policy: {len(denied)} recommendation(s) denied",
         provenance="consensus",
-        evidence=tuple(fact.ref for fact in ruled_out),
+        evidence=tuple(RECOMMENDATIONS / vendor for vendor in denied),
     )
 
 
 def _recommend(
+    ctx: Context,
     vendor: Vendor,
     rank: int,
     score: float,
-    ranking: Sequence[tuple[Vendor, float, tuple[Fact, ...]]],
-    evaluations: Sequence[Fact],
-    ruled_out: Sequence[Fact],
+    ranking: Sequence[tuple[Vendor, float]],
+    denied: Sequence[str],
 ) -> ProposedFact:
-    compliance, risk = (
-        evaluations[CRITERIA.index("compliance")],
-        evaluations[CRITERIA.index("risk")],
-    )
-    denied = [fact.id.removeprefix(_RECOMMENDATION_PREFIX) for fact in ruled_out]
+    risk = ctx.find(EVALUATIONS, f"risk:{vendor.id}")
+    level = None if risk is None else EVALUATIONS.of(risk).risk_level
+    assert level is not None  # every score is in, and the risk evaluator gives a level
     content = f"Recommend {vendor.name}: rank {rank} of {len(ranking)}, weighted score {score:.2f}"
     if denied:
         content += f" ({', '.join(denied)} denied by the policy)"
     return ProposedFact(
-        key=ContextKey.STRATEGIES,
-        id=f"{_RECOMMENDATION_PREFIX}{vendor.id}",
+        key=RECOMMENDATIONS,
+        id=vendor.id,
         content=content,
-        payload={
-            "vendor": vendor.id,
-            "name": vendor.name,
-            "rank": rank,
-            "score": score,
-            "annual_cost": vendor.annual_cost,
-            "certifications": _payload(compliance)["certifications"],
-            "risk_level": _payload(risk)["level"],
-            "ranking": [{"vendor": entry.id, "score": total} for entry, total, _ in ranking],
-        },
+        payload=Recommendation(
+            vendor=vendor.id,
+            name=vendor.name,
+            rank=rank,
+            score=score,
+            annual_cost=vendor.annual_cost,
+            certifications=vendor.certifications,
+            risk_level=level,
+            ranking=tuple(Ranked(vendor=entry.id, score=total) for entry, total in ranking),
+        ),
         provenance="consensus",
-        evidence=(*(fact.ref for fact in evaluations), *(fact.ref for fact in ruled_out)),
+        evidence=(*_scores(vendor.id), *(RECOMMENDATIONS / other for other in denied)),
     )
 
 
 def _consensus(weights: Mapping[Criterion, int]) -> Suggestor:
     @suggestor(
         name="consensus",
-        dependencies=[ContextKey.EVALUATIONS, ContextKey.CONSTRAINTS, ContextKey.DIAGNOSTIC],
+        dependencies=[EVALUATIONS, ContextKey.CONSTRAINTS, ContextKey.DIAGNOSTIC],
         accepts=lambda ctx: _recommendation_due(ctx, weights) is not None,
-        writes=[ContextKey.STRATEGIES, ContextKey.DIAGNOSTIC],
+        writes=[RECOMMENDATIONS, ContextKey.DIAGNOSTIC],
     )
     async def consensus(ctx: Context) -> list[ProposedFact]:
         proposal = _recommendation_due(ctx, weights)
@@ -391,24 +460,22 @@ def _consensus(weights: Mapping[Criterion, int]) -> Suggestor:
 # The policy gate
 
 
-def recommendation_request(fact: Fact) -> PolicyRequest | None:
-    """The Cedar request for a recommendation (`None` for any other fact).
+def recommendation_request(fact: Fact) -> PolicyRequest:
+    """The Cedar request for a recommendation (a fact of `RECOMMENDATIONS`).
 
     The principal is the agent that recommends (its provenance), the action
     `Action::"recommend"`, the resource the vendor; the context carries what the policies
     read: `annual_cost`, `certifications` (a set) and `risk_level`.
     """
-    if not fact.id.startswith(_RECOMMENDATION_PREFIX):
-        return None
-    payload = _payload(fact)
+    recommendation = RECOMMENDATIONS.of(fact)
     return PolicyRequest(
         principal=EntityUid(type="Agent", id=fact.provenance),
         action=EntityUid(type="Action", id="recommend"),
-        resource=EntityUid(type="Vendor", id=str(payload["vendor"])),
+        resource=EntityUid(type="Vendor", id=recommendation.vendor),
         context={
-            "annual_cost": payload["annual_cost"],
-            "certifications": payload["certifications"],
-            "risk_level": payload["risk_level"],
+            "annual_cost": recommendation.annual_cost,
+            "certifications": list(recommendation.certifications),
+            "risk_level": recommendation.risk_level,
         },
     )
 
@@ -416,45 +483,33 @@ def recommendation_request(fact: Fact) -> PolicyRequest | None:
 # The commitment
 
 
-def _allowed(ctx: Context) -> tuple[Fact, Fact] | None:
-    """The recommendation the policy allowed, with its decision, if any."""
-    for recommendation in ctx.get(ContextKey.STRATEGIES):
-        if not recommendation.id.startswith(_RECOMMENDATION_PREFIX):
-            continue
-        decision = ctx.find(ContextKey.CONSTRAINTS, f"{POLICY_GATE}:{recommendation.id}")
-        if decision is not None and _payload(decision)["decision"] == "allow":
-            return recommendation, decision
-    return None
-
-
 def _commitment_due(ctx: Context) -> ProposedFact | None:
-    if (
-        ctx.find(ContextKey.STRATEGIES, _COMMITMENT_ID) is not None
-        or ctx.find(ContextKey.DIAGNOSTIC, f"hitl-rejected:{_COMMITMENT_ID}") is not None
-    ):
-        return None
-    allowed = _allowed(ctx)
-    if allowed is None:
-        return None
-    recommendation, decision = allowed
-    payload = _payload(recommendation)
-    spend = payload["annual_cost"]
-    assert isinstance(spend, int)
-    return ProposedFact(
-        key=ContextKey.STRATEGIES,
-        id=_COMMITMENT_ID,
-        content=f"Commit to {payload['name']} for {spend:,} a year",
-        payload={"vendor": payload["vendor"], "name": payload["name"], "spend": spend},
-        provenance="commitment",
-        evidence=(recommendation.ref, decision.ref),
-    )
+    """The commitment to the recommendation the policy allowed, once, unless refused."""
+    for fact in ctx.get(RECOMMENDATIONS):
+        recommendation = RECOMMENDATIONS.of(fact)
+        vendor = recommendation.vendor
+        if _verdict(ctx, vendor) != "allow":
+            continue
+        if ctx.has(COMMITMENTS) or ctx.find(ContextKey.DIAGNOSTIC, f"hitl-rejected:{vendor}"):
+            return None
+        return ProposedFact(
+            key=COMMITMENTS,
+            id=vendor,
+            content=f"Commit to {recommendation.name} for {recommendation.annual_cost:,} a year",
+            payload=Commitment(
+                vendor=vendor, name=recommendation.name, spend=recommendation.annual_cost
+            ),
+            provenance="commitment",
+            evidence=(fact.ref, ContextKey.CONSTRAINTS / f"{POLICY_GATE}:{vendor}"),
+        )
+    return None
 
 
 @suggestor(
     name="commitment",
     dependencies=[ContextKey.CONSTRAINTS],
     accepts=lambda ctx: _commitment_due(ctx) is not None,
-    writes=[ContextKey.STRATEGIES],
+    writes=[COMMITMENTS],
 )
 async def _commitment(ctx: Context) -> list[ProposedFact]:
     proposal = _commitment_due(ctx)
@@ -462,14 +517,13 @@ async def _commitment(ctx: Context) -> list[ProposedFact]:
 
 
 def needs_approval(proposal: ProposedFact, *, review_above: int = REVIEW_ABOVE) -> bool:
-    """The HITL predicate: the commitment, when its annual spend is above `review_above`."""
-    if proposal.key is not ContextKey.STRATEGIES or proposal.id != _COMMITMENT_ID:
+    """The HITL predicate: a commitment whose annual spend is above `review_above`."""
+    if proposal.key != COMMITMENTS:
         return False
-    payload = proposal.payload
-    if not isinstance(payload, dict):
-        return True  # a commitment without a spend: let a person look at it
-    spend = payload.get("spend")
-    return not isinstance(spend, int) or spend > review_above
+    try:
+        return COMMITMENTS.of(proposal).spend > review_above
+    except ValidationError:
+        return True  # a commitment without a readable spend: let a person look at it
 
 
 @final
@@ -480,16 +534,13 @@ class _CommitmentIsAllowed:
     invariant_class = InvariantClass.ACCEPTANCE
 
     def check(self, ctx: Context, /) -> InvariantResult:
-        commitment = ctx.find(ContextKey.STRATEGIES, _COMMITMENT_ID)
-        if commitment is None:
-            return InvariantResult.ok()
-        vendor = _payload(commitment)["vendor"]
-        decision_id = f"{POLICY_GATE}:{_RECOMMENDATION_PREFIX}{vendor}"
-        decision = ctx.find(ContextKey.CONSTRAINTS, decision_id)
-        if decision is None or _payload(decision)["decision"] != "allow":
-            return InvariantResult.violated(f"the policy did not allow {vendor}")
-        if decision.ref not in commitment.evidence:
-            return InvariantResult.violated(f"the commitment does not cite {decision.ref}")
+        for fact in ctx.get(COMMITMENTS):
+            vendor = COMMITMENTS.of(fact).vendor
+            if _verdict(ctx, vendor) != "allow" or ctx.find(RECOMMENDATIONS, vendor) is None:
+                return InvariantResult.violated(f"the policy did not allow {vendor}")
+            decision = ContextKey.CONSTRAINTS / f"{POLICY_GATE}:{vendor}"
+            if decision not in fact.evidence:
+                return InvariantResult.violated(f"the commitment does not cite {decision}")
         return InvariantResult.ok()
 
 
@@ -515,30 +566,20 @@ def build_formation(
         raise ValueError(f"weights must give each of {', '.join(CRITERIA)} a weight >= 0")
     if sum(weights.values()) <= 0:
         raise ValueError("weights must not all be 0")
-    evaluators = tuple(
-        RuleSuggestor(
-            f"{criterion}-evaluator",
-            dependencies=[ContextKey.SEEDS],
-            when=_is_vendor,
-            then=_EVALUATORS[criterion],
-            writes=[ContextKey.EVALUATIONS],
-        )
-        for criterion in CRITERIA
-    )
     policy_gate = PolicySuggestor(
         policies,
-        watch=ContextKey.STRATEGIES,
+        watch=RECOMMENDATIONS,
         request=recommendation_request,
         output_key=ContextKey.CONSTRAINTS,
         name=POLICY_GATE,
     )
     bids = tuple(
         ProposedFact(
-            key=ContextKey.SEEDS,
-            id=f"{_VENDOR_PREFIX}{vendor.id}",
+            key=BIDS,
+            id=vendor.id,
             content=f"{vendor.name} bids {vendor.annual_cost:,} a year, "
             f"delivery in {vendor.delivery_weeks} weeks",
-            payload=vendor.model_dump(mode="json"),
+            payload=vendor,
             provenance="input:procurement",
         )
         for vendor in vendors
@@ -549,12 +590,7 @@ def build_formation(
             "Four evaluators score each vendor in parallel, a consensus ranks them, a Cedar "
             "policy checks the recommendation, and a human approves a large commitment."
         ),
-        suggestors=(
-            *evaluators,
-            _consensus(weights),
-            policy_gate,
-            _commitment,
-        ),
+        suggestors=(*map(_evaluator, CRITERIA), _consensus(weights), policy_gate, _commitment),
         invariants=(_CommitmentIsAllowed(),),
         hitl=HitlPolicy(
             predicate=lambda proposal: needs_approval(proposal, review_above=review_above)

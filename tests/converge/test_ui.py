@@ -26,7 +26,7 @@ from tests.cli_runs import cli, run_id_of
 
 pytestmark = pytest.mark.slow
 
-GATE = "gate:6:strategies/commitment"
+GATE = "gate:6:vendor.commitments/acme"
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts"  # fresh screenshots; docs/img holds the reviewed ones
 CHAIN = ROOT / "tests" / "converge" / "durable_formation.py"
@@ -131,11 +131,11 @@ def test_a_reviewer_sees_the_gate_with_its_payload_approves_and_watches_it_conve
         expect(page.locator("[data-waiting]")).to_contain_text("1 proposal(s) wait")
         page.screenshot(path=str(SHOTS / "ui-run.png"), full_page=False)
         page.locator("[data-gate-link]").click()
-        payload = page.locator('table[data-payload="strategies/commitment"]')
+        payload = page.locator('table[data-payload="vendor.commitments/acme"]')
         expect(payload).to_contain_text("spend")
         expect(payload).to_contain_text("420000")
-        expect(page.locator(".chain")).to_contain_text("strategies/recommendation:acme")
-        expect(page.locator(".chain")).to_contain_text("seeds/")
+        expect(page.locator(".chain")).to_contain_text("vendor.recommendations/acme")
+        expect(page.locator(".chain")).to_contain_text("vendor.bids/")
         page.screenshot(path=str(SHOTS / "ui-gate.png"), full_page=True)
         page.get_by_role("button", name="Approve").click()
         expect(page.locator("body")).to_have_attribute(
