@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 MODEL_STAMP := $(VENV)/.installed-local-model
 PATHS := converge converge_suggestors tests examples benchmarks tools
 
-.PHONY: setup setup-model demo demo-model test lint typecheck docs bench clean
+.PHONY: setup setup-model demo demo-model test lint typecheck docs bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; set PYTHON=/path/to/python3.11"; exit 1; }
@@ -53,6 +53,11 @@ test: lint typecheck
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# W1-W4 on converge and on LangGraph (pinned by the bench-peers group), alternated run by run.
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --group bench-peers
+	$(BIN)/python -m benchmarks --peers
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .ruff_cache .hypothesis

@@ -2,6 +2,8 @@
 
 Options: `--quick` takes 5 runs per figure instead of 21 (workload sizes never change);
 `--only W1,W3` selects workloads; `--runs N` sets the runs per figure (at least 5).
+`--peers` runs W1-W4 (or the `--only` selection among them) on converge and on LangGraph,
+alternating run by run, and prints a comparison table on stderr besides the JSON.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, cast
 
-from . import assignment, batch, chain, durability, fanout, growth, wide_idle
+from . import assignment, batch, chain, durability, fanout, growth, peers, wide_idle
 from ._common import MIN_RUNS, Figures, Settings, machine, progress
 
 WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
@@ -74,11 +76,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only",
         type=_selection,
-        default=list(WORKLOADS),
+        default=None,
         metavar="W1,W3",
-        help="comma-separated workloads to run (default: all)",
+        help="comma-separated workloads to run (default: all; with --peers: W1-W4)",
     )
     parser.add_argument("--runs", type=_runs, default=None, help="runs per figure (>= 5)")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="run W1-W4 on converge and LangGraph alternately and compare them "
+        f"(needs: {peers.INSTALL})",
+    )
     return parser
 
 
@@ -92,11 +100,50 @@ def _targets(measured: dict[str, Figures]) -> Figures:
     return targets
 
 
+def _peers(version: str, chosen: Sequence[str], settings: Settings, results: Figures) -> None:
+    """Run the peer comparison of `chosen` into `results` and print its table on stderr."""
+    if version != peers.PINNED:
+        progress(f"LangGraph {version} is installed; the figures in the README use {peers.PINNED}")
+    results["peers"] = {"langgraph": version, "order": "converge, LangGraph, every round"}
+    rows: list[Figures] = []
+    for name in chosen:
+        figures = peers.measure(name, settings)
+        results[name] = figures
+        rows.extend(cast(list[Figures], figures["rows"]))
+    machine = cast(Figures, results["machine"])
+    lines = peers.table(rows, machine=machine, runs=settings.runs, version=version)
+    results["table"] = lines
+    progress("done")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _peer_selection(selected: list[str] | None) -> tuple[str, list[str]] | None:
+    """LangGraph's version and the workloads to compare, or `None` after saying what is wrong."""
+    version = peers.langgraph_version()
+    if version is None:
+        progress(
+            f"--peers needs LangGraph, which is not installed; install it with: {peers.INSTALL}"
+        )
+        return None
+    chosen = selected or list(peers.WORKLOADS)
+    others = [name for name in chosen if name not in peers.WORKLOADS]
+    if others:
+        progress(f"--peers compares {', '.join(peers.WORKLOADS)} only, not {', '.join(others)}")
+        return None
+    return version, chosen
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse `argv`, run the workloads, print the JSON report; the exit status is 0."""
+    """Parse `argv`, run the workloads, print the JSON report; the exit status is 0.
+
+    With `--peers` and no LangGraph installed, it prints how to install it and returns 2.
+    """
     options = _parser().parse_args(argv)
     settings = Settings.of(quick=options.quick, runs=options.runs)
-    selected: list[str] = options.only
+    selected: list[str] | None = options.only
+    peer_run = _peer_selection(selected) if options.peers else None
+    if options.peers and peer_run is None:
+        return 2
     results: Figures = {
         "suite": "converge benchmarks",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -106,7 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "statistic": "median",
         "machine": machine(),
     }
-    measured = {name: WORKLOADS[name](settings) for name in selected}
+    if peer_run is not None:
+        _peers(*peer_run, settings, results)
+        json.dump(results, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    measured = {name: WORKLOADS[name](settings) for name in selected or WORKLOADS}
     results.update(measured)
     results["targets"] = _targets(measured)
     progress("done")
