@@ -42,6 +42,7 @@ async def serve(
         OSError: The address cannot be bound (in use, or not this machine's).
     """
     sock = _bind(host, port)
+    sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     config = uvicorn.Config(

@@ -254,7 +254,7 @@ def test_a_running_run_page_follows_each_saved_cycle_without_a_reload(tmp_path: 
     from playwright.sync_api import sync_playwright
 
     store = str(tmp_path / "runs.db")
-    env = {**os.environ, "CONVERGE_TEST_SLEEP": "0.15", "CONVERGE_TEST_STEPS": "16"}
+    env = {**os.environ, "CONVERGE_TEST_SLEEP": "0.4", "CONVERGE_TEST_STEPS": "12"}
     runner = subprocess.Popen(
         [sys.executable, "-m", "converge.cli", "--store", store, "run", str(CHAIN)],
         stdout=subprocess.DEVNULL,
