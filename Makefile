@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "converge needs Python 3.11 or newer"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=25.1"
+	@# the distribution was named `converge` before 0.2.0; a venv from then still holds it
+	$(BIN)/python -m pip uninstall --quiet --yes converge 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e . --group dev
 	@touch $(STAMP)
 

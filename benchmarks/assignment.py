@@ -169,6 +169,6 @@ def measure(settings: Settings) -> Figures:
     """Run W6 and return its figures (a note instead when SciPy is not installed)."""
     if importlib.util.find_spec("scipy") is None:
         progress("W6 assignment: skipped, SciPy is not installed (the 'optimize' extra)")
-        return {"skipped": "SciPy is not installed (pip install 'converge[optimize]')"}
+        return {"skipped": "SciPy is not installed (pip install 'converge-engine[optimize]')"}
     progress(f"W6 assignment: {SIZE}x{SIZE}, {settings.runs} runs")
     return anyio.run(_measure, settings, backend="asyncio")

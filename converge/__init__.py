@@ -65,6 +65,7 @@ from ._stop import RunStatus, StopReason
 from ._store import ProgressHead, RunProgress, RunRecord, RunStore, RunSummary
 from ._suggestor import Suggestor, SuggestorId
 from ._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
+from ._version import __version__ as __version__
 from .stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [

@@ -105,7 +105,7 @@ def _client(args: argparse.Namespace) -> AbstractContextManager[Client]:
     except ImportError:
         raise CliError(
             "converge batch needs Dask distributed, which is not installed",
-            "install the `dask` extra: pip install 'converge[dask]'",
+            "install the `dask` extra: pip install 'converge-engine[dask]'",
         ) from None
     if args.scheduler:
         return _Owned(Client(args.scheduler), None)

@@ -25,6 +25,7 @@ from ._cli_support import (
     who,
 )
 from ._durable import DEFAULT_LEASE
+from ._version import __version__
 from .dask import DEFAULT_RUNS_PER_WORKER
 
 __all__ = ["at_least_one", "demo_names", "parser", "port", "seconds"]
@@ -144,6 +145,12 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--store", help=_STORE_HELP)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"converge-engine {__version__}",
+        help="print the installed distribution and version, then exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _running(commands, default_demo, demo_package)
     _resume(commands)

@@ -36,7 +36,7 @@ async def cmd_ui(args: argparse.Namespace, out: TextIO) -> int:
     except ImportError as error:
         raise CliError(
             f"the review console needs the 'ui' extra ({error.name} is missing)",
-            "pip install 'converge[ui]'",
+            "pip install 'converge-engine[ui]'",
         ) from None
     if args.add is not None:
         if args.users is None:

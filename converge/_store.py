@@ -30,6 +30,7 @@ from ._result import Conflict, ConvergeResult
 from ._signature import signature_matches, signature_of
 from ._stop import RunStatus, StopReason
 from ._trace import Continuation, Rejection, RunTrace
+from ._version import __version__
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -181,6 +182,10 @@ class RunRecord(FrozenModel, frozen=True):
     """HMAC-SHA256 over the rest of the record (hex), when it was saved with a signing key."""
     progress: ProgressHead | None = None
     """The stored head of a running or interrupted run (its signature covers the record)."""
+    converge_version: str = Field(default="", exclude_if=lambda version: not version)
+    """The converge version that saved the finished or paused run (`""`: saved before 0.2.0,
+    or a running run's head). Left out of the JSON when empty, so older records load and their
+    signatures still verify."""
     status: RunStatus = Field(default=RunStatus.FINISHED, exclude=True)
     """Where the run stands; `PAUSED` exactly when `stop_reason` is `AWAITING_HUMAN`. Not
     part of the record's JSON: each store keeps it beside the record."""
@@ -245,6 +250,7 @@ class RunRecord(FrozenModel, frozen=True):
             pending=result.pending,
             checkpoint=result.checkpoint,
             conflict=result.conflict,
+            converge_version=__version__,
         )
         return record if key is None else record.signed(key)
 

@@ -1,7 +1,7 @@
 """`AssignmentSuggestor` and `AssignmentPack`: optimal assignment with SciPy (extra `optimize`).
 
 The solver is `scipy.optimize.linear_sum_assignment`, installed with the `optimize` extra
-(`pip install "converge[optimize]"`) and imported when a suggestor or pack is built. A large
+(`pip install "converge-engine[optimize]"`) and imported when a suggestor or pack is built. A large
 cost matrix stays out of the context: it is added to the suggestor (`add_costs`), which keeps a
 read-only float64 copy under a SHA-256 content digest, and the problem fact names it by that
 digest (`costs_digest`), so the engine validates and hashes 71 characters, not the numbers.

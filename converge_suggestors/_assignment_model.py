@@ -51,7 +51,7 @@ def load_solver(owner: str) -> Solver:
     except ImportError:
         raise ImportError(
             f"{owner} needs SciPy: install the 'optimize' extra "
-            '(pip install "converge[optimize]")'
+            '(pip install "converge-engine[optimize]")'
         ) from None
     return cast(Solver, module.linear_sum_assignment)
 

@@ -1,7 +1,7 @@
 """`OpenAIChatProvider`: any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
 
 Hosted APIs, vLLM, Ollama and the llama.cpp servers all speak it. HTTP comes from `httpx`,
-installed with the `llm` extra (`pip install "converge[llm]"`) and imported on first use.
+installed with the `llm` extra (`pip install "converge-engine[llm]"`) and imported on first use.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _httpx() -> object:
     except ImportError:  # pragma: no cover - exercised through a test that hides httpx
         raise ImportError(
             "OpenAIChatProvider needs httpx: install the 'llm' extra "
-            '(pip install "converge[llm]")'
+            '(pip install "converge-engine[llm]")'
         ) from None
     return httpx
 

@@ -35,7 +35,7 @@ def _api() -> object:
     except ImportError:
         raise ImportError(
             "OpenTelemetryObserver needs opentelemetry-api: install the 'otel' extra "
-            '(pip install "converge[otel]")'
+            '(pip install "converge-engine[otel]")'
         ) from None
     return api
 

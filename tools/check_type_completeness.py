@@ -1,7 +1,10 @@
 """Check that both packages are 100% type-complete and documented, as pyright sees them.
 
-pyright's `--verifytypes` needs an installed, non-editable copy, so this installs the project
-into a temporary folder first. Exits non-zero on any missing type or docstring.
+pyright's `--verifytypes` needs an installed, non-editable copy: in `make setup`'s editable
+install it finds no `py.typed` and reports 0%. So this installs the project into a temporary
+folder first; with `--python PATH` it checks the copy already installed for that interpreter
+instead (`tools/check_wheel.sh` passes the fresh venv where it installed the wheel). Exits
+non-zero on any missing type or docstring.
 """
 
 from __future__ import annotations
@@ -17,15 +20,21 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("converge", "converge_suggestors")
 
 
-def check(package: str, target: str) -> list[str]:
-    """Run pyright --verifytypes on `package` installed under `target`; return problems."""
-    env = {**os.environ, "PYTHONPATH": target}
-    pyright = str(Path(sys.executable).with_name("pyright"))
+def check(package: str, target: str, python: str = sys.executable) -> list[str]:
+    """Run pyright --verifytypes on `package` installed under `target`; return problems.
+
+    `python` is the interpreter whose installed packages pyright reads besides `target`.
+    """
+    # pyright finds the environment's packages only with its bin folder on PATH; `--pythonpath`
+    # alone reads the packages of the interpreter the venv was made from.
+    path = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PYTHONPATH": target, "PATH": path}
+    pyright = str(Path(python).with_name("pyright"))
     completed = subprocess.run(
         [
             pyright,
             "--pythonpath",
-            sys.executable,
+            python,
             "--verifytypes",
             package,
             "--ignoreexternal",
@@ -58,8 +67,17 @@ def check(package: str, target: str) -> list[str]:
     return problems
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     """Install into a temporary folder, check both packages, print the verdict."""
+    if argv[:1] == ["--python"] and len(argv) == 2:
+        with tempfile.TemporaryDirectory() as empty:
+            problems = [
+                problem for package in PACKAGES for problem in check(package, empty, argv[1])
+            ]
+        return _verdict(problems)
+    if argv:
+        print("usage: check_type_completeness.py [--python PATH]", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as target:
         subprocess.run(
             [
@@ -78,10 +96,15 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
         problems = [problem for package in PACKAGES for problem in check(package, target)]
+    return _verdict(problems)
+
+
+def _verdict(problems: list[str]) -> int:
+    """Print each problem; 1 if there is any, else 0."""
     for problem in problems:
         print(f"  {problem}")
     return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

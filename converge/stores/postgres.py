@@ -36,7 +36,7 @@ def _psycopg() -> object:
     except ImportError:
         raise ImportError(
             "PostgresRunStore needs psycopg: install the 'postgres' extra "
-            '(pip install "converge[postgres]")'
+            '(pip install "converge-engine[postgres]")'
         ) from None
     return psycopg
 

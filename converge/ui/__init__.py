@@ -1,6 +1,6 @@
 """The review console: `converge ui` serves a store's runs, live, and decides human gates.
 
-Install the `ui` extra (`pip install 'converge[ui]'`: Starlette and uvicorn). The console
+Install the `ui` extra (`pip install 'converge-engine[ui]'`: Starlette and uvicorn). The console
 lists the runs, shows each run's report and follows a running run cycle by cycle, and shows
 each pending gate's proposal as the signed checkpoint will apply it, with approve and reject.
 Every request needs a reviewer's token and every form a CSRF token; the reviewer who signed

@@ -1,5 +1,7 @@
 """Run stores: SQLite always; PostgreSQL against a real server when DATABASE_URL is set."""
 
+import hashlib
+import hmac
 import json
 import os
 import sqlite3
@@ -12,6 +14,7 @@ import anyio
 import pytest
 from hitl_formation import build_engine
 
+import converge
 from converge import (
     ContextKey,
     Engine,
@@ -28,6 +31,7 @@ from converge import (
     StoreError,
     verify,
 )
+from converge._canonical import canonical_json
 from converge._store import SCHEMA_VERSION
 from tests.doubles import seed
 
@@ -299,3 +303,26 @@ async def test_a_schema_1_store_is_upgraded_in_place_with_nothing_lost(tmp_path:
     result = await build_engine().resume(paused.checkpoint, [decision])
     assert result.stop_reason is StopReason.CONVERGED
     assert await store.save(RunRecord.of(result), expected_version=paused.version) == 2
+
+
+def test_a_record_names_the_converge_version_that_saved_it_under_its_signature() -> None:
+    result = Engine().run_sync(inputs=[seed("a")])
+    record = RunRecord.of(result, key=b"k")
+    assert record.converge_version == converge.__version__
+    assert json.loads(record.model_dump_json())["converge_version"] == converge.__version__
+    record.verify_signature(b"k")
+    forged = record.model_copy(update={"converge_version": "0.0.1"})
+    with pytest.raises(StoreError, match="bad signature"):
+        forged.verify_signature(b"k")
+
+
+def test_a_signed_record_saved_before_the_version_field_still_loads_and_verifies() -> None:
+    """A 0.1.0 record has no `converge_version` and was signed over the JSON without it."""
+    result = Engine().run_sync(inputs=[seed("a")])
+    old = RunRecord.of(result).model_dump(mode="json", exclude={"converge_version", "signature"})
+    body = canonical_json({k: v for k, v in old.items() if k != "progress"})
+    old["signature"] = hmac.new(b"k", body, hashlib.sha256).hexdigest()
+    loaded = RunRecord.model_validate_json(json.dumps(old))
+    assert loaded.converge_version == ""
+    loaded.verify_signature(b"k")
+    assert "converge_version" not in json.loads(loaded.model_dump_json())

@@ -56,5 +56,5 @@ else:
 """
     assert json.loads(run_python(code)) == (
         "PostgresRunStore needs psycopg: install the 'postgres' extra "
-        '(pip install "converge[postgres]")'
+        '(pip install "converge-engine[postgres]")'
     )

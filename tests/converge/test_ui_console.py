@@ -120,7 +120,7 @@ def test_converge_ui_without_the_extra_says_which_to_install(
     assert cli("ui")[0] == 1
     err = capsys.readouterr().err
     assert "the review console needs the 'ui' extra" in err
-    assert "pip install 'converge[ui]'" in err
+    assert "pip install 'converge-engine[ui]'" in err
 
 
 # --- signing in and deciding -------------------------------------------------------------------

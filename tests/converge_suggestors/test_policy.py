@@ -372,6 +372,7 @@ def test_policy_suggestor_names_the_extra_when_cedarpy_is_missing(
 ) -> None:
     monkeypatch.setitem(sys.modules, "cedarpy", None)
     with pytest.raises(
-        ImportError, match=r"install the 'policy' extra \(pip install \"converge\[policy\]\"\)"
+        ImportError,
+        match=r"install the 'policy' extra \(pip install \"converge-engine\[policy\]\"\)",
     ):
         PolicySuggestor(POLICIES, watch=SIGNALS, request=approval)

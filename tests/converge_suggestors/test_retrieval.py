@@ -380,7 +380,7 @@ def test_minilm_embedder_names_the_extra_when_torch_is_missing(
     monkeypatch.setitem(sys.modules, "torch", None)
     pattern = (
         r"MiniLmEmbedder needs torch: install the 'retrieval' extra "
-        r"\(pip install \"converge\[retrieval\]\"\)"
+        r"\(pip install \"converge-engine\[retrieval\]\"\)"
     )
     with pytest.raises(ImportError, match=pattern):
         MiniLmEmbedder()
