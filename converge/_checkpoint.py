@@ -16,7 +16,7 @@ from ._context import ContextSnapshot
 from ._fact import Fact, PromotionRecord, seal
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation
-from ._key import AnyKey, KeyField, STORED, key_rank
+from ._key import STORED, AnyKey, KeyField, key_rank
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 from ._trace import Continuation, CycleTrace, Rejection
