@@ -54,7 +54,9 @@ def test_two_workers_creating_one_store_at_once_lose_no_run(
 ) -> None:
     monkeypatch.setenv("CONVERGE_TEST_STEPS", "3")
     monkeypatch.setenv("CONVERGE_TEST_SLEEP", "0")
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    # forkserver: children fork from a clean server process, never from this one, whose
+    # threads (thread pools, servers of earlier tests) can hold a lock across a fork
+    context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
     for round_ in range(ROUNDS):
         path = str(tmp_path / f"runs-{round_}.db")
         barrier = context.Barrier(2)
