@@ -57,6 +57,8 @@ def test_two_workers_creating_one_store_at_once_lose_no_run(
     # forkserver: children fork from a clean server process, never from this one, whose
     # threads (thread pools, servers of earlier tests) can hold a lock across a fork
     context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
+    if os.name == "posix":  # the server imports these once; each worker starts with them
+        context.set_forkserver_preload(["converge", "converge._batch", "converge.stores"])
     for round_ in range(ROUNDS):
         path = str(tmp_path / f"runs-{round_}.db")
         barrier = context.Barrier(2)
