@@ -50,9 +50,14 @@ def two(tmp_path: Path) -> tuple[Path, str, str]:
 
 
 @contextmanager
-def client_for(store: str, reviewers: Reviewers) -> Generator[TestClient]:
+def client_for(
+    store: str, reviewers: Reviewers, *, token: str | None = None
+) -> Generator[TestClient]:
+    """A console on `store` and a client of it, signed in with `token` when one is given."""
     settings = ConsoleSettings(store=SqliteRunStore(store), reviewers=reviewers, poll_seconds=0.05)
     with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
+        if token is not None:
+            client.headers["authorization"] = f"Bearer {token}"
         yield client
 
 
@@ -154,8 +159,7 @@ def test_the_decision_is_recorded_as_the_signed_in_reviewer_whatever_the_form_sa
 ) -> None:
     store, run_id = paused
     users, _, bo = two
-    with client_for(store, Reviewers.load(users)) as client:
-        client.headers["authorization"] = f"Bearer {bo}"
+    with client_for(store, Reviewers.load(users), token=bo) as client:
         page = client.get(gate_url(run_id)).text
         assert "250000" in page  # the held proposal's payload
         response = client.post(
@@ -180,8 +184,7 @@ def test_a_form_shown_before_someone_else_decided_is_refused_with_who_decided(
 ) -> None:
     store, run_id = paused
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        client.headers["authorization"] = f"Bearer {ana}"
+    with client_for(store, Reviewers.load(users), token=ana) as client:
         page = client.get(gate_url(run_id)).text
         code, _ = cli("--store", store, "resume", run_id, "--reject", GATE, "--by", "cli-cat")
         assert code == 0
@@ -201,8 +204,7 @@ def test_an_unknown_run_or_gate_is_not_found_and_a_form_needs_a_choice(
 ) -> None:
     store, run_id = paused
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        client.headers["authorization"] = f"Bearer {ana}"
+    with client_for(store, Reviewers.load(users), token=ana) as client:
         assert client.get("/runs/nope").status_code == 404
         assert client.get(f"/runs/{run_id}/elsewhere").status_code == 404
         assert client.get(gate_url(run_id, "gate:9:x/y")).status_code == 409
@@ -229,8 +231,7 @@ def test_an_interrupted_run_continues_from_the_console(
 
     run_id = anyio.run(interrupted)
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        client.headers["authorization"] = f"Bearer {ana}"
+    with client_for(store, Reviewers.load(users), token=ana) as client:
         page = client.get(f"/runs/{run_id}")
         assert "This run was interrupted (cancelled)" in page.text
         response = client.post(
@@ -314,8 +315,7 @@ def test_an_expired_gate_is_left_to_its_timeout_and_the_run_resumes(
     run_id = run_id_of(out)
     time.sleep(0.3)
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        client.headers["authorization"] = f"Bearer {ana}"
+    with client_for(store, Reviewers.load(users), token=ana) as client:
         page = client.get(gate_url(run_id)).text
         assert "1 gate(s) passed their deadline" in page
         assert 'name="gate:' not in page  # nothing left to choose
@@ -340,8 +340,7 @@ def test_with_a_signing_key_an_unsigned_run_is_not_shown(
     store, run_id = paused  # saved without a key: unsigned
     monkeypatch.setenv("CONVERGE_SIGNING_KEY", "k")
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        client.headers["authorization"] = f"Bearer {ana}"
+    with client_for(store, Reviewers.load(users), token=ana) as client:
         for url in (f"/runs/{run_id}", gate_url(run_id)):
             response = client.get(url)
             assert response.status_code == 409, url
