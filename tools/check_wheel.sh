@@ -42,7 +42,7 @@ done
 say "the wheel holds all $(git ls-files converge converge_suggestors | wc -l) package files"
 
 work=$(mktemp -d)
-trap 'kill "${heavy:-}" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "${heavy:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 cd "$work"  # away from the checkout: nothing below can import the source tree
 "$PYTHON" -m venv venv
 bin=$work/venv/bin
