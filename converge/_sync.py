@@ -34,7 +34,7 @@ def call_sync(
         return anyio.run(partial(method, *args, **kwargs), backend=backend)
     name: str = getattr(method, "__qualname__", "Engine.run")  # or "Formation.run", ...
     owner, _, called = name.rpartition(".")
-    instead = f"{owner.lower()}.{called}(...)"
+    instead = f"{owner.lower()}.{called}(...)" if owner else f"{called}(...)"
     raise ConfigurationError(
         f"{name}_sync was called inside a running event loop (in an async function, a Jupyter "
         f"cell, or a formation file that `converge run` loads); it starts a loop of its own, "

@@ -35,6 +35,7 @@ from ._cli_support import CliError, load_formation, locate
 from ._durable import DEFAULT_LEASE, Durability
 from ._exceptions import ConfigurationError
 from ._proposal import ProposedFact
+from ._sync import call_sync
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -121,24 +122,21 @@ def run_batch_sync(
     lease: float = DEFAULT_LEASE,
     progress: Progress | None = None,
 ) -> BatchResult:
-    """`run_batch` for scripts, with a synchronous `Client`."""
-    given = list(inputs)
-
-    async def main() -> BatchResult:
-        return await run_batch(
-            formation,
-            given,
-            client,
-            store,
-            batch_id=batch_id,
-            runs_per_worker=runs_per_worker,
-            shard_size=shard_size,
-            durability=durability,
-            lease=lease,
-            progress=progress,
-        )
-
-    return anyio.run(main)
+    """`run_batch` for scripts, with a synchronous `Client` (not inside a running loop)."""
+    return call_sync(
+        "asyncio",
+        run_batch,
+        formation,
+        list(inputs),
+        client,
+        store,
+        batch_id=batch_id,
+        runs_per_worker=runs_per_worker,
+        shard_size=shard_size,
+        durability=durability,
+        lease=lease,
+        progress=progress,
+    )
 
 
 def _items(inputs: Iterable[Sequence[ProposedFact]]) -> list[ShardItem]:
