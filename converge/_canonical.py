@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any, Final, NoReturn, SupportsIndex, cast, final
 
 from pydantic import JsonValue
@@ -52,11 +53,46 @@ def leaf_digest(canonical: bytes) -> bytes:
     return hashlib.sha256(_LEAF + canonical).digest()
 
 
+_BLOCK: Final = 1024
+"""Leaves hashed as one complete subtree at a time by `merkle_root` (a power of two)."""
+
+
 def merkle_root(leaves: Iterable[bytes]) -> str:
-    """The hex Merkle root over leaf digests, in the order given."""
-    level: Sequence[bytes] = list(leaves)
-    if not level:
-        return EMPTY_ROOT
+    """The hex Merkle root over leaf digests, in the order given.
+
+    The tree: level by level, adjacent nodes are hashed in pairs and an odd last node goes up
+    as it is. It is computed as the leaves stream in, `_BLOCK` at a time, so memory stays
+    O(block + log n) however large the context: each full block is a complete subtree, the
+    roots of the blocks go through a binary counter (one pending subtree per height), and
+    what remains is folded from the right, which carries an odd node up exactly as the
+    levels do.
+    """
+    stream = iter(leaves)
+    sha256 = hashlib.sha256
+    pending: list[bytes | None] = []  # pending[h]: the root of 2**h full blocks, or None
+    root: bytes | None = None
+    while block := list(islice(stream, _BLOCK)):
+        node = _level_root(block)
+        if len(block) < _BLOCK:
+            root = node  # the last block: the rightmost part of the tree
+            break
+        height = 0
+        while height < len(pending) and (left := pending[height]) is not None:
+            node = sha256(_NODE + left + node).digest()
+            pending[height] = None
+            height += 1
+        if height == len(pending):
+            pending.append(node)
+        else:
+            pending[height] = node
+    for node in pending:  # smallest subtree first: the right edge of the tree
+        if node is not None:
+            root = node if root is None else sha256(_NODE + node + root).digest()
+    return EMPTY_ROOT if root is None else root.hex()
+
+
+def _level_root(level: Sequence[bytes]) -> bytes:
+    """The root of a non-empty list of nodes, level by level."""
     sha256 = hashlib.sha256
     while len(level) > 1:
         paired = [
@@ -66,7 +102,7 @@ def merkle_root(leaves: Iterable[bytes]) -> str:
         if len(level) % 2:
             paired.append(level[-1])
         level = paired
-    return level[0].hex()
+    return level[0]
 
 
 def check_text(text: str, path: str) -> None:

@@ -35,6 +35,22 @@ def test_merkle_root_carries_an_odd_node_up_unchanged() -> None:
     assert merkle_root([a, b, c]) == h(b"\x01" + h(b"\x01" + a + b) + c).hex()
 
 
+def level_by_level(leaves: list[bytes]) -> str:
+    """The tree as the integrity rules state it: pairs per level, an odd last node goes up."""
+    level = leaves
+    while len(level) > 1:
+        paired = [h(b"\x01" + level[i] + level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = paired + level[-1:] if len(level) % 2 else paired
+    return level[0].hex()
+
+
+@given(st.integers(min_value=1, max_value=5000) | st.sampled_from([1023, 1024, 1025, 2048, 3073]))
+def test_merkle_root_streamed_in_blocks_is_the_level_by_level_tree(count: int) -> None:
+    # merkle_root hashes 1,024-leaf blocks as they stream in; the tree must not depend on it
+    leaves = [h(b"\x00" + str(index).encode()) for index in range(count)]
+    assert merkle_root(iter(leaves)) == level_by_level(leaves)
+
+
 def canonical(fact_fields: dict[str, object]) -> bytes:
     return json.dumps(
         fact_fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False
