@@ -1,25 +1,28 @@
 """The `Context` protocol and `ContextSnapshot`, the immutable context.
 
-A snapshot keeps, per key, two persistent hash maps (`immutables.Map`, a HAMT): position →
-fact for insertion order, and id → fact. A new snapshot shares every node it did not change
-with the old one, so taking one costs O(facts added), and `find`, `has` and `count` are O(1).
+A snapshot keeps, per key, the facts in insertion order and a persistent hash map
+(`immutables.Map`, a HAMT) id → fact. The facts sit in full chunks of 64 (tuples shared
+between snapshots) and a short tail, so a new snapshot shares everything it did not change
+with the old one: taking one costs O(facts added + 64), and `find`, `has`, `count` and
+indexing are O(1).
 
 A snapshot also keeps, per key, the leaf digest the seal computed for each fact when it was
 promoted (or restored), in persistent chunks. The Merkle root is built from those, never from
 a digest read off a fact later, so a fact object changed below the public API (its
 `__dict__` written with `object.__setattr__`, say, and its `digest` recomputed) changes
 neither the root nor the proof, and `verify` finds it.
-Maps rather than a persistent vector: the garbage collector tracks a HAMT's nodes one by one,
-so a young snapshot costs a collection only its new nodes, whereas a new C `PVector` is
-traversed element by element by every young-generation collection (measured: 128 µs per
-collection at 10,000 facts, growing with the context).
+Chunks rather than a persistent vector, and one map rather than two: the garbage collector
+walks a container each time a young-generation collection finds it new, so a new snapshot
+should hold few new containers: a new tail, now and then a new full chunk (each walked once,
+then old), and the map's new nodes. A C `PVector` is traversed element by element by every
+young-generation collection (measured: 128 µs per collection at 10,000 facts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import Final, Protocol, cast, final, overload
+from typing import Final, Protocol, TypeVar, cast, final, overload
 
 import immutables
 
@@ -60,18 +63,24 @@ class Context(Protocol):
         ...
 
 
-_EMPTY_ORDER: Final[immutables.Map[int, Fact]] = immutables.Map()
 _EMPTY_IDS: Final[immutables.Map[str, Fact]] = immutables.Map()
+_CHUNK: Final = 64
+"""Facts and their leaf digests are kept in shared, full chunks of this many, and a short tail."""
+_SHIFT: Final = 6  # _CHUNK == 1 << _SHIFT
 
 
 @final
 class FactSequence(Sequence[Fact]):
     """The facts of one key in insertion order: an immutable, O(1)-to-build view."""
 
-    __slots__ = ("_length", "_order")
+    __slots__ = ("_chunks", "_full", "_length", "_tail")
 
-    def __init__(self, order: immutables.Map[int, Fact], length: int) -> None:
-        self._order = order
+    def __init__(
+        self, chunks: tuple[tuple[Fact, ...], ...], tail: tuple[Fact, ...], length: int
+    ) -> None:
+        self._chunks = chunks
+        self._tail = tail
+        self._full = length - len(tail)
         self._length = length
 
     def __len__(self) -> int:
@@ -83,18 +92,19 @@ class FactSequence(Sequence[Fact]):
     def __getitem__(self, index: slice) -> tuple[Fact, ...]: ...
     def __getitem__(self, index: int | slice) -> Fact | tuple[Fact, ...]:
         if isinstance(index, slice):
-            order = self._order
-            return tuple(order[i] for i in range(*index.indices(self._length)))
+            return tuple([self[i] for i in range(*index.indices(self._length))])
         length = self._length
         if index < 0:
             index += length
         if not 0 <= index < length:
             raise IndexError(f"fact index {index} out of range for {length} facts")
-        return self._order[index]
+        full = self._full
+        if index >= full:
+            return self._tail[index - full]
+        return self._chunks[index >> _SHIFT][index & (_CHUNK - 1)]
 
     def __iter__(self) -> Iterator[Fact]:
-        order = self._order
-        return (order[i] for i in range(self._length))
+        return chain(chain.from_iterable(self._chunks), self._tail)
 
     def __repr__(self) -> str:
         return f"FactSequence({[fact.ref for fact in self]!r})"
@@ -111,41 +121,64 @@ class FactSequence(Sequence[Fact]):
         return hash(tuple(self))
 
 
-_EMPTY_FACTS: Final = FactSequence(_EMPTY_ORDER, 0)
-
-
-_CHUNK: Final = 64
-"""Leaf digests are kept in shared, full chunks of this many, and a short tail."""
+_EMPTY_FACTS: Final = FactSequence((), (), 0)
 
 
 @final
 class _KeyStore:
-    """The facts of one key: position → fact and id → fact, both persistent, and the leaves.
+    """The facts of one key: in insertion order, by id (a persistent map), and their leaves.
 
-    The leaves are the digests the seal computed, in insertion order: `chunks`, full chunks
-    shared between snapshots, then `tail`, fewer than `_CHUNK`.
+    Facts and leaves (the digests the seal computed) are both kept as full chunks of `_CHUNK`,
+    shared between snapshots, then a tail of fewer; `view` reads the facts in order.
     """
 
-    __slots__ = ("chunks", "count", "ids", "order", "tail", "view")
+    __slots__ = ("chunks", "count", "ids", "leaf_chunks", "leaf_tail", "tail", "view")
 
     def __init__(
         self,
-        order: immutables.Map[int, Fact],
         ids: immutables.Map[str, Fact],
-        count: int,
-        chunks: tuple[tuple[str, ...], ...],
-        tail: tuple[str, ...],
+        chunks: tuple[tuple[Fact, ...], ...],
+        tail: tuple[Fact, ...],
+        leaf_chunks: tuple[tuple[str, ...], ...],
+        leaf_tail: tuple[str, ...],
     ) -> None:
-        self.order = order
         self.ids = ids
-        self.count = count
         self.chunks = chunks
         self.tail = tail
-        self.view = FactSequence(order, count)
+        self.leaf_chunks = leaf_chunks
+        self.leaf_tail = leaf_tail
+        self.count = count = len(chunks) * _CHUNK + len(tail)
+        self.view = FactSequence(chunks, tail, count)
+
+    def extended(self, facts: Sequence[Fact], leaves: Sequence[str]) -> _KeyStore:
+        """This store with `facts` (ids new to it) and their `leaves` appended."""
+        mutation = self.ids.mutate()
+        for fact in facts:
+            mutation[fact.id] = fact
+        chunks, tail = _rechunk(self.chunks, self.tail + tuple(facts))
+        leaf_chunks, leaf_tail = _rechunk(self.leaf_chunks, self.leaf_tail + tuple(leaves))
+        return _KeyStore(mutation.finish(), chunks, tail, leaf_chunks, leaf_tail)
 
     def leaves(self) -> Iterator[str]:
         """The leaf digests, in insertion order."""
-        return chain(chain.from_iterable(self.chunks), self.tail)
+        return chain(chain.from_iterable(self.leaf_chunks), self.leaf_tail)
+
+
+_T = TypeVar("_T")
+
+
+def _rechunk(
+    chunks: tuple[tuple[_T, ...], ...], tail: tuple[_T, ...]
+) -> tuple[tuple[tuple[_T, ...], ...], tuple[_T, ...]]:
+    """`chunks` and `tail` with the tail's full chunks moved to the chunks."""
+    if len(tail) < _CHUNK:
+        return chunks, tail
+    full = len(tail) - len(tail) % _CHUNK
+    chunks += tuple([tail[start : start + _CHUNK] for start in range(0, full, _CHUNK)])
+    return chunks, tail[full:]
+
+
+_EMPTY_STORE: Final = _KeyStore(_EMPTY_IDS, (), (), (), ())
 
 
 @final
@@ -316,26 +349,7 @@ class ContextSnapshot:
             return self._at_cycle(cycle)
         stores = dict(self._stores)
         for key, new, new_leaves in _by_key(facts, leaves):
-            store = stores.get(key)
-            if store is None:
-                order, ids, count, chunks, tail = _EMPTY_ORDER, _EMPTY_IDS, 0, (), ()
-            else:
-                order, ids, count = store.order, store.ids, store.count
-                chunks, tail = store.chunks, store.tail
-            order_mutation = order.mutate()
-            id_mutation = ids.mutate()
-            for fact in new:
-                order_mutation[count] = fact
-                id_mutation[fact.id] = fact
-                count += 1
-            tail += tuple(new_leaves)
-            if len(tail) >= _CHUNK:
-                full = len(tail) - len(tail) % _CHUNK
-                chunks += tuple(tail[start : start + _CHUNK] for start in range(0, full, _CHUNK))
-                tail = tail[full:]
-            stores[key] = _KeyStore(
-                order_mutation.finish(), id_mutation.finish(), count, chunks, tail
-            )
+            stores[key] = stores.get(key, _EMPTY_STORE).extended(new, new_leaves)
         if len(stores) != len(self._stores):
             stores = {key: stores[key] for key in in_key_order(stores)}
         added = len(facts)

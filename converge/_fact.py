@@ -380,6 +380,20 @@ _FACT_NAMES: Final = _names(Fact.model_fields)
 _RECORD_NAMES: Final = _names(PromotionRecord.model_fields)
 
 
+@final
+class _RecordFields:
+    """Builds a `PromotionRecord`'s `__dict__`: an instance dict of a plain class shares its
+    key table with every other one (a split table), about 130 bytes less per fact than a dict
+    of its own. Only `promotion_record` uses it, always setting the fields in one order."""
+
+    cycle: int
+    suggestor: str
+    suggestor_id: int
+    clock: int
+    gate: GateKind
+    approved_by: str | None
+
+
 def promotion_record(
     cycle: int,
     suggestor: str,
@@ -389,19 +403,15 @@ def promotion_record(
     approved_by: str | None,
 ) -> PromotionRecord:
     """A `PromotionRecord` of values the gate itself produced, built without re-validation."""
+    holder = _new(_RecordFields)
+    holder.cycle = cycle
+    holder.suggestor = suggestor
+    holder.suggestor_id = suggestor_id
+    holder.clock = clock
+    holder.gate = gate
+    holder.approved_by = approved_by
     record = _new(PromotionRecord)
-    _set(
-        record,
-        "__dict__",
-        {
-            "cycle": cycle,
-            "suggestor": suggestor,
-            "suggestor_id": suggestor_id,
-            "clock": clock,
-            "gate": gate,
-            "approved_by": approved_by,
-        },
-    )
+    _set(record, "__dict__", holder.__dict__)
     _set(record, "__pydantic_fields_set__", _RECORD_NAMES)
     _set(record, "__pydantic_extra__", None)
     _set(record, "__pydantic_private__", None)

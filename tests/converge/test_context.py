@@ -2,7 +2,16 @@
 
 import pytest
 
-from converge import Context, ContextKey, ContextSnapshot, Engine, ProposedFact
+from converge import (
+    Context,
+    ContextKey,
+    ContextSnapshot,
+    Engine,
+    IntegrityProof,
+    ProposedFact,
+    verify,
+)
+from converge._canonical import merkle_root
 
 
 def seeded(*ids: str, key: ContextKey = ContextKey.SEEDS) -> ContextSnapshot:
@@ -151,3 +160,35 @@ def test_snapshot_get_of_a_later_snapshot_does_not_change_the_earlier_view() -> 
     )
     assert [f.id for f in view] == ["a"]
     assert [f.id for f in second.get(ContextKey.SEEDS)] == ["a", "b"]
+
+
+def test_facts_across_chunk_boundaries_read_like_a_list_in_every_snapshot() -> None:
+    # Facts sit in shared chunks of 64 and a tail; grow one key in uneven steps across
+    # several boundaries and compare every snapshot along the way with a plain list.
+    steps = [1, 62, 1, 1, 64, 65, 3, 130]
+    context = ContextSnapshot.empty()
+    expected: list[str] = []
+    earlier: list[tuple[ContextSnapshot, list[str]]] = []
+    engine = Engine()
+    for step, size in enumerate(steps):
+        ids = [f"s{step}-{n}" for n in range(size)]
+        inputs = [ProposedFact(key=ContextKey.SEEDS, id=i, content=i, provenance="t") for i in ids]
+        context = engine.run_sync(context, inputs=inputs).context
+        expected = [*expected, *ids]
+        earlier.append((context, expected))
+    for snapshot, ids in earlier:  # older snapshots are unchanged by later growth
+        facts = snapshot.get(ContextKey.SEEDS)
+        assert len(facts) == snapshot.count(ContextKey.SEEDS) == len(ids)
+        assert [fact.id for fact in facts] == ids
+        assert [facts[index].id for index in range(len(ids))] == ids
+        assert [facts[-index].id for index in range(1, len(ids) + 1)] == ids[::-1]
+        assert [fact.id for fact in facts[5:300:7]] == ids[5:300:7]
+        assert [fact.id for fact in facts[::-3]] == ids[::-3]
+        assert all(
+            snapshot.find(ContextKey.SEEDS, ident) is facts[n] for n, ident in enumerate(ids)
+        )
+        with pytest.raises(IndexError):
+            facts[len(ids)]
+        # the leaves stay aligned with the facts: the proof verifies, fact by fact
+        assert verify(snapshot, IntegrityProof.of(snapshot))
+        assert snapshot.merkle_root() == merkle_root(bytes.fromhex(f.digest) for f in facts)
