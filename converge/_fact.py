@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json.encoder
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Literal, NoReturn, Self, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue
@@ -34,7 +34,7 @@ from ._canonical import (
     payload_json,
 )
 from ._key import KeyField
-from ._model import FrozenModel
+from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
 
 __all__ = ["Fact", "GateKind", "PromotionRecord", "fact_digest", "promotion_record", "seal"]
@@ -72,47 +72,6 @@ class PromotionRecord(FrozenModel, frozen=True):
 
 
 @final
-class _NameSet(set[str]):
-    """The field names pydantic reads as "set" on a model, shared by every fact (or record).
-
-    One read-only set for all: a set per fact would cost a few hundred bytes and a build each.
-    A copy (what `model_copy` takes) is a plain, private `set`.
-    """
-
-    __slots__ = ()
-
-    __init__ = _refuse
-    add = _refuse
-    discard = _refuse
-    remove = _refuse
-    pop = _refuse
-    clear = _refuse
-    update = _refuse
-    difference_update = _refuse
-    intersection_update = _refuse
-    symmetric_difference_update = _refuse
-    __ior__ = _refuse
-    __iand__ = _refuse
-    __isub__ = _refuse
-    __ixor__ = _refuse
-
-    def __copy__(self) -> set[str]:
-        return set(self)
-
-    def __deepcopy__(self, memo: dict[int, object] | None = None) -> set[str]:
-        return set(self)
-
-    def __reduce__(self) -> tuple[type[set[str]], tuple[list[str]]]:
-        return (set, (list(self),))
-
-
-def _names(names: Iterable[str]) -> _NameSet:
-    shared = set.__new__(_NameSet)
-    set[str].update(shared, names)
-    return shared
-
-
-@final
 class _Fields(dict[str, object]):
     """A fact's `__dict__`: its own mutators refuse, so pydantic's routes cannot rewrite it."""
 
@@ -139,7 +98,6 @@ class _Fields(dict[str, object]):
 
 
 _new = object.__new__
-_set = object.__setattr__
 _new_fields = dict.__new__
 _fill_fields: Final = dict[str, object].update
 _FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
@@ -285,58 +243,66 @@ _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii
 _sha256 = hashlib.sha256
 
 
-def _leaf(proposal: ProposedFact | Fact, payload: str | None, promotion: PromotionRecord) -> str:
+_RECORD: Final = (
+    '\x00{"confidence":%r,"content":%s,"evidence":[%s],"id":%s,"key":%s,"payload":%s,'
+    '"promotion":{"approved_by":%s,"clock":%d,"cycle":%d,"gate":%s,"suggestor":%s,'
+    '"suggestor_id":%d},"provenance":%s,"target":%s}'
+)
+"""A fact's canonical JSON (sorted keys, no spaces, UTF-8 as is) after the leaf prefix 0x00."""
+
+
+def _leaf(fields: Mapping[str, Any], payload: str | None, promotion: Mapping[str, Any]) -> str:
     """The hex leaf digest of a fact: SHA-256 of 0x00 and its canonical JSON.
 
-    The canonical JSON is written out field by field in sorted-key order, byte for byte what
-    `json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives for
-    the fact's fields, without building the dict. `payload` is the payload's canonical JSON
-    text (`None` for no payload).
+    `fields` are the fact's own fields (a proposal's, or a fact's), `promotion` its
+    record's, each of its declared type exactly (the confidence a `float`, the numbers
+    `int`s). The canonical JSON is written out in one formatting step, byte for byte what
+    `json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives
+    for the fact's fields, without building the dict. `payload` is the payload's canonical
+    JSON text (`None` for no payload).
     """
     quote = _quote
-    target = proposal.target
-    approved_by = promotion.approved_by
-    record = "".join(
-        (
-            '\x00{"confidence":',
-            float.__repr__(float(proposal.confidence)),
-            ',"content":',
-            quote(proposal.content),
-            ',"evidence":[',
-            ",".join(map(quote, proposal.evidence)),
-            '],"id":',
-            quote(proposal.id),
-            ',"key":',
-            quote(proposal.key),
-            ',"payload":',
-            "null" if payload is None else payload,
-            ',"promotion":{"approved_by":',
-            "null" if approved_by is None else quote(approved_by),
-            ',"clock":',
-            int.__repr__(promotion.clock),
-            ',"cycle":',
-            int.__repr__(promotion.cycle),
-            ',"gate":',
-            quote(promotion.gate),
-            ',"suggestor":',
-            quote(promotion.suggestor),
-            ',"suggestor_id":',
-            int.__repr__(promotion.suggestor_id),
-            '},"provenance":',
-            quote(proposal.provenance),
-            ',"target":',
-            "null" if target is None else quote(target),
-            "}",
-        )
+    target = fields["target"]
+    approved_by = promotion["approved_by"]
+    record = _RECORD % (
+        fields["confidence"],
+        quote(fields["content"]),
+        ",".join(map(quote, fields["evidence"])),
+        quote(fields["id"]),
+        quote(fields["key"]),
+        "null" if payload is None else payload,
+        "null" if approved_by is None else quote(approved_by),
+        promotion["clock"],
+        promotion["cycle"],
+        quote(promotion["gate"]),
+        quote(promotion["suggestor"]),
+        promotion["suggestor_id"],
+        quote(fields["provenance"]),
+        "null" if target is None else quote(target),
     )
     return _sha256(record.encode("utf-8")).hexdigest()
 
 
 def fact_digest(fact: Fact) -> str:
-    """Recompute a fact's leaf digest from its fields, nothing cached (what `verify` does)."""
+    """Recompute a fact's leaf digest from its fields, nothing cached (what `verify` does).
+
+    Raises:
+        TypeError: A field is not of its declared type (the fact was changed below the API).
+        ValueError: A text field cannot be encoded (the same).
+    """
+    promotion = fact.promotion
+    numbers = (promotion.clock, promotion.cycle, promotion.suggestor_id)
+    if type(fact.confidence) is not float or any(type(number) is not int for number in numbers):
+        raise TypeError(f"fact {fact.ref} holds a field of another type than declared")
     payload = fact.payload
     text = None if payload is None else canonical_json(payload).decode("utf-8")
-    return _leaf(fact, text, fact.promotion)
+    fields = {name: getattr(fact, name) for name in _LEAF_FIELDS}
+    record = {name: getattr(promotion, name) for name in _LEAF_RECORD_FIELDS}
+    return _leaf(fields, text, record)
+
+
+_LEAF_FIELDS: Final = ("confidence", "content", "evidence", "id", "key", "target", "provenance")
+_LEAF_RECORD_FIELDS: Final = ("approved_by", "clock", "cycle", "gate", "suggestor", "suggestor_id")
 
 
 def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
@@ -351,7 +317,7 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
     if payload is not None and type(payload) not in _FROZEN_PAYLOAD:
         payload = freeze_json(payload)
     text = None if payload is None else payload_json(payload)
-    digest = _leaf(proposal, text, promotion)
+    digest = _leaf(proposal.__dict__, text, promotion.__dict__)
     fields = _new_fields(_Fields)
     _fill_fields(
         fields,
@@ -368,16 +334,7 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
             "digest": digest,
         },
     )
-    fact = _new(Fact)
-    _set(fact, "__dict__", fields)
-    _set(fact, "__pydantic_fields_set__", _FACT_NAMES)
-    _set(fact, "__pydantic_extra__", None)
-    _set(fact, "__pydantic_private__", None)
-    return fact
-
-
-_FACT_NAMES: Final = _names(Fact.model_fields)
-_RECORD_NAMES: Final = _names(PromotionRecord.model_fields)
+    return trusted(Fact, fields)
 
 
 @final
@@ -410,9 +367,4 @@ def promotion_record(
     holder.clock = clock
     holder.gate = gate
     holder.approved_by = approved_by
-    record = _new(PromotionRecord)
-    _set(record, "__dict__", holder.__dict__)
-    _set(record, "__pydantic_fields_set__", _RECORD_NAMES)
-    _set(record, "__pydantic_extra__", None)
-    _set(record, "__pydantic_private__", None)
-    return record
+    return trusted(PromotionRecord, holder.__dict__)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from collections.abc import Iterable
+from typing import ClassVar, NoReturn, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,8 +18,58 @@ class FrozenModel(BaseModel, frozen=True):
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+def _read_only(*_args: object, **_kwargs: object) -> NoReturn:
+    raise TypeError("a record's set of field names is shared and read-only; copy it to change it")
+
+
+@final
+class _NameSet(set[str]):
+    """The field names pydantic reads as "set" on a model, shared by every record of a class.
+
+    One read-only set for all: a set per record would cost a few hundred bytes and a build
+    each. A copy (what `model_copy` takes) is a plain, private `set`.
+    """
+
+    __slots__ = ()
+
+    __init__ = _read_only
+    add = _read_only
+    discard = _read_only
+    remove = _read_only
+    pop = _read_only
+    clear = _read_only
+    update = _read_only
+    difference_update = _read_only
+    intersection_update = _read_only
+    symmetric_difference_update = _read_only
+    __ior__ = _read_only
+    __iand__ = _read_only
+    __isub__ = _read_only
+    __ixor__ = _read_only
+
+    def __copy__(self) -> set[str]:
+        return set(self)
+
+    def __deepcopy__(self, memo: dict[int, object] | None = None) -> set[str]:
+        return set(self)
+
+    def __reduce__(self) -> tuple[type[set[str]], tuple[list[str]]]:
+        return (set, (list(self),))
+
+
+def _names(names: Iterable[str]) -> _NameSet:
+    shared = set.__new__(_NameSet)
+    set[str].update(shared, names)
+    return shared
+
+
 _new = object.__new__
-_set = object.__setattr__
+# The slots of every pydantic model, written through their descriptors (no lookup by name).
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+_all_fields: dict[type[BaseModel], _NameSet] = {}
 
 
 def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
@@ -27,10 +78,15 @@ def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
     `fields` must hold every field of `cls` with a value of the declared type. This is
     `model_construct` without its per-field default handling, several times faster, and used
     only on the hot path for records the kernel creates (facts, executions, cycle traces).
+    Every record of a class shares one read-only set of field names as its "fields set".
+    `object.__new__` builds the instance, so a class that refuses `__new__` (`Fact`) works.
     """
+    names = _all_fields.get(cls)
+    if names is None:
+        names = _all_fields[cls] = _names(cls.model_fields)
     instance = _new(cls)
-    _set(instance, "__dict__", fields)
-    _set(instance, "__pydantic_fields_set__", set(fields))
-    _set(instance, "__pydantic_extra__", None)
-    _set(instance, "__pydantic_private__", None)
+    _set_dict(instance, fields)
+    _set_fields_set(instance, names if len(fields) == len(names) else set(fields))
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance

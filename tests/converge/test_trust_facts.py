@@ -145,6 +145,22 @@ def test_verify_refuses_a_fact_whose_digest_field_alone_was_changed() -> None:
     assert not verify(result.context, result.integrity)
 
 
+@pytest.mark.parametrize(
+    ("where", "name", "value"),
+    [("fact", "confidence", 1), ("record", "clock", True), ("record", "suggestor_id", -1.0)],
+)
+def test_verify_refuses_a_field_given_another_type_of_the_same_json(
+    where: str, name: str, value: object
+) -> None:
+    # 1 for 1.0 or 1.0 for 1 writes the same canonical JSON: only the type changed
+    result = Engine().run_sync(inputs=[seed()])
+    fact = result.context.facts()[0]
+    target = vars(fact) if where == "fact" else vars(fact.promotion)
+    assert target[name] == value
+    dict[str, Any].__setitem__(target, name, value)
+    assert not verify(result.context, result.integrity)
+
+
 class Rewriter:
     """In cycle 1, rewrites the seed fact it can read and recomputes its digest."""
 
