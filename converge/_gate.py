@@ -73,53 +73,7 @@ class PromotionPolicy(FrozenModel, frozen=True):
         admitted = admit(proposal)
         if isinstance(admitted, str):
             return admitted
-        return _reason(self, admitted, writes, refused, gate)
-
-
-def _reason(
-    policy: PromotionPolicy,
-    proposal: ProposedFact,
-    writes: Collection[AnyKey] | None,
-    refused: Collection[tuple[AnyKey, str]],
-    gate: GateKind,
-) -> str | None:
-    """The first check `proposal` fails, in the documented order, or `None`."""
-    key = proposal.key
-    ident = proposal.id
-    content = proposal.content
-    provenance = proposal.provenance
-    if (  # one pass over what nearly every proposal passes; the details only when one fails
-        not content.strip()
-        or not provenance.strip()
-        or len(provenance) > policy.max_provenance_length
-        or not ident
-        or len(ident) > policy.max_id_length
-        or _BAD_ID_CHARACTER.search(ident) is not None
-        or (key is ContextKey.DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
-        or len(content) * 4 > policy.max_content_bytes
-        or proposal.payload is not None
-    ):
-        reason = _field_reason(policy, proposal, gate)
-        if reason is not None:
-            return reason
-    if writes is not None and key not in writes:
-        return f"not authorised to write {key}"
-    target = proposal.target
-    if key is ContextKey.PROPOSALS:
-        if target is None:
-            return "a proposal under proposals needs a target"
-        if target is ContextKey.PROPOSALS:
-            return "a staged proposal cannot target proposals"
-    elif target is not None:
-        return f"target is only allowed under proposals, not under {key}"
-    typed = key if type(key) is Key else target if type(target) is Key else None
-    if typed is not None:
-        reason = _model_reason(typed, proposal.payload)
-        if reason is not None:
-            return reason
-    if refused and (key, ident) in refused:
-        return f"{key}/{ident} was rejected by a human in this run"
-    return None
+        return Gate(self, cycle=0, kind=gate, refused=frozenset(refused)).check(admitted, writes)
 
 
 def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
@@ -357,17 +311,55 @@ class Gate:
         self._kind: GateKind = kind
         self._refused = refused
 
-    @staticmethod
-    def admit(proposal: object) -> ProposedFact | str:
-        """The proposal to decide on (`proposal` itself when validation left it as it is, else
-        a validated copy), or the reason it does not validate."""
-        if type(proposal) is ProposedFact and _intact(proposal.__dict__):
-            return proposal
-        return admit(proposal)
+    admit = staticmethod(admit)
+    """The proposal to decide on (`proposal` itself when validation left it as it is, else a
+    validated copy), or the reason it does not validate."""
 
     def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
-        """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`."""
-        return _reason(self._policy, proposal, writes, self._refused, self._kind)
+        """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`: the
+        first check it fails, in the documented order, or `None`."""
+        policy = self._policy
+        key = proposal.key
+        ident = proposal.id
+        content = proposal.content
+        provenance = proposal.provenance
+        if (  # one pass over what nearly every proposal passes; the details only when one fails
+            not content.strip()
+            or not provenance.strip()
+            or len(provenance) > policy.max_provenance_length
+            or not ident
+            or len(ident) > policy.max_id_length
+            or not (  # an ASCII id is printable and has no space, or has no bad character
+                ident.isprintable() and " " not in ident
+                if ident.isascii()
+                else _BAD_ID_CHARACTER.search(ident) is None
+            )
+            or (key is ContextKey.DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
+            or len(content) * 4 > policy.max_content_bytes
+            or proposal.payload is not None
+        ):
+            reason = _field_reason(policy, proposal, self._kind)
+            if reason is not None:
+                return reason
+        if writes is not None and key not in writes:
+            return f"not authorised to write {key}"
+        target = proposal.target
+        if key is ContextKey.PROPOSALS:
+            if target is None:
+                return "a proposal under proposals needs a target"
+            if target is ContextKey.PROPOSALS:
+                return "a staged proposal cannot target proposals"
+        elif target is not None:
+            return f"target is only allowed under proposals, not under {key}"
+        typed = key if type(key) is Key else target if type(target) is Key else None
+        if typed is not None:
+            reason = _model_reason(typed, proposal.payload)
+            if reason is not None:
+                return reason
+        refused = self._refused
+        if refused and (key, ident) in refused:
+            return f"{key}/{ident} was rejected by a human in this run"
+        return None
 
     def promote(
         self,

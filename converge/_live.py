@@ -84,7 +84,7 @@ class LiveEffects:
             candidates = await self._with_retries(cycle, candidates)
         eligible, refused = self._eligible(candidates, snapshot)
         if not eligible:
-            return Batch((), tuple(refused), (), 0)
+            return Batch((), tuple(refused), (), 0, None, bool(refused))
         slots = [Slot(reg) for reg in eligible]
         started = perf_counter()
         remaining = self._remaining()
@@ -104,7 +104,7 @@ class LiveEffects:
             if slot.effect is not None:
                 tokens += slot.effect.tokens
             elif slot.execution is not None:
-                failed = True
+                failed = True  # a failure or a timeout: the slot has an execution, no effect
                 tokens += slot.execution.tokens
                 if slot.held is not None:
                     self._events.suggestor_blocked(cycle, slot.reg.name, slot.held)
@@ -113,9 +113,9 @@ class LiveEffects:
             executions = self._retried(cycle, executions)
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
-            return Batch(tuple(eligible), executions, (), tokens, stop)
+            return Batch(tuple(eligible), executions, (), tokens, stop, True)
         effects = tuple((slot.reg, slot.effect) for slot in slots if slot.effect is not None)
-        return Batch(tuple(eligible), executions, effects, tokens)
+        return Batch(tuple(eligible), executions, effects, tokens, None, failed)
 
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
         """The fact, token or time budget, measured now."""
@@ -178,22 +178,26 @@ class LiveEffects:
         raise_errors = self._raise
         for reg in candidates:
             try:
-                verdict = reg.accepts(snapshot)
+                # a method call on the suggestor: CPython inlines it (a bound method kept
+                # on the registration measured about 40 % slower per call)
+                verdict = reg.suggestor.accepts(snapshot)
             except Exception as error:
                 if raise_errors:
                     raise
                 # accepts calls are not timed: timing each costs as much as a cheap accepts
                 refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
                 continue
+            if verdict is False:
+                continue
             if verdict is True:
                 eligible.append(reg)
-            elif verdict is not False:
-                error = TypeError(
-                    f"accepts() of {reg.name!r} returned {type(verdict).__name__}, expected bool"
-                )
-                if raise_errors:
-                    raise error
-                refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
+                continue
+            error = TypeError(
+                f"accepts() of {reg.name!r} returned {type(verdict).__name__}, expected bool"
+            )
+            if raise_errors:
+                raise error
+            refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
         return eligible, refused
 
 

@@ -143,10 +143,6 @@ class Merger:
         self.violations: list[Violation] = []
         """Structural violations that rolled an effect back."""
 
-    def _find(self, key: AnyKey, ident: str) -> Fact | None:
-        fact = self._overlay.get((key, ident))
-        return fact if fact is not None else self._base.find(key, ident)
-
     def merge(
         self,
         suggestor: str,
@@ -210,10 +206,10 @@ class Merger:
         reason = gate.check(proposal, writes)
         if reason is not None:
             return self._rejection(proposal, suggestor, reason)
-        slot = (proposal.key, proposal.id)
-        existing = effect.local.get(slot)
-        if existing is None:
-            existing = self._find(*slot)
+        key = proposal.key
+        ident = proposal.id
+        slot = (key, ident)
+        existing = effect.local.get(slot) or self._overlay.get(slot) or self._base.find(key, ident)
         if existing is not None:
             return self._restated(existing, proposal, suggestor)
         if slot in self._held_slots or slot in effect.held_slots:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import final
 
-from ._context import Context
 from ._exceptions import ConfigurationError
 from ._invariant import Invariant, InvariantClass
 from ._key import AnyKey
@@ -29,11 +28,6 @@ class Registration:
     pack: str | None
     retry: RetryPolicy | None = None
     """The suggestor's own `retry` attribute, if it has one (else the engine's policy)."""
-    accepts: Callable[[Context], object] = field(init=False, repr=False, compare=False)
-    """`suggestor.accepts`, bound once: the run calls it for every candidate of every cycle."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "accepts", self.suggestor.accepts)
 
 
 @final

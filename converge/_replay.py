@@ -74,7 +74,8 @@ class RecordedEffects:
             effect = execution.effect
             tokens += effect.tokens if execution.outcome == "ok" and effect else execution.tokens
         cancelled = None if recorded.merged else (self._reason, self._trace.detail)
-        return Batch(eligible, recorded.executions, effects, tokens, cancelled)
+        failed = any(execution.outcome != "ok" for execution in recorded.executions)
+        return Batch(eligible, recorded.executions, effects, tokens, cancelled, failed)
 
     def retrying(self, cycle: int, /) -> bool:
         """Whether the trace records more cycles (the run went on to retry a suggestor)."""

@@ -425,6 +425,4 @@ def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedF
 
 def _noteworthy(batch: Batch, merger: Merger | None, violations: Sequence[Violation]) -> bool:
     """Whether a cycle has anything above debug level to narrate: failures, holds, violations."""
-    if violations or (merger is not None and merger.held):
-        return True
-    return any(execution.outcome != "ok" for execution in batch.executions)
+    return batch.failed or bool(violations) or (merger is not None and bool(merger.held))

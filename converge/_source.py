@@ -38,6 +38,8 @@ class Batch:
     """Tokens the cycle spent, failed and cancelled calls included."""
     cancelled: tuple[StopReason, str] | None = None
     """Set when the time budget cancelled the cycle: nothing merges, the run stops so."""
+    failed: bool = False
+    """Whether a call failed or timed out (an execution's outcome is not `"ok"`)."""
 
 
 @final
