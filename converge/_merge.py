@@ -5,10 +5,11 @@ that skipped validation is validated again; one that does not validate is reject
 named) and checks (reject); the identity check (an identical fact is an idempotent
 restatement; a different one with the same key and id is a conflict); a slot already held
 (reject); the HITL policy (hold for a human); otherwise the gate promotes it. A suggestor's
-decisions are committed together (`Merger._commit`) after the structural invariants hold, so
-a conflict with `on_conflict="stop"` or a structural violation discards that suggestor's
-whole effect and nothing else. Any exception while deciding one proposal is that proposal's
-rejection, with the exception as its reason: a proposal never stops a run.
+decisions are appended to the cycle's as they are made and kept together or not at all: a
+conflict with `on_conflict="stop"` or a structural violation rolls the cycle back to where
+that suggestor's effect began (`Merger._roll_back`), discarding its facts and holds and
+nothing else (its rejections stay on record). Any exception while deciding one proposal is
+that proposal's rejection, with the exception as its reason: a proposal never stops a run.
 
 A promoted fact's leaf digest is taken the moment the gate seals it and travels with it into
 the snapshot, which builds the Merkle root from those leaves only.
@@ -66,40 +67,19 @@ _Decision = Fact | Rejection | GateRequest | Conflict | None
 
 
 @final
-class _Effect:
-    """One suggestor's decisions, committed together or not at all."""
-
-    __slots__ = ("accepted", "clock", "held", "held_slots", "leaves", "local", "rejected")
-
-    def __init__(self, clock: int) -> None:
-        self.clock = clock
-        self.accepted: list[Fact] = []
-        self.leaves: list[str] = []
-        self.local: dict[tuple[AnyKey, str], Fact] = {}
-        self.held: list[GateRequest] = []
-        self.held_slots: set[tuple[AnyKey, str]] = set()
-        self.rejected: list[Rejection] = []
-
-    def hold(self, request: GateRequest) -> None:
-        proposal = request.proposal
-        self.held.append(request)
-        self.held_slots.add((proposal.key, proposal.id))
-
-
-@final
 class Merger:
     """Merges the effects of one cycle into a snapshot, recording what happened."""
 
     __slots__ = (
-        "_added",
-        "_added_leaves",
         "_base",
         "_clock",
         "_cycle",
         "_deadline",
+        "_folded",
         "_gate",
         "_held_slots",
         "_hitl",
+        "_leaves",
         "_mode",
         "_overlay",
         "_structural",
@@ -128,8 +108,11 @@ class Merger:
         self._gate = Gate(policy, cycle=cycle, kind=gate, refused=refused)
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
-        self._added: list[Fact] = []
-        self._added_leaves: list[str] = []
+        """The promoted facts not yet in `_base`, by slot."""
+        self._leaves: list[str] = []
+        """The leaf digest of each promoted fact, as the seal took it."""
+        self._folded = 0
+        """How many of `promoted` are in `_base` already."""
         self._structural = tuple(structural)
         self._hitl = hitl
         self._deadline = deadline
@@ -153,45 +136,64 @@ class Merger:
         approved_by: str | None = None,
     ) -> Conflict | None:
         """Merge one suggestor's proposals; return the conflict that stops the run, if any."""
-        effect = _Effect(self._clock)
-        decide = self._decide
-        accepted = effect.accepted
-        leaves = effect.leaves
-        local = effect.local
-        rejected = effect.rejected
         try:
             proposals = tuple(proposals)
         except Exception as error:  # an effect built without validation
             reason = f"the effect's proposals cannot be read ({type(error).__name__}: {error})"
             self.rejections.append(self._rejection(stand_in(proposals), suggestor, reason))
             return None
+        # with structural invariants, this effect is checked on top of the earlier ones
+        before = self.snapshot() if self._structural else None
+        promoted = self.promoted
+        leaves = self._leaves
+        overlay = self._overlay
+        decide = self._decide
+        mark = (len(promoted), len(self.held), self._clock)
         for proposal in proposals:
             try:
-                decision = decide(proposal, effect, suggestor, suggestor_id, writes, approved_by)
+                decision = decide(proposal, suggestor, suggestor_id, writes, approved_by)
             except Exception as error:
                 reason = f"could not be decided ({type(error).__name__}: {error})"
                 decision = self._rejection(stand_in(proposal), suggestor, reason)
             if decision is None:  # an identical fact exists: an idempotent restatement
                 continue
             if type(decision) is Fact:
-                effect.clock += 1
-                accepted.append(decision)
+                self._clock += 1
+                promoted.append(decision)
                 leaves.append(decision.digest)  # the seal's own digest, taken at promotion
-                local[decision.key, decision.id] = decision
+                overlay[decision.key, decision.id] = decision
             elif type(decision) is Rejection:
-                rejected.append(decision)
+                self.rejections.append(decision)
             elif type(decision) is GateRequest:
-                effect.hold(decision)
+                proposal = decision.proposal
+                self.held.append(decision)
+                self._held_slots.add((proposal.key, proposal.id))
             else:
-                self.rejections.extend(rejected)
+                self._roll_back(*mark)
                 return decision
-        self._commit(effect)
+        if before is not None and len(promoted) > mark[0]:
+            violations = check_invariants(self._structural, self.snapshot(), self._cycle)
+            if violations:
+                self.violations.extend(violations)
+                self._base = before
+                self._roll_back(*mark)
         return None
+
+    def _roll_back(self, promoted: int, held: int, clock: int) -> None:
+        """Discard what was promoted and held since the marks (one suggestor's effect)."""
+        for fact in self.promoted[promoted:]:
+            self._overlay.pop((fact.key, fact.id), None)
+        del self.promoted[promoted:]
+        del self._leaves[promoted:]
+        for request in self.held[held:]:
+            self._held_slots.discard((request.proposal.key, request.proposal.id))
+        del self.held[held:]
+        self._folded = min(self._folded, promoted)
+        self._clock = clock
 
     def _decide(
         self,
         proposal: ProposedFact,
-        effect: _Effect,
         suggestor: str,
         suggestor_id: int,
         writes: frozenset[AnyKey] | None,
@@ -209,17 +211,17 @@ class Merger:
         key = proposal.key
         ident = proposal.id
         slot = (key, ident)
-        existing = effect.local.get(slot) or self._overlay.get(slot) or self._base.find(key, ident)
+        existing = self._overlay.get(slot) or self._base.find(key, ident)
         if existing is not None:
             return self._restated(existing, proposal, suggestor)
-        if slot in self._held_slots or slot in effect.held_slots:
+        if slot in self._held_slots:
             reason = f"{proposal.ref} is already held for a human decision"
             return self._rejection(proposal, suggestor, reason)
         try:
             if self._hitl is not None and self._hitl.gates(proposal):
                 check_hashable(proposal)
                 return self._request(proposal, suggestor, suggestor_id)
-            return gate.promote(proposal, suggestor, suggestor_id, effect.clock + 1, approved_by)
+            return gate.promote(proposal, suggestor, suggestor_id, self._clock + 1, approved_by)
         except ValueError as error:  # model_copy/model_construct skip validation
             return self._rejection(stand_in(proposal), suggestor, unhashable(error))
 
@@ -242,30 +244,6 @@ class Merger:
             )
         reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
         return self._rejection(proposal, suggestor, reason)
-
-    def _commit(self, effect: _Effect) -> None:
-        """Commit one effect's decisions; a structural violation discards its facts and holds."""
-        self.rejections.extend(effect.rejected)
-        accepted = effect.accepted
-        if accepted:
-            if self._structural:
-                candidate = self.snapshot()._extend(  # pyright: ignore[reportPrivateUsage]
-                    accepted, effect.leaves, self._cycle, effect.clock
-                )
-                violations = check_invariants(self._structural, candidate, self._cycle)
-                if violations:
-                    self.violations.extend(violations)
-                    return
-                self._base = candidate
-            else:
-                self._overlay.update(effect.local)
-                self._added.extend(accepted)
-                self._added_leaves.extend(effect.leaves)
-            self._clock = effect.clock
-            self.promoted.extend(accepted)
-        if effect.held:
-            self._held_slots |= effect.held_slots
-            self.held.extend(effect.held)
 
     def _request(self, proposal: ProposedFact, suggestor: str, suggestor_id: int) -> GateRequest:
         return GateRequest(
@@ -297,12 +275,15 @@ class Merger:
 
     def snapshot(self) -> ContextSnapshot:
         """The context with everything merged so far."""
-        if self._added:
+        promoted = self.promoted
+        folded = self._folded
+        if len(promoted) > folded:
+            new = promoted if not folded else promoted[folded:]
+            leaves = self._leaves if not folded else self._leaves[folded:]
             self._base = self._base._extend(  # pyright: ignore[reportPrivateUsage]
-                self._added, self._added_leaves, self._cycle, self._clock
+                new, leaves, self._cycle, self._clock
             )
-            self._added = []
-            self._added_leaves = []
+            self._folded = len(promoted)
             self._overlay = {}
         elif self._base.cycle != self._cycle:
             self._base = self._base._at_cycle(self._cycle)  # pyright: ignore[reportPrivateUsage]

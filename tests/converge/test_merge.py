@@ -115,6 +115,45 @@ def test_a_structural_violation_discards_the_whole_effect_and_nothing_else() -> 
     assert m.snapshot().clock == 1
 
 
+def test_a_discarded_effect_leaves_its_slots_clock_and_holds_as_they_were() -> None:
+    # one effect promotes, holds and is refused, then breaks an invariant: its facts and its
+    # hold are gone (the slots free, the clock back), its refusal stays on record
+    m = Merger(
+        ContextSnapshot.empty(),
+        cycle=1,
+        policy=PromotionPolicy(),
+        mode="stop",
+        hitl=HitlPolicy(gated_keys=frozenset({S})),
+        structural=(NoForbiddenContent(),),
+    )
+    m.merge("good", 0, None, [fact(H, "a", "fine")])
+    bad = [fact(H, "b", "fine"), fact(S, "g"), fact(H, "blank", " "), fact(H, "c", "forbidden")]
+    assert m.merge("bad", 1, None, bad) is None
+    assert [f.id for f in m.promoted] == ["a"]
+    assert m.held == []
+    assert [r.proposal.id for r in m.rejections] == ["blank"]
+    assert m.snapshot().clock == 1
+    assert m.merge("again", 2, None, [fact(H, "b", "fine"), fact(S, "g")]) is None
+    assert [(f.id, f.promotion.clock) for f in m.promoted] == [("a", 1), ("b", 2)]
+    assert [request.suggestor for request in m.held] == ["again"]
+    assert m.snapshot().find(H, "b") is m.promoted[1]
+
+
+def test_a_conflict_discards_the_effects_holds_and_keeps_the_earlier_effects() -> None:
+    m = merger(seeded(fact(H, "x", "old")), hitl=HitlPolicy(gated_keys=frozenset({S})))
+    assert m.merge("a", 0, None, [fact(H, "kept")]) is None
+    conflict = m.merge("b", 1, None, [fact(H, "y"), fact(S, "g"), fact(H, "x", "new")])
+    assert isinstance(conflict, Conflict)
+    assert [f.id for f in m.promoted] == ["kept"]
+    assert m.held == []
+    # the merger stays consistent: the discarded slot takes another claim, the next clock
+    assert m.merge("c", 2, None, [fact(H, "y", "other")]) is None
+    assert [(f.content, f.promotion.clock) for f in m.promoted] == [("c", 2), ("other", 3)]
+    snapshot = m.snapshot()
+    assert snapshot.find(H, "kept") is m.promoted[0]
+    assert snapshot.find(H, "y") is m.promoted[1]
+
+
 def test_a_human_rejected_slot_is_refused_by_the_gate() -> None:
     m = merger(refused=frozenset({(H, "x")}))
     m.merge("a", 0, None, [fact(H, "x")])
