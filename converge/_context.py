@@ -152,12 +152,16 @@ class _KeyStore:
 
     def extended(self, facts: Sequence[Fact], leaves: Sequence[str]) -> _KeyStore:
         """This store with `facts` (ids new to it) and their `leaves` appended."""
-        mutation = self.ids.mutate()
-        for fact in facts:
-            mutation[fact.id] = fact
+        if len(facts) == 1:
+            ids = self.ids.set(facts[0].id, facts[0])
+        else:
+            mutation = self.ids.mutate()
+            for fact in facts:
+                mutation[fact.id] = fact
+            ids = mutation.finish()
         chunks, tail = _rechunk(self.chunks, self.tail + tuple(facts))
         leaf_chunks, leaf_tail = _rechunk(self.leaf_chunks, self.leaf_tail + tuple(leaves))
-        return _KeyStore(mutation.finish(), chunks, tail, leaf_chunks, leaf_tail)
+        return _KeyStore(ids, chunks, tail, leaf_chunks, leaf_tail)
 
     def leaves(self) -> Iterator[str]:
         """The leaf digests, in insertion order."""

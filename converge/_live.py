@@ -114,7 +114,7 @@ class LiveEffects:
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
             return Batch(tuple(eligible), executions, (), tokens, stop, True)
-        effects = tuple((slot.reg, slot.effect) for slot in slots if slot.effect is not None)
+        effects = tuple([(slot.reg, slot.effect) for slot in slots if slot.effect is not None])
         return Batch(tuple(eligible), executions, effects, tokens, None, failed)
 
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:

@@ -119,7 +119,8 @@ class RunLoop:
                 # The save is shielded: a cancellation that came meanwhile is raised here,
                 # even if no suggestor of the next cycle ever awaits.
                 await anyio.lowlevel.checkpoint_if_cancelled()
-            await self.events.flush()
+            if self.events.pending:
+                await self.events.flush()
             state.cycle += 1
             result = await self._cycle(source, state.cycle)
             if result is not None:

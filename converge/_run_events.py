@@ -88,6 +88,11 @@ class RunEvents:
         """Deliver from now on within the seconds `remaining()` gives (the run's time left)."""
         self._remaining = remaining
 
+    @property
+    def pending(self) -> bool:
+        """Whether events wait to be delivered (`flush` has something to do)."""
+        return bool(self._buffer)
+
     async def flush(self) -> None:
         """Deliver what is buffered; the run waits for its observers here, between phases."""
         if not self._buffer:
