@@ -2,9 +2,9 @@
 
 A snapshot keeps, per key, the facts in insertion order and a persistent hash map
 (`immutables.Map`, a HAMT) id → fact. The facts sit in full chunks of 64 (tuples shared
-between snapshots) and a short tail, so a new snapshot shares everything it did not change
-with the old one: taking one costs O(facts added + 64), and `find`, `has`, `count` and
-indexing are O(1).
+between snapshots, themselves in a persistent map by chunk number) and a short tail, so a new
+snapshot shares everything it did not change with the old one: taking one costs O(facts
+added + 64 + log n), and `find`, `has`, `count` and indexing are O(1) (O(log₃₂ n)).
 
 A snapshot also keeps, per key, the leaf digest the seal computed for each fact when it was
 promoted (or restored), in persistent chunks. The Merkle root is built from those, never from
@@ -67,6 +67,9 @@ _EMPTY_IDS: Final[immutables.Map[str, Fact]] = immutables.Map()
 _CHUNK: Final = 64
 """Facts and their leaf digests are kept in shared, full chunks of this many, and a short tail."""
 _SHIFT: Final = 6  # _CHUNK == 1 << _SHIFT
+_T = TypeVar("_T")
+_Chunks = immutables.Map[int, tuple[_T, ...]]
+"""Full chunks by their number: a persistent map, so a new chunk costs O(log n), not a copy."""
 
 
 @final
@@ -75,9 +78,7 @@ class FactSequence(Sequence[Fact]):
 
     __slots__ = ("_chunks", "_full", "_length", "_tail")
 
-    def __init__(
-        self, chunks: tuple[tuple[Fact, ...], ...], tail: tuple[Fact, ...], length: int
-    ) -> None:
+    def __init__(self, chunks: _Chunks[Fact], tail: tuple[Fact, ...], length: int) -> None:
         self._chunks = chunks
         self._tail = tail
         self._full = length - len(tail)
@@ -104,7 +105,7 @@ class FactSequence(Sequence[Fact]):
         return self._chunks[index >> _SHIFT][index & (_CHUNK - 1)]
 
     def __iter__(self) -> Iterator[Fact]:
-        return chain(chain.from_iterable(self._chunks), self._tail)
+        return chain(_chained(self._chunks), self._tail)
 
     def __repr__(self) -> str:
         return f"FactSequence({[fact.ref for fact in self]!r})"
@@ -121,7 +122,7 @@ class FactSequence(Sequence[Fact]):
         return hash(tuple(self))
 
 
-_EMPTY_FACTS: Final = FactSequence((), (), 0)
+_EMPTY_FACTS: Final = FactSequence(immutables.Map(), (), 0)
 
 
 @final
@@ -137,9 +138,9 @@ class _KeyStore:
     def __init__(
         self,
         ids: immutables.Map[str, Fact],
-        chunks: tuple[tuple[Fact, ...], ...],
+        chunks: _Chunks[Fact],
         tail: tuple[Fact, ...],
-        leaf_chunks: tuple[tuple[str, ...], ...],
+        leaf_chunks: _Chunks[str],
         leaf_tail: tuple[str, ...],
     ) -> None:
         self.ids = ids
@@ -165,24 +166,30 @@ class _KeyStore:
 
     def leaves(self) -> Iterator[str]:
         """The leaf digests, in insertion order."""
-        return chain(chain.from_iterable(self.leaf_chunks), self.leaf_tail)
+        return chain(_chained(self.leaf_chunks), self.leaf_tail)
 
 
-_T = TypeVar("_T")
-
-
-def _rechunk(
-    chunks: tuple[tuple[_T, ...], ...], tail: tuple[_T, ...]
-) -> tuple[tuple[tuple[_T, ...], ...], tuple[_T, ...]]:
+def _rechunk(chunks: _Chunks[_T], tail: tuple[_T, ...]) -> tuple[_Chunks[_T], tuple[_T, ...]]:
     """`chunks` and `tail` with the tail's full chunks moved to the chunks."""
     if len(tail) < _CHUNK:
         return chunks, tail
     full = len(tail) - len(tail) % _CHUNK
-    chunks += tuple([tail[start : start + _CHUNK] for start in range(0, full, _CHUNK)])
-    return chunks, tail[full:]
+    mutation = chunks.mutate()
+    number = len(chunks)
+    for start in range(0, full, _CHUNK):
+        mutation[number] = tail[start : start + _CHUNK]
+        number += 1
+    return mutation.finish(), tail[full:]
 
 
-_EMPTY_STORE: Final = _KeyStore(_EMPTY_IDS, (), (), (), ())
+def _chained(chunks: _Chunks[_T]) -> Iterator[_T]:
+    """The items of `chunks`, in order."""
+    return chain.from_iterable(map(chunks.__getitem__, range(len(chunks))))
+
+
+_NO_FACTS: Final[_Chunks[Fact]] = immutables.Map()
+_NO_LEAVES: Final[_Chunks[str]] = immutables.Map()
+_EMPTY_STORE: Final = _KeyStore(_EMPTY_IDS, _NO_FACTS, (), _NO_LEAVES, ())
 
 
 @final
