@@ -13,12 +13,13 @@ from typing import Literal, final
 from pydantic import Field, JsonValue
 
 from ._context import ContextSnapshot
-from ._fact import Fact, PromotionRecord, seal
+from ._fact import Fact, PromotionRecord
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation
 from ._key import STORED, AnyKey, KeyField, key_rank
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
+from ._seal import seal
 from ._trace import Continuation, CycleTrace, Rejection
 
 __all__ = ["Checkpoint", "FactRecord", "restore_fact", "restore_snapshot"]

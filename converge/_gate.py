@@ -22,10 +22,11 @@ from typing import Any, Final, cast, final
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from ._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
-from ._fact import Fact, GateKind, promotion_record, seal
+from ._fact import Fact, GateKind
 from ._key import AnyKey, ContextKey, Key, key_named
 from ._model import FrozenModel
 from ._proposal import ProposedFact
+from ._seal import promote
 
 __all__ = ["RESERVED_PREFIX", "Gate", "PromotionPolicy", "stand_in", "unhashable"]
 
@@ -374,7 +375,6 @@ class Gate:
         Raises:
             ValueError: The proposal skipped validation and cannot be hashed.
         """
-        record = promotion_record(
-            self._cycle, suggestor, suggestor_id, clock, self._kind, approved_by
+        return promote(
+            proposal, self._cycle, suggestor, suggestor_id, clock, self._kind, approved_by
         )
-        return seal(proposal, record)

@@ -6,8 +6,8 @@ from typing import final
 
 from ._canonical import merkle_root
 from ._context import ContextSnapshot
-from ._fact import fact_digest
 from ._model import FrozenModel
+from ._seal import fact_digest
 
 __all__ = ["IntegrityProof", "verify"]
 

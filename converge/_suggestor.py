@@ -107,4 +107,5 @@ def describe_suggestor(
     writes = (
         None if writes_value is None else normalise_keys(writes_value, owner=name, member="writes")
     )
-    return name, dependencies, writes
+    # the name as a plain str: a subclass's own __eq__ or __hash__ must not reach the records
+    return str.__str__(name), dependencies, writes

@@ -8,8 +8,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from converge import ContextKey, Engine, IntegrityProof, ProposedFact, verify
+from converge import (
+    AgentEffect,
+    Context,
+    ContextKey,
+    ContextSnapshot,
+    Engine,
+    IntegrityProof,
+    PromotionPolicy,
+    ProposedFact,
+    verify,
+)
 from converge._canonical import EMPTY_ROOT, merkle_root
+from converge._merge import Merger
+from converge._seal import fact_digest
 
 
 def h(data: bytes) -> bytes:
@@ -208,3 +220,72 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
         }
     )
     assert fact.digest == h(b"\x00" + expected).hex()
+
+
+def test_a_promoter_named_with_format_characters_seals_what_verify_recomputes() -> None:
+    # the gate writes the promoter's part of the leaf text once (a format template); names
+    # holding % must come out in the digest exactly as verify writes them from the fact
+    merger = Merger(
+        ContextSnapshot.empty(), cycle=1, policy=PromotionPolicy(), mode="stop", gate="human"
+    )
+    proposal = ProposedFact(key=ContextKey.SEEDS, id="p", content="100%", provenance="%s")
+    merger.merge("50% off %s %d", 7, None, [proposal], approved_by="ana %d%%")
+    [fact] = merger.promoted
+    assert (fact.promotion.suggestor, fact.promotion.approved_by) == ("50% off %s %d", "ana %d%%")
+    assert fact.digest == fact_digest(fact)
+    record: dict[str, object] = {
+        "key": "seeds",
+        "id": "p",
+        "content": "100%",
+        "payload": None,
+        "confidence": 1.0,
+        "provenance": "%s",
+        "target": None,
+        "evidence": [],
+        "promotion": {
+            "cycle": 1,
+            "suggestor": "50% off %s %d",
+            "suggestor_id": 7,
+            "clock": 1,
+            "gate": "human",
+            "approved_by": "ana %d%%",
+        },
+    }
+    assert fact.digest == h(b"\x00" + canonical(record)).hex()
+
+
+class _Shifty(str):
+    """A name that claims to equal, and hash like, every other."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class _Named:
+    dependencies = ()
+
+    def __init__(self, name: str, ident: str) -> None:
+        self.name = _Shifty(name)
+        self._ident = ident
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.find(ContextKey.SEEDS, self._ident) is None
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        return AgentEffect.with_proposal(
+            ProposedFact(key=ContextKey.SEEDS, id=self._ident, content="c", provenance="p")
+        )
+
+
+def test_suggestor_names_that_claim_to_equal_each_other_seal_their_own_names() -> None:
+    engine = Engine()
+    engine.register_suggestor(_Named("first", "a"))
+    engine.register_suggestor(_Named("second", "b"))
+    result = engine.run_sync()
+    names = {fact.id: fact.promotion.suggestor for fact in result.context.facts()}
+    assert names == {"a": "first", "b": "second"}
+    assert all(type(name) is str for name in names.values())
+    assert verify(result.context, result.integrity)

@@ -1,0 +1,239 @@
+"""Sealing: a proposal becomes a `Fact` with its promotion record and leaf digest.
+
+The leaf digest is SHA-256 of 0x00 and the fact's canonical JSON (sorted keys, no spaces,
+UTF-8 as is), written out field by field in one formatting step, byte for byte what
+`json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives, without
+building the dict. Two routes write it from the same parts (`_HEAD`, `_PROMOTION`, `_TAIL`):
+
+- `promote`, the gate's: the promotion record's fields other than the clock and cycle are the
+  same for every fact one gate promotes for one suggestor, so their part of the text is
+  written once (`_stamp`, cached) and each fact fills in only its own fields;
+- `seal` (the verified restore, with a record read back) and `fact_digest` (what `verify`
+  recomputes, from a fact's fields alone) write the whole text.
+
+`verify` recomputes every digest the first route took through the second, so the two cannot
+drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json.encoder
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Final, final
+
+from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
+from ._fact import Fact, FactFields, GateKind, PromotionRecord
+from ._model import trusted
+from ._proposal import ProposedFact
+
+__all__ = ["fact_digest", "promote", "promotion_record", "seal"]
+
+_quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
+_sha256 = hashlib.sha256
+_new = object.__new__
+_new_fields = dict.__new__
+_fill_fields: Final = dict[str, object].update
+_FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
+
+_HEAD: Final = '\x00{"confidence":%r,"content":%s,"evidence":[%s],"id":%s,"key":%s,"payload":%s,'
+_PROMOTION: Final = (
+    '"promotion":{"approved_by":%s,"clock":%s,"cycle":%s,"gate":%s,"suggestor":%s,'
+    '"suggestor_id":%s},'
+)
+_TAIL: Final = '"provenance":%s,"target":%s}'
+_RECORD: Final = _HEAD + _PROMOTION % ("%s", "%d", "%d", "%s", "%s", "%d") + _TAIL
+"""The leaf text with every field a placeholder, promotion record included."""
+
+
+def _leaf(fields: Mapping[str, Any], payload: str | None, promotion: Mapping[str, Any]) -> str:
+    """The hex leaf digest of a fact, from its fields and its promotion record's.
+
+    `fields` are the fact's own fields (a proposal's, or a fact's), `promotion` its record's,
+    each of its declared type exactly (the confidence a `float`, the numbers `int`s).
+    `payload` is the payload's canonical JSON text (`None` for no payload).
+    """
+    quote = _quote
+    target = fields["target"]
+    approved_by = promotion["approved_by"]
+    record = _RECORD % (
+        fields["confidence"],
+        quote(fields["content"]),
+        ",".join(map(quote, fields["evidence"])),
+        quote(fields["id"]),
+        quote(fields["key"]),
+        "null" if payload is None else payload,
+        "null" if approved_by is None else quote(approved_by),
+        promotion["clock"],
+        promotion["cycle"],
+        quote(promotion["gate"]),
+        quote(promotion["suggestor"]),
+        promotion["suggestor_id"],
+        quote(fields["provenance"]),
+        "null" if target is None else quote(target),
+    )
+    return _sha256(record.encode("utf-8")).hexdigest()
+
+
+def fact_digest(fact: Fact) -> str:
+    """Recompute a fact's leaf digest from its fields, nothing cached (what `verify` does).
+
+    Raises:
+        TypeError: A field is not of its declared type (the fact was changed below the API).
+        ValueError: A text field cannot be encoded (the same).
+    """
+    promotion = fact.promotion
+    numbers = (promotion.clock, promotion.cycle, promotion.suggestor_id)
+    if type(fact.confidence) is not float or any(type(number) is not int for number in numbers):
+        raise TypeError(f"fact {fact.ref} holds a field of another type than declared")
+    payload = fact.payload
+    text = None if payload is None else canonical_json(payload).decode("utf-8")
+    fields = {name: getattr(fact, name) for name in _LEAF_FIELDS}
+    record = {name: getattr(promotion, name) for name in _LEAF_RECORD_FIELDS}
+    return _leaf(fields, text, record)
+
+
+_LEAF_FIELDS: Final = ("confidence", "content", "evidence", "id", "key", "target", "provenance")
+_LEAF_RECORD_FIELDS: Final = ("approved_by", "clock", "cycle", "gate", "suggestor", "suggestor_id")
+
+
+def _frozen_payload(proposal: ProposedFact) -> tuple[object, str | None]:
+    """The proposal's payload as stored (frozen), and its canonical JSON text."""
+    payload = proposal.payload
+    if payload is not None and type(payload) not in _FROZEN_PAYLOAD:
+        payload = freeze_json(payload)
+    return payload, None if payload is None else payload_json(payload)
+
+
+def _fact(proposal: ProposedFact, payload: object, promotion: PromotionRecord, digest: str) -> Fact:
+    """The fact itself: the proposal's fields, the frozen payload, the record, the digest."""
+    fields = _new_fields(FactFields)
+    _fill_fields(
+        fields,
+        {
+            "key": proposal.key,
+            "id": proposal.id,
+            "content": proposal.content,
+            "payload": payload,
+            "confidence": proposal.confidence,
+            "provenance": proposal.provenance,
+            "target": proposal.target,
+            "evidence": proposal.evidence,
+            "promotion": promotion,
+            "digest": digest,
+        },
+    )
+    return trusted(Fact, fields)
+
+
+def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
+    """Build the fact of a proposal with a promotion record it already has (the restore).
+
+    The fact shares the proposal's frozen payload; `fact.digest` is the leaf the context keeps.
+
+    Raises:
+        ValueError: A field cannot be hashed (a proposal that skipped validation).
+    """
+    payload, text = _frozen_payload(proposal)
+    return _fact(proposal, payload, promotion, _leaf(proposal.__dict__, text, promotion.__dict__))
+
+
+@final
+class _RecordFields:
+    """Builds a `PromotionRecord`'s `__dict__`: an instance dict of a plain class shares its
+    key table with every other one (a split table), about 130 bytes less per fact than a dict
+    of its own (a copy of one does not share it). Fields are always set in the model's order."""
+
+    cycle: int
+    suggestor: str
+    suggestor_id: int
+    clock: int
+    gate: GateKind
+    approved_by: str | None
+
+
+def _record_fields(
+    cycle: int,
+    suggestor: str,
+    suggestor_id: int,
+    clock: int,
+    gate: GateKind,
+    approved_by: str | None,
+) -> dict[str, object]:
+    holder = _new(_RecordFields)
+    holder.cycle = cycle
+    holder.suggestor = suggestor
+    holder.suggestor_id = suggestor_id
+    holder.clock = clock
+    holder.gate = gate
+    holder.approved_by = approved_by
+    return holder.__dict__
+
+
+def promotion_record(
+    cycle: int,
+    suggestor: str,
+    suggestor_id: int,
+    clock: int,
+    gate: GateKind,
+    approved_by: str | None,
+) -> PromotionRecord:
+    """A `PromotionRecord` of values the gate itself produced, built without re-validation."""
+    fields = _record_fields(cycle, suggestor, suggestor_id, clock, gate, approved_by)
+    return trusted(PromotionRecord, fields)
+
+
+@lru_cache(maxsize=256)
+def _stamp(suggestor: str, suggestor_id: int, gate: GateKind, approved_by: str | None) -> str:
+    """The leaf text with this promoter's record fields written in (the clock and the cycle
+    still placeholders)."""
+
+    def text(value: str) -> str:
+        return _quote(value).replace("%", "%%")
+
+    promotion = _PROMOTION % (
+        "null" if approved_by is None else text(approved_by),
+        "%d",
+        "%d",
+        text(gate),
+        text(suggestor),
+        int.__repr__(suggestor_id),
+    )
+    return _HEAD + promotion + _TAIL
+
+
+def promote(
+    proposal: ProposedFact,
+    cycle: int,
+    suggestor: str,
+    suggestor_id: int,
+    clock: int,
+    gate: GateKind,
+    approved_by: str | None,
+) -> Fact:
+    """The fact of `proposal`, promoted now by `gate` for `suggestor` at Lamport time `clock`.
+
+    Raises:
+        ValueError: A field cannot be hashed (a proposal that skipped validation).
+    """
+    template = _stamp(suggestor, suggestor_id, gate, approved_by)
+    record = _record_fields(cycle, suggestor, suggestor_id, clock, gate, approved_by)
+    payload, text = _frozen_payload(proposal)
+    fields = proposal.__dict__
+    quote = _quote
+    target = fields["target"]
+    leaf = template % (
+        fields["confidence"],
+        quote(fields["content"]),
+        ",".join(map(quote, fields["evidence"])),
+        quote(fields["id"]),
+        quote(fields["key"]),
+        "null" if text is None else text,
+        clock,
+        cycle,
+        quote(fields["provenance"]),
+        "null" if target is None else quote(target),
+    )
+    digest = _sha256(leaf.encode("utf-8")).hexdigest()
+    return _fact(proposal, payload, trusted(PromotionRecord, record), digest)
