@@ -4,6 +4,7 @@ import hashlib
 import json
 import unicodedata
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import JsonValue
@@ -222,36 +223,44 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
     assert fact.digest == h(b"\x00" + expected).hex()
 
 
-def test_a_promoter_named_with_format_characters_seals_what_verify_recomputes() -> None:
-    # the gate writes the promoter's part of the leaf text once (a format template); names
-    # holding % must come out in the digest exactly as verify writes them from the fact
+@pytest.mark.parametrize("size", [1, 6])  # one fact, and an effect sealed from a template
+def test_a_promoter_named_with_format_characters_seals_what_verify_recomputes(size: int) -> None:
+    # the gate writes the promoter's part of the leaf text once for an effect of several
+    # proposals (a format template); names holding % must come out exactly as verify writes them
     merger = Merger(
         ContextSnapshot.empty(), cycle=1, policy=PromotionPolicy(), mode="stop", gate="human"
     )
-    proposal = ProposedFact(key=ContextKey.SEEDS, id="p", content="100%", provenance="%s")
-    merger.merge("50% off %s %d", 7, None, [proposal], approved_by="ana %d%%")
-    [fact] = merger.promoted
-    assert (fact.promotion.suggestor, fact.promotion.approved_by) == ("50% off %s %d", "ana %d%%")
-    assert fact.digest == fact_digest(fact)
-    record: dict[str, object] = {
-        "key": "seeds",
-        "id": "p",
-        "content": "100%",
-        "payload": None,
-        "confidence": 1.0,
-        "provenance": "%s",
-        "target": None,
-        "evidence": [],
-        "promotion": {
-            "cycle": 1,
-            "suggestor": "50% off %s %d",
-            "suggestor_id": 7,
-            "clock": 1,
-            "gate": "human",
-            "approved_by": "ana %d%%",
-        },
-    }
-    assert fact.digest == h(b"\x00" + canonical(record)).hex()
+    proposals = [
+        ProposedFact(key=ContextKey.SEEDS, id=f"p{n}", content="100%", provenance="%s")
+        for n in range(size)
+    ]
+    merger.merge("50% off %s %d", 7, None, proposals, approved_by="ana %d%%")
+    assert len(merger.promoted) == size
+    for clock, fact in enumerate(merger.promoted, start=1):
+        assert (fact.promotion.suggestor, fact.promotion.approved_by) == (
+            "50% off %s %d",
+            "ana %d%%",
+        )
+        assert fact.digest == fact_digest(fact)
+        record: dict[str, object] = {
+            "key": "seeds",
+            "id": fact.id,
+            "content": "100%",
+            "payload": None,
+            "confidence": 1.0,
+            "provenance": "%s",
+            "target": None,
+            "evidence": [],
+            "promotion": {
+                "cycle": 1,
+                "suggestor": "50% off %s %d",
+                "suggestor_id": 7,
+                "clock": clock,
+                "gate": "human",
+                "approved_by": "ana %d%%",
+            },
+        }
+        assert fact.digest == h(b"\x00" + canonical(record)).hex()
 
 
 class _Shifty(str):
@@ -272,11 +281,13 @@ class _Named:
         self._ident = ident
 
     def accepts(self, ctx: Context, /) -> bool:
-        return ctx.find(ContextKey.SEEDS, self._ident) is None
+        return ctx.find(ContextKey.SEEDS, f"{self._ident}0") is None
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        return AgentEffect.with_proposal(
-            ProposedFact(key=ContextKey.SEEDS, id=self._ident, content="c", provenance="p")
+        # six facts in one effect: sealed from the promoter's cached template
+        return AgentEffect.with_proposals(
+            ProposedFact(key=ContextKey.SEEDS, id=f"{self._ident}{n}", content="c", provenance="p")
+            for n in range(6)
         )
 
 
@@ -285,7 +296,8 @@ def test_suggestor_names_that_claim_to_equal_each_other_seal_their_own_names() -
     engine.register_suggestor(_Named("first", "a"))
     engine.register_suggestor(_Named("second", "b"))
     result = engine.run_sync()
-    names = {fact.id: fact.promotion.suggestor for fact in result.context.facts()}
+    names = {fact.id[0]: fact.promotion.suggestor for fact in result.context.facts()}
     assert names == {"a": "first", "b": "second"}
+    assert len(result.context) == 12
     assert all(type(name) is str for name in names.values())
     assert verify(result.context, result.integrity)
