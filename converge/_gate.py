@@ -369,22 +369,12 @@ class Gate:
         suggestor_id: int,
         clock: int,
         approved_by: str | None = None,
-        *,
-        shared: bool = False,
     ) -> Fact:
-        """The fact of a proposal that passed, at Lamport time `clock` (`shared`: more of
-        this suggestor's facts follow in the same effect).
+        """The fact of a proposal that passed, at Lamport time `clock`.
 
         Raises:
             ValueError: The proposal skipped validation and cannot be hashed.
         """
         return promote(
-            proposal,
-            self._cycle,
-            suggestor,
-            suggestor_id,
-            clock,
-            self._kind,
-            approved_by,
-            shared=shared,
+            proposal, self._cycle, suggestor, suggestor_id, clock, self._kind, approved_by
         )

@@ -41,8 +41,6 @@ ConflictMode = Literal["stop", "reject"]
 
 
 _key_of: Final = attrgetter("key")
-_SHARED: Final = 4
-"""An effect of more proposals than this seals them from its suggestor's shared template."""
 
 
 def _recordable(proposal: ProposedFact) -> ProposedFact:
@@ -84,7 +82,6 @@ class Merger:
         "_leaves",
         "_mode",
         "_overlay",
-        "_shared",
         "_structural",
         "held",
         "promoted",
@@ -116,8 +113,6 @@ class Merger:
         """The leaf digest of each promoted fact, as the seal took it."""
         self._folded = 0
         """How many of `promoted` are in `_base` already."""
-        self._shared = False
-        """Whether the effect being merged is large enough to seal from a shared template."""
         self._structural = tuple(structural)
         self._hitl = hitl
         self._deadline = deadline
@@ -149,7 +144,6 @@ class Merger:
             return None
         # with structural invariants, this effect is checked on top of the earlier ones
         before = self.snapshot() if self._structural else None
-        self._shared = len(proposals) > _SHARED
         promoted = self.promoted
         leaves = self._leaves
         overlay = self._overlay
@@ -227,9 +221,7 @@ class Merger:
             if self._hitl is not None and self._hitl.gates(proposal):
                 check_hashable(proposal)
                 return self._request(proposal, suggestor, suggestor_id)
-            return gate.promote(
-                proposal, suggestor, suggestor_id, self._clock + 1, approved_by, shared=self._shared
-            )
+            return gate.promote(proposal, suggestor, suggestor_id, self._clock + 1, approved_by)
         except ValueError as error:  # model_copy/model_construct skip validation
             return self._rejection(stand_in(proposal), suggestor, unhashable(error))
 

@@ -1,19 +1,11 @@
 """Sealing: a proposal becomes a `Fact` with its promotion record and leaf digest.
 
 The leaf digest is SHA-256 of 0x00 and the fact's canonical JSON (sorted keys, no spaces,
-UTF-8 as is), written out field by field in one formatting step, byte for byte what
-`json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives, without
-building the dict. Two routes write it from the same parts (`_HEAD`, `_PROMOTION`, `_TAIL`):
-
-- `promote`, the gate's: the promotion record's fields other than the clock and cycle are the
-  same for every fact one gate promotes for one suggestor, so for an effect of several
-  proposals their part of the text is written once (`_stamp`, cached) and each fact fills in
-  only its own fields;
-- `seal` (the verified restore, with a record read back) and `fact_digest` (what `verify`
-  recomputes, from a fact's fields alone) write the whole text.
-
-`verify` recomputes every digest the first route took through the second, so the two cannot
-drift apart unnoticed.
+UTF-8 as is), written out field by field in one formatting step (`_RECORD`), byte for byte
+what `json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives,
+without building the dict. One function writes it (`_leaf`), for the gate (`promote`), the
+verified restore (`seal`, with a record read back) and `verify` (`fact_digest`, from a
+fact's fields alone).
 """
 
 from __future__ import annotations
@@ -21,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json.encoder
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any, Final, final
 
 from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
@@ -29,7 +20,7 @@ from ._fact import Fact, FactFields, GateKind, PromotionRecord
 from ._model import trusted
 from ._proposal import ProposedFact
 
-__all__ = ["fact_digest", "promote", "promotion_record", "seal"]
+__all__ = ["fact_digest", "promote", "seal"]
 
 _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
 _sha256 = hashlib.sha256
@@ -38,14 +29,12 @@ _new_fields = dict.__new__
 _fill_fields: Final = dict[str, object].update
 _FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
 
-_HEAD: Final = '\x00{"confidence":%r,"content":%s,"evidence":[%s],"id":%s,"key":%s,"payload":%s,'
-_PROMOTION: Final = (
-    '"promotion":{"approved_by":%s,"clock":%s,"cycle":%s,"gate":%s,"suggestor":%s,'
-    '"suggestor_id":%s},'
+_RECORD: Final = (
+    '\x00{"confidence":%r,"content":%s,"evidence":[%s],"id":%s,"key":%s,"payload":%s,'
+    '"promotion":{"approved_by":%s,"clock":%d,"cycle":%d,"gate":%s,"suggestor":%s,'
+    '"suggestor_id":%d},"provenance":%s,"target":%s}'
 )
-_TAIL: Final = '"provenance":%s,"target":%s}'
-_RECORD: Final = _HEAD + _PROMOTION % ("%s", "%d", "%d", "%s", "%s", "%d") + _TAIL
-"""The leaf text with every field a placeholder, promotion record included."""
+"""The leaf text after the prefix, every field a placeholder, promotion record included."""
 
 
 def _leaf(fields: Mapping[str, Any], payload: str | None, promotion: Mapping[str, Any]) -> str:
@@ -172,38 +161,6 @@ def _record_fields(
     return holder.__dict__
 
 
-def promotion_record(
-    cycle: int,
-    suggestor: str,
-    suggestor_id: int,
-    clock: int,
-    gate: GateKind,
-    approved_by: str | None,
-) -> PromotionRecord:
-    """A `PromotionRecord` of values the gate itself produced, built without re-validation."""
-    fields = _record_fields(cycle, suggestor, suggestor_id, clock, gate, approved_by)
-    return trusted(PromotionRecord, fields)
-
-
-@lru_cache(maxsize=256)
-def _stamp(suggestor: str, suggestor_id: int, gate: GateKind, approved_by: str | None) -> str:
-    """The leaf text with this promoter's record fields written in (the clock and the cycle
-    still placeholders)."""
-
-    def text(value: str) -> str:
-        return _quote(value).replace("%", "%%")
-
-    promotion = _PROMOTION % (
-        "null" if approved_by is None else text(approved_by),
-        "%d",
-        "%d",
-        text(gate),
-        text(suggestor),
-        int.__repr__(suggestor_id),
-    )
-    return _HEAD + promotion + _TAIL
-
-
 def promote(
     proposal: ProposedFact,
     cycle: int,
@@ -212,37 +169,13 @@ def promote(
     clock: int,
     gate: GateKind,
     approved_by: str | None,
-    *,
-    shared: bool = False,
 ) -> Fact:
     """The fact of `proposal`, promoted now by `gate` for `suggestor` at Lamport time `clock`.
-
-    `shared`: more facts of this promoter follow (an effect of several proposals), so the leaf
-    is written from the promoter's cached template (`_stamp`); building one costs about what
-    four facts save, and a cache thrashed by many one-fact promoters would cost every fact.
 
     Raises:
         ValueError: A field cannot be hashed (a proposal that skipped validation).
     """
     record = _record_fields(cycle, suggestor, suggestor_id, clock, gate, approved_by)
     payload, text = _frozen_payload(proposal)
-    fields = proposal.__dict__
-    if not shared:
-        digest = _leaf(fields, text, record)
-    else:
-        quote = _quote
-        target = fields["target"]
-        leaf = _stamp(suggestor, suggestor_id, gate, approved_by) % (
-            fields["confidence"],
-            quote(fields["content"]),
-            ",".join(map(quote, fields["evidence"])),
-            quote(fields["id"]),
-            quote(fields["key"]),
-            "null" if text is None else text,
-            clock,
-            cycle,
-            quote(fields["provenance"]),
-            "null" if target is None else quote(target),
-        )
-        digest = _sha256(leaf.encode("utf-8")).hexdigest()
+    digest = _leaf(proposal.__dict__, text, record)
     return _fact(proposal, payload, trusted(PromotionRecord, record), digest)

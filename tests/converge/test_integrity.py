@@ -223,10 +223,10 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
     assert fact.digest == h(b"\x00" + expected).hex()
 
 
-@pytest.mark.parametrize("size", [1, 6])  # one fact, and an effect sealed from a template
+@pytest.mark.parametrize("size", [1, 6])  # one fact, and an effect of several
 def test_a_promoter_named_with_format_characters_seals_what_verify_recomputes(size: int) -> None:
-    # the gate writes the promoter's part of the leaf text once for an effect of several
-    # proposals (a format template); names holding % must come out exactly as verify writes them
+    # the leaf text is written with %-formatting: names holding % must come out exactly as
+    # verify writes them from the fact, and as an independent json.dumps does
     merger = Merger(
         ContextSnapshot.empty(), cycle=1, policy=PromotionPolicy(), mode="stop", gate="human"
     )
@@ -284,7 +284,7 @@ class _Named:
         return ctx.find(ContextKey.SEEDS, f"{self._ident}0") is None
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        # six facts in one effect: sealed from the promoter's cached template
+        # six facts in one effect, all recorded under this suggestor's own name
         return AgentEffect.with_proposals(
             ProposedFact(key=ContextKey.SEEDS, id=f"{self._ident}{n}", content="c", provenance="p")
             for n in range(6)
