@@ -1,7 +1,7 @@
 """The `Context` protocol and `ContextSnapshot`, the immutable context.
 
-A snapshot keeps, per key, the facts in insertion order and a persistent hash map
-(`immutables.Map`, a HAMT) id → fact. The facts sit in full chunks of 64 (tuples shared
+A snapshot keeps, per key, one `FactSequence` (what `get` returns): the facts in insertion
+order and a persistent hash map (`immutables.Map`, a HAMT) id → fact. The facts sit in full chunks of 64 (tuples shared
 between snapshots, themselves in a persistent map by chunk number) and a short tail, so a new
 snapshot shares everything it did not change with the old one: taking one costs O(facts
 added + 64 + log n), and `find`, `has`, `count` and indexing are O(1) (O(log₃₂ n)).
@@ -74,15 +74,30 @@ _Chunks = immutables.Map[int, tuple[_T, ...]]
 
 @final
 class FactSequence(Sequence[Fact]):
-    """The facts of one key in insertion order: an immutable, O(1)-to-build view."""
+    """The facts of one key in insertion order: immutable, O(1) indexing.
 
-    __slots__ = ("_chunks", "_full", "_length", "_tail")
+    It is also all the context keeps for the key: the facts in full chunks of `_CHUNK`
+    (shared between snapshots) and a tail of fewer, the id → fact map, and the leaf digests
+    the seal computed, chunked the same way. `ContextSnapshot.get` hands it out as is.
+    """
 
-    def __init__(self, chunks: _Chunks[Fact], tail: tuple[Fact, ...], length: int) -> None:
+    __slots__ = ("_chunks", "_full", "_ids", "_leaf_chunks", "_leaf_tail", "_length", "_tail")
+
+    def __init__(
+        self,
+        ids: immutables.Map[str, Fact],
+        chunks: _Chunks[Fact],
+        tail: tuple[Fact, ...],
+        leaf_chunks: _Chunks[str],
+        leaf_tail: tuple[str, ...],
+    ) -> None:
+        self._ids = ids
         self._chunks = chunks
         self._tail = tail
-        self._full = length - len(tail)
-        self._length = length
+        self._leaf_chunks = leaf_chunks
+        self._leaf_tail = leaf_tail
+        self._full = full = len(chunks) << _SHIFT
+        self._length = full + len(tail)
 
     def __len__(self) -> int:
         return self._length
@@ -121,52 +136,22 @@ class FactSequence(Sequence[Fact]):
     def __hash__(self) -> int:
         return hash(tuple(self))
 
-
-_EMPTY_FACTS: Final = FactSequence(immutables.Map(), (), 0)
-
-
-@final
-class _KeyStore:
-    """The facts of one key: in insertion order, by id (a persistent map), and their leaves.
-
-    Facts and leaves (the digests the seal computed) are both kept as full chunks of `_CHUNK`,
-    shared between snapshots, then a tail of fewer; `view` reads the facts in order.
-    """
-
-    __slots__ = ("chunks", "count", "ids", "leaf_chunks", "leaf_tail", "tail", "view")
-
-    def __init__(
-        self,
-        ids: immutables.Map[str, Fact],
-        chunks: _Chunks[Fact],
-        tail: tuple[Fact, ...],
-        leaf_chunks: _Chunks[str],
-        leaf_tail: tuple[str, ...],
-    ) -> None:
-        self.ids = ids
-        self.chunks = chunks
-        self.tail = tail
-        self.leaf_chunks = leaf_chunks
-        self.leaf_tail = leaf_tail
-        self.count = count = len(chunks) * _CHUNK + len(tail)
-        self.view = FactSequence(chunks, tail, count)
-
-    def extended(self, facts: Sequence[Fact], leaves: Sequence[str]) -> _KeyStore:
-        """This store with `facts` (ids new to it) and their `leaves` appended."""
+    def _extended(self, facts: Sequence[Fact], leaves: Sequence[str]) -> FactSequence:
+        """These facts with `facts` (ids new to them) and their `leaves` appended."""
         if len(facts) == 1:
-            ids = self.ids.set(facts[0].id, facts[0])
+            ids = self._ids.set(facts[0].id, facts[0])
         else:
-            mutation = self.ids.mutate()
+            mutation = self._ids.mutate()
             for fact in facts:
                 mutation[fact.id] = fact
             ids = mutation.finish()
-        chunks, tail = _rechunk(self.chunks, self.tail + tuple(facts))
-        leaf_chunks, leaf_tail = _rechunk(self.leaf_chunks, self.leaf_tail + tuple(leaves))
-        return _KeyStore(ids, chunks, tail, leaf_chunks, leaf_tail)
+        chunks, tail = _rechunk(self._chunks, self._tail + tuple(facts))
+        leaf_chunks, leaf_tail = _rechunk(self._leaf_chunks, self._leaf_tail + tuple(leaves))
+        return FactSequence(ids, chunks, tail, leaf_chunks, leaf_tail)
 
-    def leaves(self) -> Iterator[str]:
+    def _leaves(self) -> Iterator[str]:
         """The leaf digests, in insertion order."""
-        return chain(_chained(self.leaf_chunks), self.leaf_tail)
+        return chain(_chained(self._leaf_chunks), self._leaf_tail)
 
 
 def _rechunk(chunks: _Chunks[_T], tail: tuple[_T, ...]) -> tuple[_Chunks[_T], tuple[_T, ...]]:
@@ -189,7 +174,7 @@ def _chained(chunks: _Chunks[_T]) -> Iterator[_T]:
 
 _NO_FACTS: Final[_Chunks[Fact]] = immutables.Map()
 _NO_LEAVES: Final[_Chunks[str]] = immutables.Map()
-_EMPTY_STORE: Final = _KeyStore(_EMPTY_IDS, _NO_FACTS, (), _NO_LEAVES, ())
+_EMPTY_FACTS: Final = FactSequence(_EMPTY_IDS, _NO_FACTS, (), _NO_LEAVES, ())
 
 
 @final
@@ -202,7 +187,7 @@ class ContextSnapshot:
 
     __slots__ = ("__weakref__", "_clock", "_cycle", "_root", "_size", "_stores", "_version")
 
-    _stores: dict[AnyKey, _KeyStore]
+    _stores: dict[AnyKey, FactSequence]
     _version: int
     _cycle: int
     _clock: int
@@ -215,19 +200,20 @@ class ContextSnapshot:
     @classmethod
     def _make(
         cls,
-        stores: dict[AnyKey, _KeyStore],
+        stores: dict[AnyKey, FactSequence],
         version: int,
         cycle: int,
         clock: int,
         size: int = 0,
     ) -> ContextSnapshot:
         snapshot = object.__new__(cls)
-        object.__setattr__(snapshot, "_size", size)
-        object.__setattr__(snapshot, "_stores", stores)
-        object.__setattr__(snapshot, "_version", version)
-        object.__setattr__(snapshot, "_cycle", cycle)
-        object.__setattr__(snapshot, "_clock", clock)
-        object.__setattr__(snapshot, "_root", None)
+        # the slots written through their descriptors: half the cost of object.__setattr__
+        _set_size(snapshot, size)
+        _set_stores(snapshot, stores)
+        _set_version(snapshot, version)
+        _set_cycle(snapshot, cycle)
+        _set_clock(snapshot, clock)
+        _set_root(snapshot, None)
         return snapshot
 
     @classmethod
@@ -266,7 +252,7 @@ class ContextSnapshot:
         if store is None:
             _known(key)
             return _EMPTY_FACTS
-        return store.view
+        return store
 
     def count(self, key: KeyLike, /) -> int:
         """How many facts live under `key` (a name no key has raises `ValueError`)."""
@@ -274,7 +260,7 @@ class ContextSnapshot:
         if store is None:
             _known(key)
             return 0
-        return store.count
+        return store._length  # pyright: ignore[reportPrivateUsage]
 
     def find(self, key: KeyLike, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None` (a name no key has raises `ValueError`)."""
@@ -282,7 +268,7 @@ class ContextSnapshot:
         if store is None:
             _known(key)
             return None
-        return store.ids.get(id)
+        return store._ids.get(id)  # pyright: ignore[reportPrivateUsage]
 
     @property
     def version(self) -> int:
@@ -308,7 +294,7 @@ class ContextSnapshot:
         return iter(self.facts())
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{key.value}={self._stores[key].count}" for key in self.keys())
+        counts = ", ".join(f"{key.value}={len(self._stores[key])}" for key in self.keys())
         return f"ContextSnapshot(cycle={self._cycle}, version={self._version}, {counts or 'empty'})"
 
     def keys(self) -> tuple[AnyKey, ...]:
@@ -317,7 +303,7 @@ class ContextSnapshot:
 
     def facts(self) -> tuple[Fact, ...]:
         """Every fact, in key order, then insertion order."""
-        return tuple(fact for key in self.keys() for fact in self._stores[key].view)
+        return tuple(fact for key in self.keys() for fact in self._stores[key])
 
     def merkle_root(self) -> str:
         """The hex Merkle root over the facts' leaves, in `facts()` order; computed once.
@@ -328,9 +314,12 @@ class ContextSnapshot:
         root = self._root
         if root is None:
             stores = self._stores
-            leaves = chain.from_iterable(stores[key].leaves() for key in self.keys())
+            leaves = chain.from_iterable(
+                stores[key]._leaves()  # pyright: ignore[reportPrivateUsage]
+                for key in self.keys()
+            )
             root = merkle_root(map(bytes.fromhex, leaves))
-            object.__setattr__(self, "_root", root)
+            _set_root(self, root)
         return root
 
     def _sealed(self) -> Iterator[tuple[Fact, str]]:
@@ -338,7 +327,8 @@ class ContextSnapshot:
         stores = self._stores
         for key in self.keys():
             store = stores[key]
-            yield from zip(store.view, store.leaves(), strict=True)
+            leaves = store._leaves()  # pyright: ignore[reportPrivateUsage]
+            yield from zip(store, leaves, strict=True)
 
     # -- kernel use --------------------------------------------------------------------------
 
@@ -360,13 +350,23 @@ class ContextSnapshot:
             return self._at_cycle(cycle)
         stores = dict(self._stores)
         for key, new, new_leaves in _by_key(facts, leaves):
-            stores[key] = stores.get(key, _EMPTY_STORE).extended(new, new_leaves)
+            facts_of = stores.get(key, _EMPTY_FACTS)
+            stores[key] = facts_of._extended(new, new_leaves)  # pyright: ignore[reportPrivateUsage]
         if len(stores) != len(self._stores):
             stores = {key: stores[key] for key in in_key_order(stores)}
         added = len(facts)
         return ContextSnapshot._make(
             stores, self._version + added, cycle, clock, self._size + added
         )
+
+
+_slots = ContextSnapshot.__dict__
+_set_size = _slots["_size"].__set__
+_set_stores = _slots["_stores"].__set__
+_set_version = _slots["_version"].__set__
+_set_cycle = _slots["_cycle"].__set__
+_set_clock = _slots["_clock"].__set__
+_set_root = _slots["_root"].__set__
 
 
 def _known(key: KeyLike) -> None:
