@@ -1,10 +1,11 @@
 """The `Context` protocol and `ContextSnapshot`, the immutable context.
 
 A snapshot keeps, per key, one `FactSequence` (what `get` returns): the facts in insertion
-order and a persistent hash map (`immutables.Map`, a HAMT) id → fact. The facts sit in full chunks of 64 (tuples shared
-between snapshots, themselves in a persistent map by chunk number) and a short tail, so a new
-snapshot shares everything it did not change with the old one: taking one costs O(facts
-added + 64 + log n), and `find`, `has`, `count` and indexing are O(1) (O(log₃₂ n)).
+order and a persistent hash map (`immutables.Map`, a HAMT) id → fact. The facts sit in full
+chunks of 64 (tuples shared between snapshots, themselves in a persistent map by chunk
+number) and a short tail, so a new snapshot shares everything it did not change with the old
+one: taking one costs O(facts added + 64 + log n), and `find`, `has`, `count` and indexing
+are O(1) (O(log₃₂ n)).
 
 A snapshot also keeps, per key, the leaf digest the seal computed for each fact when it was
 promoted (or restored), in persistent chunks. The Merkle root is built from those, never from
