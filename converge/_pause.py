@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
+from ._cycle_log import CycleLog
 from ._exceptions import InvalidCheckpointError, InvalidResumeError, RunNotFoundError
 from ._hitl import GateDecision, GateRequest, HitlPolicy
 from ._key import AnyKey, in_key_order, key_named, undeclared_names
@@ -160,7 +161,7 @@ def resume_state(
         human_rejected=frozenset(_slot(ref) for ref in checkpoint.refused),
         decisions=list(checkpoint.decisions),
         rejections=list(checkpoint.rejections),
-        cycles=list(checkpoint.cycles),
+        cycles=CycleLog(checkpoint.cycles),
         input_violations=checkpoint.input_violations,
         continuations=checkpoint.continuations,
     )

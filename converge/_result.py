@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
 
@@ -127,8 +128,8 @@ class ConvergeResult:
     """The last consistent snapshot."""
     integrity: IntegrityProof
     """The Merkle root, clock and fact count of `context`."""
-    trace: RunTrace
-    """What happened, cycle by cycle."""
+    _trace: RunTrace | Callable[[], RunTrace]
+    """The trace, or what builds it on the first read of `trace`."""
     rejections: tuple[Rejection, ...]
     """Every proposal refused in the run, inputs included, in merge order."""
     tokens: int
@@ -141,6 +142,19 @@ class ConvergeResult:
     """Proposals awaiting a human, for `StopReason.AWAITING_HUMAN`."""
     checkpoint: Checkpoint | None = None
     """What `Engine.resume` needs, for `StopReason.AWAITING_HUMAN`."""
+
+    @property
+    def trace(self) -> RunTrace:
+        """What happened, cycle by cycle.
+
+        Built on the first read and kept: a run whose trace nobody reads never builds it.
+        Two threads reading it at once for the first time may each build one (equal).
+        """
+        trace = self._trace
+        if not isinstance(trace, RunTrace):
+            trace = trace()
+            object.__setattr__(self, "_trace", trace)
+        return trace
 
     @property
     def violations(self) -> tuple[Violation, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, final
 
 import anyio
@@ -20,11 +21,12 @@ from ._budget import Stopwatch
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
-from ._fact import GateKind
+from ._cycle_log import CycleLog, PendingCycle
+from ._fact import Fact, GateKind
 from ._hitl import GateDecision, GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
-from ._key import AnyKey, ContextKey, in_key_order
+from ._key import AnyKey, ContextKey
 from ._live import LiveEffects
 from ._log import EventLog, run_logger
 from ._merge import ConflictMode, Merger
@@ -37,7 +39,7 @@ from ._run_events import RunEvents
 from ._source import Batch, EffectSource
 from ._state import RunState
 from ._stop import StopReason
-from ._trace import CycleTrace, Rejection, RunTrace
+from ._trace import Rejection, RunTrace
 
 if TYPE_CHECKING:
     from ._durable import CycleSaver
@@ -248,13 +250,12 @@ class RunLoop:
         state.dirty = state.dirty | approvals.added_keys
         if state.cycles:
             last = state.cycles[-1]
-            state.cycles[-1] = last.model_copy(
-                update={
-                    "promoted": last.promoted + tuple(f.ref for f in approvals.promoted),
-                    "rejected": last.rejected + tuple(approvals.rejections),
-                    "violations": last.violations + tuple(approvals.violations),
-                }
-            )
+            update = {
+                "promoted": last.promoted + tuple(f.ref for f in approvals.promoted),
+                "rejected": last.rejected + tuple(approvals.rejections),
+                "violations": last.violations + tuple(approvals.violations),
+            }
+            state.cycles.replace_last(last.model_copy(update=update))
 
     def _merger(
         self,
@@ -294,7 +295,9 @@ class RunLoop:
             last = state.cycles[-1]
             known = set(last.violations)
             fresh = tuple(v for v in violations if v not in known)
-            state.cycles[-1] = last.model_copy(update={"violations": last.violations + fresh})
+            state.cycles.replace_last(
+                last.model_copy(update={"violations": last.violations + fresh})
+            )
         self.events.merged(state.cycle, violations=violations)
         detail = "; ".join(f"{v.invariant}: {v.reason}" for v in violations)
         return self._finish(StopReason.INVARIANT_VIOLATED, detail)
@@ -327,44 +330,37 @@ class RunLoop:
         *,
         merged: bool = True,
     ) -> None:
+        """Narrate the cycle to whoever listens, and log it for the trace (built when read)."""
         if merger is None:
-            promoted: tuple[str, ...] = ()
-            rejected: tuple[Rejection, ...] = ()
-            held: tuple[str, ...] = ()
+            promoted: Sequence[Fact] = ()
+            rejected: Sequence[Rejection] = ()
+            held: Sequence[GateRequest] = ()
             violations: tuple[Violation, ...] = tuple(semantic)
-        else:
-            promoted = tuple([fact.ref for fact in merger.promoted])
-            rejected = tuple(merger.rejections)
-            held = tuple([request.gate_id for request in merger.held]) if merger.held else ()
+        else:  # the merger's own lists: it is done with them
+            promoted = merger.promoted
+            rejected = merger.rejections
+            held = merger.held
             violations = (*merger.violations, *semantic)
-        start = self._cycle_start
         events = self.events
         if events.debug or (events.warn and _noteworthy(batch, merger, violations)):
             events.executions(cycle, batch.executions)
-            if merger is not None:
-                events.merged(cycle, merger.promoted, merger.rejections, merger.held, violations)
-            else:
-                events.merged(cycle, violations=violations)
+            events.merged(cycle, promoted, rejected, held, violations)
             facts = len(self._state.snapshot)
             events.cycle_finished(
                 cycle, len(batch.eligible), len(promoted), len(rejected), len(held), facts
             )
-        self._state.cycles.append(
-            trusted(
-                CycleTrace,
-                {
-                    "cycle": cycle,
-                    "dirty": in_key_order(dirty),
-                    "eligible": tuple([reg.name for reg in batch.eligible]),
-                    "executions": batch.executions,
-                    "promoted": promoted,
-                    "rejected": rejected,
-                    "held": held,
-                    "violations": violations,
-                    "merged": merged,
-                    "started_at": None if start is None else start[0],
-                    "at_seconds": None if start is None else start[1],
-                },
+        self._state.cycles.record(
+            PendingCycle(
+                cycle,
+                dirty,
+                batch.eligible,
+                batch.executions,
+                promoted,
+                rejected,
+                held,
+                violations,
+                merged,
+                self._cycle_start,
             )
         )
 
@@ -380,21 +376,19 @@ class RunLoop:
         state = self._state
         snapshot = state.snapshot
         proof = IntegrityProof.of(snapshot)
-        trace = trusted(
-            RunTrace,
-            {
-                "run_id": state.run_id,
-                "inputs": state.inputs,
-                "initial_root": state.initial_root,
-                "cycles": tuple(state.cycles),
-                "decisions": tuple(state.decisions),
-                "input_violations": state.input_violations,
-                "stop_reason": reason,
-                "detail": detail,
-                "final_root": proof.merkle_root,
-                "continuations": state.continuations,
-            },
-        )
+        fields: dict[str, object] = {
+            "run_id": state.run_id,
+            "inputs": state.inputs,
+            "initial_root": state.initial_root,
+            "cycles": (),  # read from the log when the trace is built
+            "decisions": tuple(state.decisions),
+            "input_violations": state.input_violations,
+            "stop_reason": reason,
+            "detail": detail,
+            "final_root": proof.merkle_root,
+            "continuations": state.continuations,
+        }
+        trace = partial(_run_trace, fields, state.cycles, len(state.cycles))
         self.events.run_finished(state.cycle, reason.value, detail, proof, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
@@ -402,7 +396,7 @@ class RunLoop:
             cycles=state.cycle,
             context=snapshot,
             integrity=proof,
-            trace=trace,
+            _trace=trace,
             rejections=tuple(state.rejections),
             tokens=state.tokens,
             run_id=state.run_id,
@@ -410,6 +404,13 @@ class RunLoop:
             pending=pending,
             checkpoint=checkpoint,
         )
+
+
+def _run_trace(fields: dict[str, object], cycles: CycleLog, count: int) -> RunTrace:
+    """The run's trace, with its first `count` cycles: built on the result's first read."""
+    built = dict(fields)
+    built["cycles"] = cycles[:count]
+    return trusted(RunTrace, built)
 
 
 def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:

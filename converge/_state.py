@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import final
 
 from ._context import ContextSnapshot
+from ._cycle_log import CycleLog
 from ._hitl import GateDecision
 from ._invariant import Violation
 from ._key import AnyKey
 from ._proposal import ProposedFact
-from ._trace import Continuation, CycleTrace, Rejection
+from ._trace import Continuation, Rejection
 
 __all__ = ["RunState"]
 
@@ -37,7 +38,8 @@ class RunState:
     """`(key, id)` of proposals a human rejected in this run; the gate refuses them again."""
     decisions: list[GateDecision] = field(default_factory=list[GateDecision])
     rejections: list[Rejection] = field(default_factory=list[Rejection])
-    cycles: list[CycleTrace] = field(default_factory=list[CycleTrace])
+    cycles: CycleLog = field(default_factory=CycleLog)
+    """Each cycle's trace, built when first read."""
     input_violations: tuple[Violation, ...] = ()
     continuations: tuple[Continuation, ...] = ()
 

@@ -1,0 +1,119 @@
+"""The cycle log: each cycle's trace is built on its first read, kept, and never changes."""
+
+from collections.abc import Sequence
+
+from converge import (
+    AgentEffect,
+    Context,
+    ContextKey,
+    CycleTrace,
+    Engine,
+    ProposedFact,
+    RunTrace,
+)
+from converge._cycle_log import CycleLog, PendingCycle
+from converge._registry import Registry
+from converge._seal import promote
+from converge_suggestors import SeedSuggestor
+from tests.doubles import fact
+
+S = ContextKey.SEEDS
+
+
+class Stepper:
+    """Proposes `step-n` for n = count(SEEDS), while fewer than `limit` seeds exist."""
+
+    name = "stepper"
+    dependencies: Sequence[ContextKey] = (S,)
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(S) < self.limit
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        n = ctx.count(S)
+        return AgentEffect.with_proposal(
+            ProposedFact(key=S, id=f"step-{n}", content=f"step {n}", provenance=self.name)
+        )
+
+
+def _pending(cycle: int) -> PendingCycle:
+    registry = Registry()
+    registry.add(SeedSuggestor("seed", "x"), None)  # named seed:seeds/seed
+    reg = registry.view().registrations[0]
+    promoted = [promote(fact(S, f"f-{cycle}"), cycle, "seed", 0, cycle, "engine", None)]
+    return PendingCycle(cycle, frozenset({S}), (reg,), (), promoted, [], [], (), True, None)
+
+
+def test_a_cycle_is_built_on_its_first_read_and_kept() -> None:
+    log = CycleLog()
+    log.record(_pending(1))
+    log.record(_pending(2))
+    first = log[0]
+    assert isinstance(first, CycleTrace)
+    assert first.cycle == 1
+    assert first.promoted == ("seeds/f-1",)
+    assert first.eligible == ("seed:seeds/seed",)
+    assert first.dirty == (S,)
+    assert log[0] is first  # kept, not built again
+    assert log[-1].cycle == 2
+    assert log[0:2] == (first, log[1])
+    assert tuple(log) == (first, log[1])
+    assert [trace.cycle for trace in log] == [1, 2]
+
+
+def test_replacing_the_last_cycle_keeps_the_others() -> None:
+    log = CycleLog()
+    log.record(_pending(1))
+    log.record(_pending(2))
+    first = log[0]
+    changed = log[1].model_copy(update={"held": ("gate:2:seeds/x",)})
+    log.replace_last(changed)
+    assert log[1] is changed
+    assert log[0] is first
+    assert len(log) == 2
+
+
+START = ProposedFact(key=S, id="start", content="start", provenance="test")
+CLOCKS = {  # what differs between two runs of the same suggestors: the times
+    "cycles": {
+        "__all__": {
+            "started_at": True,
+            "at_seconds": True,
+            "executions": {"__all__": {"duration_ms"}},
+        }
+    }
+}
+
+
+async def test_the_result_trace_is_built_once_and_holds_only_its_own_run() -> None:
+    engine = Engine()
+    engine.register_suggestor(Stepper(limit=4))
+    first = await engine.run(inputs=[START])
+    second = await engine.run(first.context, inputs=[START])  # the same engine, later
+    trace = first.trace
+    assert isinstance(trace, RunTrace)
+    assert first.trace is trace
+    assert [cycle.promoted for cycle in trace.cycles] == [
+        ("seeds/step-1",),
+        ("seeds/step-2",),
+        ("seeds/step-3",),
+        (),
+    ]
+    assert [cycle.promoted for cycle in second.trace.cycles] == [()]
+    assert trace.final_root == first.integrity.merkle_root
+
+
+async def test_a_trace_read_late_equals_one_read_at_once() -> None:
+    engine = Engine()
+    engine.register_suggestor(Stepper(limit=5))
+    early = await engine.run(inputs=[START])
+    read_at_once = early.trace.model_dump(mode="json", exclude=CLOCKS)
+    late = await engine.run(inputs=[START])
+    for _ in range(3):  # other runs in between share nothing with it
+        await engine.run(inputs=[START])
+    read_late = late.trace.model_dump(mode="json", exclude=CLOCKS)
+    assert read_late["cycles"] == read_at_once["cycles"]
+    assert len(read_late["cycles"]) == 5
