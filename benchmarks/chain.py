@@ -31,11 +31,11 @@ from converge import (
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
 
-__all__ = ["ChainLink", "measure"]
+__all__ = ["START", "ChainLink", "build_engine", "check", "measure"]
 
 LINKS: Final = 200
 _KEY: Final = ContextKey.SEEDS
-_START: Final = ProposedFact(key=_KEY, id="start", content="start the chain", provenance="bench")
+START: Final = ProposedFact(key=_KEY, id="start", content="start the chain", provenance="bench")
 
 
 @final
@@ -77,7 +77,7 @@ class ChainLink:
         return self._effect
 
 
-def _engine(record: list[Context] | None = None) -> tuple[Engine, list[ChainLink]]:
+def build_engine(record: list[Context] | None = None) -> tuple[Engine, list[ChainLink]]:
     engine = Engine(budget=Budget(max_cycles=1000))
     links = [ChainLink(index, record) for index in range(LINKS)]
     for link in links:
@@ -85,7 +85,7 @@ def _engine(record: list[Context] | None = None) -> tuple[Engine, list[ChainLink
     return engine, links
 
 
-def _check(result: ConvergeResult) -> int:
+def check(result: ConvergeResult) -> int:
     if result.stop_reason is not StopReason.CONVERGED or len(result.context) != LINKS + 1:
         raise RuntimeError(f"W1 did not run as designed: {result!r}")
     return result.cycles
@@ -113,21 +113,21 @@ async def _record() -> list[Context]:
     sees the result's context.
     """
     recorded: list[Context] = []
-    recorder, _ = _engine(recorded)
-    final = await recorder.run(inputs=[_START])
-    cycles = _check(final)
+    recorder, _ = build_engine(recorded)
+    final = await recorder.run(inputs=[START])
+    cycles = check(final)
     if len(recorded) + 1 != cycles:
         raise RuntimeError(f"W1 recorded {len(recorded) + 1} snapshots for {cycles} cycles")
     return [*recorded, final.context]
 
 
 async def _measure(settings: Settings) -> Figures:
-    engine, links = _engine()
+    engine, links = build_engine()
     snapshots = await _record()
     executed = range(LINKS)  # link i executes in cycle i + 1, on snapshot i
     cycles = len(snapshots)
     for _ in range(settings.warmups):
-        _check(await engine.run(inputs=[_START]))
+        check(await engine.run(inputs=[START]))
         await _replay(links, snapshots, executed)
     totals: list[float] = []
     accepts_times: list[float] = []
@@ -137,9 +137,9 @@ async def _measure(settings: Settings) -> Figures:
     for _ in range(settings.runs):  # each run paired with a replay: machine drift hits both
         prepare()
         started = perf_counter()
-        result = await engine.run(inputs=[_START])
+        result = await engine.run(inputs=[START])
         total = perf_counter() - started
-        _check(result)
+        check(result)
         started = perf_counter()
         if len(result.trace.cycles) != result.cycles:  # built on its first read
             raise RuntimeError(f"W1's trace does not hold its {result.cycles} cycles")

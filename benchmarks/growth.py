@@ -32,7 +32,7 @@ from converge import (
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
 
-__all__ = ["GcClock", "Grower", "Window", "measure"]
+__all__ = ["GcClock", "Grower", "Window", "check", "measure"]
 
 PER_CYCLE: Final = 100
 TOTAL: Final = 10_000
@@ -86,7 +86,7 @@ class Grower:
         self.ended.clear()
 
 
-def _check(result: ConvergeResult) -> int:
+def check(result: ConvergeResult) -> int:
     if result.stop_reason is not StopReason.CONVERGED or len(result.context) != TOTAL:
         raise RuntimeError(f"W3 did not run as designed: {result!r}")
     return result.cycles
@@ -163,14 +163,14 @@ async def _measure(settings: Settings) -> Figures:
     clock = GcClock()
     cycles = 0
     for _ in range(settings.warmups):
-        cycles = _check((await _run(engine, grower, clock))[0])
+        cycles = check((await _run(engine, grower, clock))[0])
     first: list[Window] = []
     last: list[Window] = []
     runs: list[float] = []
     for _ in range(settings.runs):
         result, seconds = await _run(engine, grower, clock)
         runs.append(seconds)
-        cycles = _check(result)
+        cycles = check(result)
         executes = len(grower.started)  # the cycle after the last execute finds nothing to do
         first.append(Window.of(grower, clock, range(WINDOW)))
         last.append(Window.of(grower, clock, range(executes - 1 - WINDOW, executes - 1)))
@@ -181,7 +181,7 @@ async def _measure(settings: Settings) -> Figures:
     try:
         kept = await engine.run()
         retained, peak = tracemalloc.get_traced_memory()  # `kept` holds the context
-        _check(kept)
+        check(kept)
         tracemalloc.reset_peak()
         traced = kept.trace  # built on its first read: what a user who reads it holds too
         with_trace, peak_reading = tracemalloc.get_traced_memory()

@@ -27,11 +27,11 @@ from converge import (
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
 
-__all__ = ["Idle", "Ticker", "measure"]
+__all__ = ["START", "Idle", "Ticker", "build_engine", "check", "measure"]
 
 SIZES: Final = (1, 100, 1000)
 TICKS: Final = 100
-_START: Final = ProposedFact(
+START: Final = ProposedFact(
     key=ContextKey.SIGNALS, id="tick-0", content="tick 0", provenance="input:bench"
 )
 
@@ -99,7 +99,7 @@ class Idle:
         return AgentEffect.empty()
 
 
-def _engine(size: int) -> Engine:
+def build_engine(size: int) -> Engine:
     engine = Engine(budget=Budget(max_cycles=1000))
     for index in range(size - 1):
         engine.register_suggestor(Idle(index))
@@ -107,26 +107,26 @@ def _engine(size: int) -> Engine:
     return engine
 
 
-def _check(result: ConvergeResult) -> int:
+def check(result: ConvergeResult) -> int:
     if result.stop_reason is not StopReason.CONVERGED or len(result.context) != TICKS + 1:
         raise RuntimeError(f"W4 did not run as designed: {result!r}")
     return result.cycles
 
 
 async def _measure(settings: Settings) -> Figures:
-    engines = {size: _engine(size) for size in SIZES}
+    engines = {size: build_engine(size) for size in SIZES}
     cycles = 0
     for _ in range(settings.warmups):
         for engine in engines.values():
-            cycles = _check(await engine.run(inputs=[_START]))
+            cycles = check(await engine.run(inputs=[START]))
     times: dict[int, list[float]] = {size: [] for size in SIZES}
     for _ in range(settings.runs):  # sizes interleaved, so drift in the machine hits all alike
         for size, engine in engines.items():
             prepare()
             started = perf_counter()
-            result = await engine.run(inputs=[_START])
+            result = await engine.run(inputs=[START])
             times[size].append(perf_counter() - started)
-            cycles = _check(result)
+            cycles = check(result)
     per_cycle = {size: median(runs) * 1e6 / cycles for size, runs in times.items()}
     smallest, largest = times[SIZES[0]], times[SIZES[-1]]
     ratios = [wide / narrow for wide, narrow in zip(largest, smallest, strict=True)]

@@ -27,7 +27,10 @@ import anyio
 from langgraph.graph import END, START, StateGraph
 
 from .._common import Figures, Settings, prepare, progress
-from ..chain import _START, LINKS, _check, _engine, _record, _replay  # pyright: ignore[reportPrivateUsage]
+from ..chain import LINKS, _record, _replay  # pyright: ignore[reportPrivateUsage]
+from ..chain import START as _START
+from ..chain import build_engine as _engine
+from ..chain import check as _check
 from ._compare import RECURSION_LIMIT, check, row
 
 __all__ = ["ChainState", "Link", "measure"]

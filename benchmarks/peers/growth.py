@@ -28,7 +28,8 @@ from langgraph.graph import END, START, StateGraph
 from converge import Budget, Engine
 
 from .._common import Figures, Settings, median, prepare, progress, rounded
-from ..growth import PER_CYCLE, TOTAL, WINDOW, GcClock, Grower, Window, _check, _run  # pyright: ignore[reportPrivateUsage]
+from ..growth import PER_CYCLE, TOTAL, WINDOW, GcClock, Grower, Window, _run  # pyright: ignore[reportPrivateUsage]
+from ..growth import check as _check
 from ._compare import RECURSION_LIMIT, check, row
 
 __all__ = ["GrowthState", "PeerGrower", "measure"]

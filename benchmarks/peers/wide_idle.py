@@ -27,7 +27,10 @@ import anyio
 from langgraph.graph import END, START, StateGraph
 
 from .._common import Figures, Settings, prepare, progress
-from ..wide_idle import _START, SIZES, TICKS, _check, _engine  # pyright: ignore[reportPrivateUsage]
+from ..wide_idle import SIZES, TICKS
+from ..wide_idle import START as _START
+from ..wide_idle import build_engine as _engine
+from ..wide_idle import check as _check
 from ._compare import RECURSION_LIMIT, check, row
 
 __all__ = ["TickState", "measure"]
