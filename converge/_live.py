@@ -36,7 +36,19 @@ __all__ = ["LiveEffects"]
 class LiveEffects:
     """The `EffectSource` of a live run: check `accepts`, execute the eligible, time it all."""
 
-    __slots__ = ("_budget", "_events", "_executor", "_raise", "_retries", "_stopwatch", "_view")
+    __slots__ = (
+        "_budget",
+        "_events",
+        "_executor",
+        "_max_cycles",
+        "_max_facts",
+        "_max_seconds",
+        "_max_tokens",
+        "_raise",
+        "_retries",
+        "_stopwatch",
+        "_view",
+    )
 
     def __init__(
         self,
@@ -55,11 +67,16 @@ class LiveEffects:
             mode=config.on_suggestor_error,
             record_effects=config.record_effects,
         )
-        self._budget = config.budget
+        self._budget = budget = config.budget
+        # read once: the budget is frozen, and a model's attributes are slower to load
+        self._max_cycles = budget.max_cycles
+        self._max_facts = budget.max_facts
+        self._max_tokens = budget.max_tokens
+        self._max_seconds = budget.max_seconds
         self._stopwatch = stopwatch
         self._raise = config.on_suggestor_error == "raise"
         self._events = events
-        if self._budget.max_seconds is not None:
+        if self._max_seconds is not None:
             events.deliver_within(self._remaining)
 
     def end(self, cycle: int, /) -> End | None:
@@ -67,10 +84,10 @@ class LiveEffects:
 
         Time runs out between cycles only while the run waits for its observers.
         """
-        limit = self._budget.max_cycles
+        limit = self._max_cycles
         if cycle > limit:
             return End(StopReason.CYCLE_BUDGET_EXHAUSTED, f"max_cycles ({limit})", limit)
-        seconds = self._budget.max_seconds
+        seconds = self._max_seconds
         if seconds is not None and self._stopwatch.elapsed() > seconds:
             return End(StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail(), cycle - 1)
         return None
@@ -119,9 +136,13 @@ class LiveEffects:
 
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
         """The fact, token or time budget, measured now."""
-        budget = self._budget
-        elapsed = 0.0 if budget.max_seconds is None else self._stopwatch.elapsed()
-        return budget_stop(budget, facts=facts, tokens=tokens, elapsed=elapsed)
+        seconds = self._max_seconds
+        if seconds is None and facts <= self._max_facts:
+            tokens_limit = self._max_tokens
+            if tokens_limit is None or tokens <= tokens_limit:
+                return None  # nothing exceeded: `budget_stop` would say so too
+        elapsed = 0.0 if seconds is None else self._stopwatch.elapsed()
+        return budget_stop(self._budget, facts=facts, tokens=tokens, elapsed=elapsed)
 
     def decisions(self, held: Sequence[GateRequest], /) -> None:
         """A live run always pauses for a human."""
@@ -163,7 +184,7 @@ class LiveEffects:
         return numbered
 
     def _remaining(self) -> float | None:
-        limit = self._budget.max_seconds
+        limit = self._max_seconds
         return None if limit is None else limit - self._stopwatch.elapsed()
 
     def _time_detail(self) -> str:
