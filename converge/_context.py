@@ -146,8 +146,12 @@ class FactSequence(Sequence[Fact]):
             for fact in facts:
                 mutation[fact.id] = fact
             ids = mutation.finish()
-        chunks, tail = _rechunk(self._chunks, self._tail + tuple(facts))
-        leaf_chunks, leaf_tail = _rechunk(self._leaf_chunks, self._leaf_tail + tuple(leaves))
+        tail = self._tail + tuple(facts)
+        leaf_tail = self._leaf_tail + tuple(leaves)
+        if len(tail) < _CHUNK:  # the usual case: no chunk fills up
+            return FactSequence(ids, self._chunks, tail, self._leaf_chunks, leaf_tail)
+        chunks, tail = _rechunk(self._chunks, tail)
+        leaf_chunks, leaf_tail = _rechunk(self._leaf_chunks, leaf_tail)
         return FactSequence(ids, chunks, tail, leaf_chunks, leaf_tail)
 
     def _leaves(self) -> Iterator[str]:

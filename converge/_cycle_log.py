@@ -11,7 +11,7 @@ about 8 % of a one-fact cycle's instructions (benchmark W4), and the references'
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import final, overload
 
 from ._fact import Fact
@@ -53,7 +53,7 @@ class PendingCycle:
         held: Sequence[GateRequest],
         violations: tuple[Violation, ...],
         merged: bool,
-        start: tuple[datetime, float] | None,
+        start: tuple[float, float] | None,
     ) -> None:
         self.cycle = cycle
         self.dirty = dirty
@@ -81,7 +81,7 @@ class PendingCycle:
                 "held": tuple([request.gate_id for request in self.held]),
                 "violations": self.violations,
                 "merged": self.merged,
-                "started_at": None if start is None else start[0],
+                "started_at": None if start is None else datetime.fromtimestamp(start[0], UTC),
                 "at_seconds": None if start is None else start[1],
             },
         )

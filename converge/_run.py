@@ -10,8 +10,8 @@ one into a checkpoint and back. Everything the loop has to say goes through `Run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from functools import partial
+from time import time
 from typing import TYPE_CHECKING, final
 
 import anyio
@@ -70,7 +70,8 @@ class RunLoop:
         self._state = state
         self._saver = saver
         self._stopwatch = Stopwatch(state.elapsed_before)
-        self._cycle_start: tuple[datetime, float] | None = None
+        self._cycle_start: tuple[float, float] | None = None
+        """The cycle's start: the wall clock (`time.time()`) and the run's own time."""
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
 
@@ -131,7 +132,7 @@ class RunLoop:
     async def _cycle(self, source: EffectSource, cycle: int) -> ConvergeResult | None:
         """Run one cycle; the result when the run stops here, `None` to go on."""
         state = self._state
-        self._cycle_start = (datetime.now(UTC), self._stopwatch.elapsed())
+        self._cycle_start = (time(), self._stopwatch.elapsed())
         end = source.end(cycle)
         if end is not None:
             state.cycle = end.cycle
