@@ -25,7 +25,7 @@ from pydantic import JsonValue
 from ._canonical import freeze_json
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
-from ._model import trusted
+from ._model import trusted, trusted_builder
 from ._registry import Registration
 from ._trace import Execution, Outcome
 
@@ -35,6 +35,7 @@ ErrorMode = Literal["isolate", "raise"]
 
 LATE = "time budget exhausted: execute() returned after the run's deadline"
 """The error of a result that came back after the run's time budget ran out."""
+_build_execution: Final = trusted_builder(Execution)
 
 
 def describe_error(error: BaseException) -> str:
@@ -108,8 +109,7 @@ def failure(
 def _ok(
     reg: Registration, started: float, finished: float, effect: AgentEffect, record: bool
 ) -> Execution:
-    return trusted(
-        Execution,
+    return _build_execution(
         {
             "suggestor": reg.name,
             "suggestor_id": int(reg.id),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import ClassVar, NoReturn, TypeVar, final
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, NoReturn, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["FrozenModel", "trusted"]
+__all__ = ["FrozenModel", "trusted", "trusted_builder"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -69,7 +69,6 @@ _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-_all_fields: dict[type[BaseModel], _NameSet] = {}
 
 
 def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
@@ -81,12 +80,26 @@ def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
     Every record of a class shares one read-only set of field names as its "fields set".
     `object.__new__` builds the instance, so a class that refuses `__new__` (`Fact`) works.
     """
-    names = _all_fields.get(cls)
-    if names is None:
-        names = _all_fields[cls] = _names(cls.model_fields)
-    instance = _new(cls)
-    _set_dict(instance, fields)
-    _set_fields_set(instance, names if len(fields) == len(names) else set(fields))
-    _set_extra(instance, None)
-    _set_private(instance, None)
-    return instance
+    build = _builders.get(cls)
+    if build is None:
+        build = _builders[cls] = trusted_builder(cls)
+    return build(fields)
+
+
+def trusted_builder(cls: type[ModelT]) -> Callable[[dict[str, object]], ModelT]:
+    """`trusted` for one class, its field names looked up once (for the hottest records)."""
+    names = _names(cls.model_fields)
+    count = len(names)
+
+    def build(fields: dict[str, object]) -> ModelT:
+        instance = _new(cls)
+        _set_dict(instance, fields)
+        _set_fields_set(instance, names if len(fields) == count else set(fields))
+        _set_extra(instance, None)
+        _set_private(instance, None)
+        return instance
+
+    return build
+
+
+_builders: dict[type[BaseModel], Callable[[dict[str, object]], Any]] = {}

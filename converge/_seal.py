@@ -17,7 +17,7 @@ from typing import Any, Final, final
 
 from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
 from ._fact import Fact, FactFields, GateKind, PromotionRecord
-from ._model import trusted
+from ._model import trusted_builder
 from ._proposal import ProposedFact
 
 __all__ = ["fact_digest", "promote", "seal"]
@@ -28,6 +28,8 @@ _new = object.__new__
 _new_fields = dict.__new__
 _fill_fields: Final = dict[str, object].update
 _FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
+_build_fact: Final = trusted_builder(Fact)
+_build_record: Final = trusted_builder(PromotionRecord)
 
 
 def _leaf(fields: Mapping[str, Any], payload: str | None, promotion: Mapping[str, Any]) -> str:
@@ -107,7 +109,7 @@ def _fact(proposal: ProposedFact, payload: object, promotion: PromotionRecord, d
             "digest": digest,
         },
     )
-    return trusted(Fact, fields)
+    return _build_fact(fields)
 
 
 def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
@@ -171,4 +173,4 @@ def promote(
     record = _record_fields(cycle, suggestor, suggestor_id, clock, gate, approved_by)
     payload, text = _frozen_payload(proposal)
     digest = _leaf(proposal.__dict__, text, record)
-    return _fact(proposal, payload, trusted(PromotionRecord, record), digest)
+    return _fact(proposal, payload, _build_record(record), digest)
