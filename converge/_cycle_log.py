@@ -12,17 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import final, overload
+from typing import Protocol, final, overload
 
 from ._fact import Fact
 from ._hitl import GateRequest
 from ._invariant import Violation
 from ._key import AnyKey, in_key_order
 from ._model import trusted
-from ._registry import Registration
 from ._trace import CycleTrace, Execution, Rejection
 
 __all__ = ["CycleLog", "PendingCycle"]
+
+
+class _Named(Protocol):
+    """What the log reads of an eligible suggestor's registration."""
+
+    @property
+    def name(self) -> str:
+        """The suggestor's name."""
+        ...
 
 
 @final
@@ -46,7 +54,7 @@ class PendingCycle:
         self,
         cycle: int,
         dirty: frozenset[AnyKey],
-        eligible: Sequence[Registration],
+        eligible: Sequence[_Named],
         executions: tuple[Execution, ...],
         promoted: Sequence[Fact],
         rejected: Sequence[Rejection],
