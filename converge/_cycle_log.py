@@ -11,6 +11,7 @@ about 8 % of a one-fact cycle's instructions (benchmark W4), and the references'
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, final, overload
 
@@ -34,45 +35,21 @@ class _Named(Protocol):
 
 
 @final
+@dataclass(slots=True)
 class PendingCycle:
     """One cycle's record before its trace is built: references only, nothing copied."""
 
-    __slots__ = (
-        "cycle",
-        "dirty",
-        "eligible",
-        "executions",
-        "held",
-        "merged",
-        "promoted",
-        "rejected",
-        "start",
-        "violations",
-    )
-
-    def __init__(  # one field each: a record, not an interface
-        self,
-        cycle: int,
-        dirty: frozenset[AnyKey],
-        eligible: Sequence[_Named],
-        executions: tuple[Execution, ...],
-        promoted: Sequence[Fact],
-        rejected: Sequence[Rejection],
-        held: Sequence[GateRequest],
-        violations: tuple[Violation, ...],
-        merged: bool,
-        start: tuple[float, float] | None,
-    ) -> None:
-        self.cycle = cycle
-        self.dirty = dirty
-        self.eligible = eligible
-        self.executions = executions
-        self.promoted = promoted
-        self.rejected = rejected
-        self.held = held
-        self.violations = violations
-        self.merged = merged
-        self.start = start
+    cycle: int
+    dirty: frozenset[AnyKey]
+    eligible: Sequence[_Named]
+    executions: tuple[Execution, ...]
+    promoted: Sequence[Fact]
+    rejected: Sequence[Rejection]
+    held: Sequence[GateRequest]
+    violations: tuple[Violation, ...]
+    merged: bool
+    start: tuple[float, float] | None
+    """The wall clock (`time.time()`) and the run's own time when the cycle started."""
 
     def build(self) -> CycleTrace:
         """The cycle's trace."""
