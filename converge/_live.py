@@ -41,9 +41,7 @@ class LiveEffects:
         "_events",
         "_executor",
         "_max_cycles",
-        "_max_facts",
         "_max_seconds",
-        "_max_tokens",
         "_raise",
         "_retries",
         "_stopwatch",
@@ -70,8 +68,6 @@ class LiveEffects:
         self._budget = budget = config.budget
         # read once: the budget is frozen, and a model's attributes are slower to load
         self._max_cycles = budget.max_cycles
-        self._max_facts = budget.max_facts
-        self._max_tokens = budget.max_tokens
         self._max_seconds = budget.max_seconds
         self._stopwatch = stopwatch
         self._raise = config.on_suggestor_error == "raise"
@@ -136,12 +132,7 @@ class LiveEffects:
 
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
         """The fact, token or time budget, measured now."""
-        seconds = self._max_seconds
-        if seconds is None and facts <= self._max_facts:
-            tokens_limit = self._max_tokens
-            if tokens_limit is None or tokens <= tokens_limit:
-                return None  # nothing exceeded: `budget_stop` would say so too
-        elapsed = 0.0 if seconds is None else self._stopwatch.elapsed()
+        elapsed = 0.0 if self._max_seconds is None else self._stopwatch.elapsed()
         return budget_stop(self._budget, facts=facts, tokens=tokens, elapsed=elapsed)
 
     def decisions(self, held: Sequence[GateRequest], /) -> None:

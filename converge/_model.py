@@ -82,16 +82,22 @@ def trusted(cls: type[ModelT], fields: dict[str, object]) -> ModelT:
     """
     build = _builders.get(cls)
     if build is None:
-        build = _builders[cls] = trusted_builder(cls)
+        build = trusted_builder(cls)
     return build(fields)
 
 
 def trusted_builder(cls: type[ModelT]) -> Callable[[dict[str, object]], ModelT]:
-    """`trusted` for one class, its field names looked up once (for the hottest records)."""
+    """`trusted` for one class, its field names looked up once (for the hottest records).
+
+    One builder per class, shared with `trusted`, so a class has one set of field names.
+    """
+    build = _builders.get(cls)
+    if build is not None:
+        return build
     names = _names(cls.model_fields)
     count = len(names)
 
-    def build(fields: dict[str, object]) -> ModelT:
+    def build_new(fields: dict[str, object]) -> ModelT:
         instance = _new(cls)
         _set_dict(instance, fields)
         _set_fields_set(instance, names if len(fields) == count else set(fields))
@@ -99,7 +105,8 @@ def trusted_builder(cls: type[ModelT]) -> Callable[[dict[str, object]], ModelT]:
         _set_private(instance, None)
         return instance
 
-    return build
+    _builders[cls] = build_new
+    return build_new
 
 
 _builders: dict[type[BaseModel], Callable[[dict[str, object]], Any]] = {}

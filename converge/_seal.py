@@ -138,24 +138,6 @@ class _RecordFields:
     approved_by: str | None
 
 
-def _record_fields(
-    cycle: int,
-    suggestor: str,
-    suggestor_id: int,
-    clock: int,
-    gate: GateKind,
-    approved_by: str | None,
-) -> dict[str, object]:
-    holder = _new(_RecordFields)
-    holder.cycle = cycle
-    holder.suggestor = suggestor
-    holder.suggestor_id = suggestor_id
-    holder.clock = clock
-    holder.gate = gate
-    holder.approved_by = approved_by
-    return holder.__dict__
-
-
 def promote(
     proposal: ProposedFact,
     cycle: int,
@@ -170,7 +152,14 @@ def promote(
     Raises:
         ValueError: A field cannot be hashed (a proposal that skipped validation).
     """
-    record = _record_fields(cycle, suggestor, suggestor_id, clock, gate, approved_by)
+    holder = _new(_RecordFields)  # its __dict__ is the record's fields, in the model's order
+    holder.cycle = cycle
+    holder.suggestor = suggestor
+    holder.suggestor_id = suggestor_id
+    holder.clock = clock
+    holder.gate = gate
+    holder.approved_by = approved_by
+    record = holder.__dict__
     payload, text = _frozen_payload(proposal)
     digest = _leaf(proposal.__dict__, text, record)
     return _fact(proposal, payload, _build_record(record), digest)

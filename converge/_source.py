@@ -36,10 +36,11 @@ class Batch:
     """The effects to merge, in id order."""
     tokens: int
     """Tokens the cycle spent, failed and cancelled calls included."""
-    cancelled: tuple[StopReason, str] | None = None
+    cancelled: tuple[StopReason, str] | None
     """Set when the time budget cancelled the cycle: nothing merges, the run stops so."""
-    failed: bool = False
-    """Whether a call failed or timed out (an execution's outcome is not `"ok"`)."""
+    failed: bool
+    """Whether a call failed or timed out (an execution's outcome is not `"ok"`); no default,
+    so a source cannot leave a failure unsaid."""
 
 
 @final

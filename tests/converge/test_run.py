@@ -83,7 +83,7 @@ def ok(reg: Registration, effect: AgentEffect) -> Execution:
 
 def batch(reg: Registration, *ids: str, tokens: int = 0) -> Batch:
     effect = AgentEffect(proposals=tuple(fact(H, ident) for ident in ids), tokens=tokens)
-    return Batch((reg,), (ok(reg, effect),), ((reg, effect),), tokens)
+    return Batch((reg,), (ok(reg, effect),), ((reg, effect),), tokens, None, False)
 
 
 def config(*, hitl: HitlPolicy | None = None) -> RunConfig:
@@ -151,7 +151,12 @@ def test_a_cancelled_batch_is_recorded_unmerged_and_stops_with_its_reason() -> N
     _, reg = registration()
     effect = AgentEffect(proposals=(fact(H, "late"),), tokens=2)
     cancelled = Batch(
-        (reg,), (ok(reg, effect),), ((reg, effect),), 2, (StopReason.TIME_BUDGET_EXHAUSTED, "t")
+        (reg,),
+        (ok(reg, effect),),
+        ((reg, effect),),
+        2,
+        (StopReason.TIME_BUDGET_EXHAUSTED, "t"),
+        False,
     )
     result = drive(Script([batch(reg, "a"), cancelled]))
     assert result.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
@@ -161,7 +166,7 @@ def test_a_cancelled_batch_is_recorded_unmerged_and_stops_with_its_reason() -> N
 
 
 def test_an_empty_batch_is_a_fixed_point_recorded_as_its_own_cycle() -> None:
-    result = drive(Script([Batch((), (), (), 0)]))
+    result = drive(Script([Batch((), (), (), 0, None, False)]))
     assert result.stop_reason is StopReason.CONVERGED
     assert len(result.trace.cycles) == 1
     assert result.trace.cycles[0].eligible == ()
