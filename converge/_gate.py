@@ -22,13 +22,13 @@ from typing import Any, Final, cast, final
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from ._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
-from ._fact import Fact, GateKind
+from ._fact import GateKind
 from ._key import AnyKey, ContextKey, Key, key_named
 from ._model import FrozenModel
 from ._proposal import ProposedFact
-from ._seal import promote
+from ._seal import Stamp
 
-__all__ = ["RESERVED_PREFIX", "Gate", "PromotionPolicy", "stand_in", "unhashable"]
+__all__ = ["RESERVED_PREFIX", "Gate", "PromotionPolicy", "Stamps", "stand_in", "unhashable"]
 
 _INVISIBLE: Final = (
     "\u200b\u200c\u200d\u200e\u200f\u2060\ufeff"  # zero-width characters, word joiner, BOM
@@ -293,11 +293,16 @@ def check_hashable(proposal: ProposedFact) -> None:
         payload_json(proposal.payload)
 
 
+Stamps = dict[tuple[GateKind, str, int, str | None], Stamp]
+"""A run's stamps, by gate, suggestor name and id, and approver: one `Stamp` each, kept for
+the run (its facts share their promotion record's text)."""
+
+
 @final
 class Gate:
     """The gate of one merge: checks proposals against the policy and promotes them."""
 
-    __slots__ = ("_cycle", "_kind", "_policy", "_refused")
+    __slots__ = ("_cycle", "_kind", "_policy", "_refused", "_stamps")
 
     def __init__(
         self,
@@ -306,11 +311,13 @@ class Gate:
         cycle: int,
         kind: GateKind,
         refused: frozenset[tuple[AnyKey, str]] = frozenset(),
+        stamps: Stamps | None = None,
     ) -> None:
         self._policy = policy
         self._cycle = cycle
         self._kind: GateKind = kind
         self._refused = refused
+        self._stamps: Stamps = {} if stamps is None else stamps
 
     admit = staticmethod(admit)
     """The proposal to decide on (`proposal` itself when validation left it as it is, else a
@@ -364,19 +371,17 @@ class Gate:
             return f"{key}/{ident} was rejected by a human in this run"
         return None
 
-    def promote(
-        self,
-        proposal: ProposedFact,
-        suggestor: str,
-        suggestor_id: int,
-        clock: int,
-        approved_by: str | None = None,
-    ) -> Fact:
-        """The fact of a proposal that passed, at Lamport time `clock`.
+    @property
+    def cycle(self) -> int:
+        """The cycle this gate promotes in."""
+        return self._cycle
 
-        Raises:
-            ValueError: The proposal skipped validation and cannot be hashed.
-        """
-        return promote(
-            proposal, self._cycle, suggestor, suggestor_id, clock, self._kind, approved_by
-        )
+    def stamp(self, suggestor: str, suggestor_id: int, approved_by: str | None = None) -> Stamp:
+        """What promotes the proposals of `suggestor` that pass (`Stamp.promote`), taken from
+        the run's `stamps` when it has one for this suggestor, gate and approver."""
+        stamps = self._stamps
+        key = (self._kind, suggestor, suggestor_id, approved_by)
+        stamp = stamps.get(key)
+        if stamp is None:
+            stamp = stamps[key] = Stamp(suggestor, suggestor_id, self._kind, approved_by)
+        return stamp

@@ -26,13 +26,14 @@ from ._canonical import payload_json
 from ._context import ContextSnapshot
 from ._effect import Refusal
 from ._fact import Fact, GateKind
-from ._gate import Gate, PromotionPolicy, check_hashable, stand_in, unhashable
+from ._gate import Gate, PromotionPolicy, Stamps, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import AnyKey
 from ._model import trusted
 from ._proposal import ProposedFact
 from ._result import Conflict
+from ._seal import Stamp
 from ._trace import Rejection
 
 __all__ = ["ConflictMode", "Merger", "identical"]
@@ -101,11 +102,12 @@ class Merger:
         structural: Sequence[Invariant] = (),
         hitl: HitlPolicy | None = None,
         deadline: datetime | None = None,
+        stamps: Stamps | None = None,
     ) -> None:
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
-        self._gate = Gate(policy, cycle=cycle, kind=gate, refused=refused)
+        self._gate = Gate(policy, cycle=cycle, kind=gate, refused=refused, stamps=stamps)
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
         """The promoted facts not yet in `_base`, by slot."""
@@ -148,10 +150,11 @@ class Merger:
         leaves = self._leaves
         overlay = self._overlay
         decide = self._decide
+        stamp = self._gate.stamp(suggestor, suggestor_id, approved_by)
         mark = (len(promoted), len(self.held), self._clock)
         for proposal in proposals:
             try:
-                decision = decide(proposal, suggestor, suggestor_id, writes, approved_by)
+                decision = decide(proposal, stamp, writes)
             except Exception as error:
                 reason = f"could not be decided ({type(error).__name__}: {error})"
                 decision = self._rejection(stand_in(proposal), suggestor, reason)
@@ -193,15 +196,11 @@ class Merger:
         self._clock = clock
 
     def _decide(
-        self,
-        proposal: ProposedFact,
-        suggestor: str,
-        suggestor_id: int,
-        writes: frozenset[AnyKey] | None,
-        approved_by: str | None,
+        self, proposal: ProposedFact, stamp: Stamp, writes: frozenset[AnyKey] | None
     ) -> _Decision:
         """Reject, restate (`None`), conflict, hold or promote one proposal."""
         gate = self._gate
+        suggestor = stamp.suggestor
         admitted = gate.admit(proposal)
         if isinstance(admitted, str):
             return self._rejection(stand_in(proposal), suggestor, admitted)
@@ -221,8 +220,8 @@ class Merger:
         try:
             if self._hitl is not None and self._hitl.gates(proposal):
                 check_hashable(proposal)
-                return self._request(proposal, suggestor, suggestor_id)
-            return gate.promote(proposal, suggestor, suggestor_id, self._clock + 1, approved_by)
+                return self._request(proposal, suggestor, stamp.suggestor_id)
+            return stamp.promote(proposal, self._cycle, self._clock + 1)
         except ValueError as error:  # model_copy/model_construct skip validation
             return self._rejection(stand_in(proposal), suggestor, unhashable(error))
 

@@ -23,6 +23,7 @@ from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._cycle_log import CycleLog, PendingCycle
 from ._fact import Fact, GateKind
+from ._gate import Stamps
 from ._hitl import GateDecision, GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
@@ -56,7 +57,16 @@ HUMAN_SUGGESTOR_ID = -2
 class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
-    __slots__ = ("_config", "_cycle_start", "_saver", "_state", "_stopwatch", "_view", "events")
+    __slots__ = (
+        "_config",
+        "_cycle_start",
+        "_saver",
+        "_stamps",
+        "_state",
+        "_stopwatch",
+        "_view",
+        "events",
+    )
 
     def __init__(
         self,
@@ -72,6 +82,8 @@ class RunLoop:
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start: tuple[float, float] | None = None
         """The cycle's start: the wall clock (`time.time()`) and the run's own time."""
+        self._stamps: Stamps = {}
+        """The run's promotion stamps, one per suggestor, gate and approver."""
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
 
@@ -282,6 +294,7 @@ class RunLoop:
             structural=self._view.structural,
             hitl=policy,
             deadline=deadline,
+            stamps=self._stamps,
         )
 
     def _fixed_point(self) -> ConvergeResult:

@@ -3,9 +3,13 @@
 The leaf digest is SHA-256 of 0x00 and the fact's canonical JSON (sorted keys, no spaces,
 UTF-8 as is), written out field by field in one f-string (`_leaf`), byte for byte
 what `json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives,
-without building the dict. One function writes it (`_leaf`), for the gate (`promote`), the
-verified restore (`seal`, with a record read back) and `verify` (`fact_digest`, from a
-fact's fields alone).
+without building the dict. One function writes the fact's part (`_leaf`) and one its
+promotion record's (`_record_text`), for the gate (`Stamp.promote`), the verified restore
+(`seal`, with a record read back) and `verify` (`fact_digest`, from a fact's fields alone).
+
+Every fact of one suggestor's effect shares its promotion record but for the Lamport clock,
+so the gate writes that record's text once per effect (a `Stamp`) and each fact adds its
+clock: about 0.3 µs less per fact than writing every field again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ._fact import Fact, FactFields, GateKind, PromotionRecord
 from ._model import trusted_builder
 from ._proposal import ProposedFact
 
-__all__ = ["fact_digest", "promote", "seal"]
+__all__ = ["Stamp", "fact_digest", "seal"]
 
 _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
 _sha256 = hashlib.sha256
@@ -32,32 +36,47 @@ _build_fact: Final = trusted_builder(Fact)
 _build_record: Final = trusted_builder(PromotionRecord)
 
 
-def _leaf(fields: Mapping[str, Any], payload: str | None, promotion: Mapping[str, Any]) -> str:
-    """The hex leaf digest of a fact, from its fields and its promotion record's.
+def _leaf(
+    fields: Mapping[str, Any], payload: str | None, head: str, clock: int, cycle: int, tail: str
+) -> str:
+    """The hex leaf digest of a fact, from its fields and its promotion record's text.
 
-    `fields` are the fact's own fields (a proposal's, or a fact's), `promotion` its record's,
-    each of its declared type exactly (the confidence a `float`, the numbers `int`s: `:d`
-    refuses anything else). `payload` is the payload's canonical JSON text (`None` for no
-    payload). One f-string writes every field, the promotion record included: about 20 %
-    cheaper than a `%`-format of the same text (no argument tuple, no format parsing).
+    `fields` are the fact's own fields (a proposal's, or a fact's), each of its declared type
+    exactly (the confidence a `float`). `payload` is the payload's canonical JSON text
+    (`None` for no payload); `head` and `tail` are the promotion record's text around its
+    clock and cycle (`_record_text`), both `int`s (`:d` refuses anything else). One f-string
+    writes every field: about 20 % cheaper than a `%`-format of the same text (no argument
+    tuple, no format parsing).
     """
     quote = _quote
     target = fields["target"]
     evidence = fields["evidence"]
-    approved_by = promotion["approved_by"]
+    confidence = fields["confidence"]
     record = (
-        f'\x00{{"confidence":{fields["confidence"]!r},"content":{quote(fields["content"])},'
+        f'\x00{{"confidence":{"1.0" if confidence == 1.0 else repr(confidence)},'
+        f'"content":{quote(fields["content"])},'
         f'"evidence":[{",".join(map(quote, evidence)) if evidence else ""}],'
         f'"id":{quote(fields["id"])},"key":{quote(fields["key"])},'
         f'"payload":{"null" if payload is None else payload},'
-        f'"promotion":{{"approved_by":{"null" if approved_by is None else quote(approved_by)},'
-        f'"clock":{promotion["clock"]:d},"cycle":{promotion["cycle"]:d},'
-        f'"gate":{quote(promotion["gate"])},"suggestor":{quote(promotion["suggestor"])},'
-        f'"suggestor_id":{promotion["suggestor_id"]:d}}},'
+        f'"promotion":{head}{clock:d},"cycle":{cycle:d}{tail},'
         f'"provenance":{quote(fields["provenance"])},'
         f'"target":{"null" if target is None else quote(target)}}}'
     )
     return _sha256(record.encode("utf-8")).hexdigest()
+
+
+def _record_text(
+    approved_by: str | None, gate: str, suggestor: str, suggestor_id: int
+) -> tuple[str, str]:
+    """A promotion record's canonical JSON before its clock's value, and after its cycle.
+
+    `suggestor_id` must be an `int` (`:d` refuses anything else), the texts `str`s.
+    """
+    head = f'{{"approved_by":{"null" if approved_by is None else _quote(approved_by)},"clock":'
+    tail = (
+        f',"gate":{_quote(gate)},"suggestor":{_quote(suggestor)},"suggestor_id":{suggestor_id:d}}}'
+    )
+    return head, tail
 
 
 def fact_digest(fact: Fact) -> str:
@@ -74,12 +93,13 @@ def fact_digest(fact: Fact) -> str:
     payload = fact.payload
     text = None if payload is None else canonical_json(payload).decode("utf-8")
     fields = {name: getattr(fact, name) for name in _LEAF_FIELDS}
-    record = {name: getattr(promotion, name) for name in _LEAF_RECORD_FIELDS}
-    return _leaf(fields, text, record)
+    head, tail = _record_text(
+        promotion.approved_by, promotion.gate, promotion.suggestor, promotion.suggestor_id
+    )
+    return _leaf(fields, text, head, promotion.clock, promotion.cycle, tail)
 
 
 _LEAF_FIELDS: Final = ("confidence", "content", "evidence", "id", "key", "target", "provenance")
-_LEAF_RECORD_FIELDS: Final = ("approved_by", "clock", "cycle", "gate", "suggestor", "suggestor_id")
 
 
 def _frozen_payload(proposal: ProposedFact) -> tuple[object, str | None]:
@@ -121,7 +141,12 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
         ValueError: A field cannot be hashed (a proposal that skipped validation).
     """
     payload, text = _frozen_payload(proposal)
-    return _fact(proposal, payload, promotion, _leaf(proposal.__dict__, text, promotion.__dict__))
+    record = promotion.__dict__
+    head, tail = _record_text(
+        record["approved_by"], record["gate"], record["suggestor"], record["suggestor_id"]
+    )
+    digest = _leaf(proposal.__dict__, text, head, record["clock"], record["cycle"], tail)
+    return _fact(proposal, payload, promotion, digest)
 
 
 @final
@@ -138,28 +163,36 @@ class _RecordFields:
     approved_by: str | None
 
 
-def promote(
-    proposal: ProposedFact,
-    cycle: int,
-    suggestor: str,
-    suggestor_id: int,
-    clock: int,
-    gate: GateKind,
-    approved_by: str | None,
-) -> Fact:
-    """The fact of `proposal`, promoted now by `gate` for `suggestor` at Lamport time `clock`.
+@final
+class Stamp:
+    """What every fact one suggestor promotes through one gate shares: the promotion record's
+    fields but its cycle and clock, and their canonical text, written once. A run keeps one
+    per suggestor, gate and approver (`Gate.stamp`); `Stamp.promote` adds the rest."""
 
-    Raises:
-        ValueError: A field cannot be hashed (a proposal that skipped validation).
-    """
-    holder = _new(_RecordFields)  # its __dict__ is the record's fields, in the model's order
-    holder.cycle = cycle
-    holder.suggestor = suggestor
-    holder.suggestor_id = suggestor_id
-    holder.clock = clock
-    holder.gate = gate
-    holder.approved_by = approved_by
-    record = holder.__dict__
-    payload, text = _frozen_payload(proposal)
-    digest = _leaf(proposal.__dict__, text, record)
-    return _fact(proposal, payload, _build_record(record), digest)
+    __slots__ = ("_head", "_tail", "approved_by", "gate", "suggestor", "suggestor_id")
+
+    def __init__(
+        self, suggestor: str, suggestor_id: int, gate: GateKind, approved_by: str | None
+    ) -> None:
+        self.suggestor = suggestor
+        self.suggestor_id = suggestor_id
+        self.gate: GateKind = gate
+        self.approved_by = approved_by
+        self._head, self._tail = _record_text(approved_by, gate, suggestor, suggestor_id)
+
+    def promote(self, proposal: ProposedFact, cycle: int, clock: int) -> Fact:
+        """The fact of `proposal`, promoted now, in `cycle` at Lamport time `clock`.
+
+        Raises:
+            ValueError: A field cannot be hashed (a proposal that skipped validation).
+        """
+        holder = _new(_RecordFields)  # its __dict__ is the record's fields, in the model's order
+        holder.cycle = cycle
+        holder.suggestor = self.suggestor
+        holder.suggestor_id = self.suggestor_id
+        holder.clock = clock
+        holder.gate = self.gate
+        holder.approved_by = self.approved_by
+        payload, text = _frozen_payload(proposal)
+        digest = _leaf(proposal.__dict__, text, self._head, clock, cycle, self._tail)
+        return _fact(proposal, payload, _build_record(holder.__dict__), digest)

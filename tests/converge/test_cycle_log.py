@@ -13,7 +13,7 @@ from converge import (
 )
 from converge._cycle_log import CycleLog, PendingCycle
 from converge._registry import Registry
-from converge._seal import promote
+from converge._seal import Stamp
 from converge_suggestors import SeedSuggestor
 from tests.doubles import fact
 
@@ -43,7 +43,7 @@ def _pending(cycle: int) -> PendingCycle:
     registry = Registry()
     registry.add(SeedSuggestor("seed", "x"), None)  # named seed:seeds/seed
     reg = registry.view().registrations[0]
-    promoted = [promote(fact(S, f"f-{cycle}"), cycle, "seed", 0, cycle, "engine", None)]
+    promoted = [Stamp("seed", 0, "engine", None).promote(fact(S, f"f-{cycle}"), cycle, cycle)]
     return PendingCycle(cycle, frozenset({S}), (reg,), (), promoted, [], [], (), True, None)
 
 
