@@ -133,7 +133,7 @@ def machine() -> Figures:
         "cpu_busy_before_start": _busy(),
         "versions": {
             name: _version(name)
-            for name in ("converge", "anyio", "pydantic", "pydantic-core", "immutables")
+            for name in ("converge", "anyio", "pydantic", "pydantic-core")
         },
         "source": _source(),
     }

@@ -1,35 +1,27 @@
 """The `Context` protocol and `ContextSnapshot`, the immutable context.
 
-A snapshot keeps, per key, one `FactSequence` (what `get` returns): the facts in insertion
-order and a persistent hash map (`immutables.Map`, a HAMT) id → fact. The facts sit in full
-chunks of 64 (tuples shared between snapshots, themselves in a persistent map by chunk
-number) and a short tail, so a new snapshot shares everything it did not change with the old
-one: taking one costs O(facts added + 64 + log n), and `find`, `has`, `count` and indexing
-are O(1) (O(log₃₂ n)).
+A snapshot keeps, per key, one `FactSequence` (what `get` returns): its view of the key's
+facts in insertion order, the id → position map and the leaf digest the seal computed for
+each fact when it was promoted (or restored), all shared with the other snapshots of its
+line of history (`_sequence`). Taking a new snapshot costs O(facts added + keys); `find`,
+`has`, `count` and indexing are O(1).
 
-A snapshot also keeps, per key, the leaf digest the seal computed for each fact when it was
-promoted (or restored), in persistent chunks. The Merkle root is built from those, never from
-a digest read off a fact later, so a fact object changed below the public API (its
-`__dict__` written with `object.__setattr__`, say, and its `digest` recomputed) changes
-neither the root nor the proof, and `verify` finds it.
-Chunks rather than a persistent vector, and one map rather than two: the garbage collector
-walks a container each time a young-generation collection finds it new, so a new snapshot
-should hold few new containers: a new tail, now and then a new full chunk (each walked once,
-then old), and the map's new nodes. A C `PVector` is traversed element by element by every
-young-generation collection (measured: 128 µs per collection at 10,000 facts).
+The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
+a fact object changed below the public API (its `__dict__` written with
+`object.__setattr__`, say, and its `digest` recomputed) changes neither the root nor the
+proof, and `verify` finds it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import Final, Protocol, TypeVar, cast, final, overload
-
-import immutables
+from typing import Protocol, final
 
 from ._canonical import merkle_root
 from ._fact import Fact
 from ._key import AnyKey, KeyLike, in_key_order, key_named
+from ._sequence import EMPTY_FACTS, FactSequence
 
 __all__ = ["Context", "ContextSnapshot"]
 
@@ -62,124 +54,6 @@ class Context(Protocol):
     def cycle(self) -> int:
         """The cycle that produced this context."""
         ...
-
-
-_EMPTY_IDS: Final[immutables.Map[str, Fact]] = immutables.Map()
-_CHUNK: Final = 64
-"""Facts and their leaf digests are kept in shared, full chunks of this many, and a short tail."""
-_SHIFT: Final = 6  # _CHUNK == 1 << _SHIFT
-_T = TypeVar("_T")
-_Chunks = immutables.Map[int, tuple[_T, ...]]
-"""Full chunks by their number: a persistent map, so a new chunk costs O(log n), not a copy."""
-
-
-@final
-class FactSequence(Sequence[Fact]):
-    """The facts of one key in insertion order: immutable, O(1) indexing.
-
-    It is also all the context keeps for the key: the facts in full chunks of `_CHUNK`
-    (shared between snapshots) and a tail of fewer, the id → fact map, and the leaf digests
-    the seal computed, chunked the same way. `ContextSnapshot.get` hands it out as is.
-    """
-
-    __slots__ = ("_chunks", "_full", "_ids", "_leaf_chunks", "_leaf_tail", "_length", "_tail")
-
-    def __init__(
-        self,
-        ids: immutables.Map[str, Fact],
-        chunks: _Chunks[Fact],
-        tail: tuple[Fact, ...],
-        leaf_chunks: _Chunks[str],
-        leaf_tail: tuple[str, ...],
-    ) -> None:
-        self._ids = ids
-        self._chunks = chunks
-        self._tail = tail
-        self._leaf_chunks = leaf_chunks
-        self._leaf_tail = leaf_tail
-        self._full = full = len(chunks) << _SHIFT
-        self._length = full + len(tail)
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> Fact: ...
-    @overload
-    def __getitem__(self, index: slice) -> tuple[Fact, ...]: ...
-    def __getitem__(self, index: int | slice) -> Fact | tuple[Fact, ...]:
-        if isinstance(index, slice):
-            return tuple([self[i] for i in range(*index.indices(self._length))])
-        length = self._length
-        if index < 0:
-            index += length
-        if not 0 <= index < length:
-            raise IndexError(f"fact index {index} out of range for {length} facts")
-        full = self._full
-        if index >= full:
-            return self._tail[index - full]
-        return self._chunks[index >> _SHIFT][index & (_CHUNK - 1)]
-
-    def __iter__(self) -> Iterator[Fact]:
-        return chain(_chained(self._chunks), self._tail)
-
-    def __repr__(self) -> str:
-        return f"FactSequence({[fact.ref for fact in self]!r})"
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to another sequence of facts holding equal facts in the same order."""
-        if isinstance(other, FactSequence):
-            return self._length == other._length and tuple(self) == tuple(other)
-        if isinstance(other, tuple | list):
-            return tuple(self) == tuple(cast("Sequence[object]", other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def _extended(self, facts: Sequence[Fact], leaves: Sequence[str]) -> FactSequence:
-        """These facts with `facts` (ids new to them) and their `leaves` appended."""
-        if len(facts) == 1:
-            ids = self._ids.set(facts[0].id, facts[0])
-        else:
-            mutation = self._ids.mutate()
-            for fact in facts:
-                mutation[fact.id] = fact
-            ids = mutation.finish()
-        tail = self._tail + tuple(facts)
-        leaf_tail = self._leaf_tail + tuple(leaves)
-        if len(tail) < _CHUNK:  # the usual case: no chunk fills up
-            return FactSequence(ids, self._chunks, tail, self._leaf_chunks, leaf_tail)
-        chunks, tail = _rechunk(self._chunks, tail)
-        leaf_chunks, leaf_tail = _rechunk(self._leaf_chunks, leaf_tail)
-        return FactSequence(ids, chunks, tail, leaf_chunks, leaf_tail)
-
-    def _leaves(self) -> Iterator[str]:
-        """The leaf digests, in insertion order."""
-        return chain(_chained(self._leaf_chunks), self._leaf_tail)
-
-
-def _rechunk(chunks: _Chunks[_T], tail: tuple[_T, ...]) -> tuple[_Chunks[_T], tuple[_T, ...]]:
-    """`chunks` and `tail` with the tail's full chunks moved to the chunks."""
-    if len(tail) < _CHUNK:
-        return chunks, tail
-    full = len(tail) - len(tail) % _CHUNK
-    mutation = chunks.mutate()
-    number = len(chunks)
-    for start in range(0, full, _CHUNK):
-        mutation[number] = tail[start : start + _CHUNK]
-        number += 1
-    return mutation.finish(), tail[full:]
-
-
-def _chained(chunks: _Chunks[_T]) -> Iterator[_T]:
-    """The items of `chunks`, in order."""
-    return chain.from_iterable(map(chunks.__getitem__, range(len(chunks))))
-
-
-_NO_FACTS: Final[_Chunks[Fact]] = immutables.Map()
-_NO_LEAVES: Final[_Chunks[str]] = immutables.Map()
-_EMPTY_FACTS: Final = FactSequence(_EMPTY_IDS, _NO_FACTS, (), _NO_LEAVES, ())
 
 
 @final
@@ -248,7 +122,7 @@ class ContextSnapshot:
         return False
 
     def get(self, key: KeyLike, /) -> Sequence[Fact]:
-        """The facts under `key`, in insertion order (a persistent vector; O(1)).
+        """The facts under `key`, in insertion order (a view, nothing copied; O(1)).
 
         Raises:
             ValueError: `key` is a name that no built-in or declared key has.
@@ -256,7 +130,7 @@ class ContextSnapshot:
         store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
         if store is None:
             _known(key)
-            return _EMPTY_FACTS
+            return EMPTY_FACTS
         return store
 
     def count(self, key: KeyLike, /) -> int:
@@ -273,7 +147,11 @@ class ContextSnapshot:
         if store is None:
             _known(key)
             return None
-        return store._ids.get(id)  # pyright: ignore[reportPrivateUsage]
+        # FactSequence.find, inlined: suggestors call it in every accepts
+        position = store._positions.get(id)  # pyright: ignore[reportPrivateUsage]
+        if position is None or position >= store._length:  # pyright: ignore[reportPrivateUsage]
+            return None
+        return store._facts[position]  # pyright: ignore[reportPrivateUsage]
 
     @property
     def version(self) -> int:
@@ -319,10 +197,7 @@ class ContextSnapshot:
         root = self._root
         if root is None:
             stores = self._stores
-            leaves = chain.from_iterable(
-                stores[key]._leaves()  # pyright: ignore[reportPrivateUsage]
-                for key in self.keys()
-            )
+            leaves = chain.from_iterable(stores[key].leaves() for key in self.keys())
             root = merkle_root(map(bytes.fromhex, leaves))
             _set_root(self, root)
         return root
@@ -332,7 +207,7 @@ class ContextSnapshot:
         stores = self._stores
         for key in self.keys():
             store = stores[key]
-            leaves = store._leaves()  # pyright: ignore[reportPrivateUsage]
+            leaves = store.leaves()
             yield from zip(store, leaves, strict=True)
 
     # -- kernel use --------------------------------------------------------------------------
@@ -355,8 +230,7 @@ class ContextSnapshot:
             return self._at_cycle(cycle)
         stores = dict(self._stores)
         for key, new, new_leaves in _by_key(facts, leaves):
-            facts_of = stores.get(key, _EMPTY_FACTS)
-            stores[key] = facts_of._extended(new, new_leaves)  # pyright: ignore[reportPrivateUsage]
+            stores[key] = stores.get(key, EMPTY_FACTS).extended(new, new_leaves)
         if len(stores) != len(self._stores):
             stores = {key: stores[key] for key in in_key_order(stores)}
         added = len(facts)

@@ -6,8 +6,10 @@ from converge import (
     ContextSnapshot,
     Fact,
     HitlPolicy,
+    IntegrityProof,
     PromotionPolicy,
     ProposedFact,
+    verify,
 )
 from converge._gate import Gate
 from converge._merge import ConflictMode, Merger
@@ -113,6 +115,16 @@ def test_a_structural_violation_discards_the_whole_effect_and_nothing_else() -> 
     assert violation.invariant == "no-forbidden"
     assert m.snapshot().find(H, "b") is None
     assert m.snapshot().clock == 1
+    # the discarded facts were appended to the context's store when the invariant was
+    # checked; a later effect promoting one of their ids again sees only its own fact
+    m.merge("later", 2, None, [fact(H, "b", "fine again")])
+    snapshot = m.snapshot()
+    found = snapshot.find(H, "b")
+    assert found is not None
+    assert found.content == "fine again"
+    assert [f.id for f in snapshot.get(H)] == ["a", "b"]
+    assert snapshot.find(H, "c") is None
+    assert verify(snapshot, IntegrityProof.of(snapshot))
 
 
 def test_a_discarded_effect_leaves_its_slots_clock_and_holds_as_they_were() -> None:
