@@ -293,9 +293,10 @@ def check_hashable(proposal: ProposedFact) -> None:
         payload_json(proposal.payload)
 
 
-Stamps = dict[tuple[GateKind, str, int, str | None], Stamp]
-"""A run's stamps, by gate, suggestor name and id, and approver: one `Stamp` each, kept for
-the run (its facts share their promotion record's text)."""
+Stamps = dict[tuple[GateKind, str, int], Stamp]
+"""Promotion stamps without an approver, by gate, suggestor name and id: kept while an
+engine's registrations stay the same (`RegistryView.stamps`), so a suggestor's facts share
+their promotion record's text from run to run."""
 
 
 @final
@@ -377,11 +378,14 @@ class Gate:
         return self._cycle
 
     def stamp(self, suggestor: str, suggestor_id: int, approved_by: str | None = None) -> Stamp:
-        """What promotes the proposals of `suggestor` that pass (`Stamp.promote`), taken from
-        the run's `stamps` when it has one for this suggestor, gate and approver."""
+        """What promotes the proposals of `suggestor` that pass (`Stamp.promote`). One without
+        an approver is kept in `stamps`; one with (a human's approval) is made each time, so
+        the kept ones stay as many as the registrations."""
+        if approved_by is not None:
+            return Stamp(suggestor, suggestor_id, self._kind, approved_by)
         stamps = self._stamps
-        key = (self._kind, suggestor, suggestor_id, approved_by)
+        key = (self._kind, suggestor, suggestor_id)
         stamp = stamps.get(key)
         if stamp is None:
-            stamp = stamps[key] = Stamp(suggestor, suggestor_id, self._kind, approved_by)
+            stamp = stamps[key] = Stamp(suggestor, suggestor_id, self._kind, None)
         return stamp

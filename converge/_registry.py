@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import final
 
 from ._exceptions import ConfigurationError
+from ._gate import Stamps
 from ._invariant import Invariant, InvariantClass
 from ._key import AnyKey
 from ._retry import RetryPolicy
@@ -52,6 +53,7 @@ class RegistryView:
         "fingerprint",
         "registrations",
         "semantic",
+        "stamps",
         "structural",
     )
 
@@ -62,6 +64,8 @@ class RegistryView:
         active: frozenset[str] | None,
     ):
         self.registrations = registrations
+        self.stamps: Stamps = {}
+        """The promotion stamps of these registrations, kept from run to run (`Gate.stamp`)."""
 
         def on(pack: str | None) -> bool:
             return pack is None or active is None or pack in active

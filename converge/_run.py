@@ -23,7 +23,6 @@ from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._cycle_log import CycleLog, PendingCycle
 from ._fact import Fact, GateKind
-from ._gate import Stamps
 from ._hitl import GateDecision, GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
@@ -61,7 +60,6 @@ class RunLoop:
         "_config",
         "_cycle_start",
         "_saver",
-        "_stamps",
         "_state",
         "_stopwatch",
         "_view",
@@ -82,8 +80,6 @@ class RunLoop:
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start: tuple[float, float] | None = None
         """The cycle's start: the wall clock (`time.time()`) and the run's own time."""
-        self._stamps: Stamps = {}
-        """The run's promotion stamps, one per suggestor, gate and approver."""
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
 
@@ -294,7 +290,7 @@ class RunLoop:
             structural=self._view.structural,
             hitl=policy,
             deadline=deadline,
-            stamps=self._stamps,
+            stamps=self._view.stamps,
         )
 
     def _fixed_point(self) -> ConvergeResult:

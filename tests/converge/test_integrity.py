@@ -15,6 +15,7 @@ from converge import (
     ContextKey,
     ContextSnapshot,
     Engine,
+    Fact,
     IntegrityProof,
     PromotionPolicy,
     ProposedFact,
@@ -23,6 +24,8 @@ from converge import (
 from converge._canonical import EMPTY_ROOT, merkle_root
 from converge._merge import Merger
 from converge._seal import fact_digest
+from tests.doubles import ProposesOnce
+from tests.doubles import fact as proposal
 
 
 def h(data: bytes) -> bytes:
@@ -105,6 +108,47 @@ def test_fact_digest_matches_an_independent_computation() -> None:
     )
     assert fact.digest == h(b"\x00" + expected).hex()
     assert result.integrity.merkle_root == fact.digest
+
+
+def _independent_digest(fact: Fact) -> str:
+    record = fact.promotion
+    fields: dict[str, object] = {
+        "key": fact.key.value,
+        "id": fact.id,
+        "content": fact.content,
+        "payload": fact.payload,
+        "confidence": fact.confidence,
+        "provenance": fact.provenance,
+        "target": None if fact.target is None else fact.target.value,
+        "evidence": list(fact.evidence),
+        "promotion": record.model_dump(),
+    }
+    return h(b"\x00" + canonical(fields)).hex()
+
+
+def test_every_digest_of_repeated_runs_matches_an_independent_computation() -> None:
+    # A suggestor's promotion record text is written once and kept from run to run (only
+    # the cycle and clock change): each run's facts, in later cycles and from a continued
+    # context, still hash exactly as their fields say.
+    first = ProposesOnce("first", [proposal(ContextKey.HYPOTHESES, "h1", "one")])
+    later = ProposesOnce("later", [proposal(ContextKey.HYPOTHESES, "h2", "two")], at=2)
+    engine = Engine()
+    engine.register_suggestor(first)
+    engine.register_suggestor(later)
+    one = engine.run_sync(inputs=[proposal(ContextKey.SEEDS, "s", "seed")])
+    again = engine.run_sync(
+        ContextSnapshot.empty(), inputs=[proposal(ContextKey.SEEDS, "t", "other seed")]
+    )
+    first.proposals = (proposal(ContextKey.HYPOTHESES, "h3", "three"),)
+    continued = engine.run_sync(one.context)
+    records: set[tuple[str, int, int]] = set()
+    for result in (one, again, continued):
+        assert verify(result.context, result.integrity)
+        for promoted in result.context.facts():
+            assert promoted.digest == _independent_digest(promoted) == fact_digest(promoted)
+            record = promoted.promotion
+            records.add((record.suggestor, record.cycle, record.clock))
+    assert records >= {("first", 1, 2), ("later", 2, 3), ("first", 1, 4)}
 
 
 def digest_of(ident: str, content: str, provenance: str = "p") -> str:
