@@ -7,9 +7,9 @@ without building the dict. One function writes the fact's part (`_leaf`) and one
 promotion record's (`_record_text`), for the gate (`Stamp.promote`), the verified restore
 (`seal`, with a record read back) and `verify` (`fact_digest`, from a fact's fields alone).
 
-Every fact of one suggestor's effect shares its promotion record but for the Lamport clock,
-so the gate writes that record's text once per effect (a `Stamp`) and each fact adds its
-clock: about 0.3 µs less per fact than writing every field again.
+Every fact one suggestor promotes shares its promotion record but for the cycle and the
+Lamport clock, so the gate writes that record's text once (a `Stamp`, kept from run to run)
+and each fact adds its two numbers: about 0.3 µs less per fact than writing every field.
 """
 
 from __future__ import annotations
@@ -166,8 +166,9 @@ class _RecordFields:
 @final
 class Stamp:
     """What every fact one suggestor promotes through one gate shares: the promotion record's
-    fields but its cycle and clock, and their canonical text, written once. A run keeps one
-    per suggestor, gate and approver (`Gate.stamp`); `Stamp.promote` adds the rest."""
+    fields but its cycle and clock, and their canonical text, written once. An engine keeps
+    one per suggestor and gate while its registrations stay the same, a human's approval
+    gets its own (`Gate.stamp`); `Stamp.promote` adds the rest."""
 
     __slots__ = ("_head", "_tail", "approved_by", "gate", "suggestor", "suggestor_id")
 
