@@ -19,6 +19,8 @@ import json.encoder
 from collections.abc import Mapping
 from typing import Any, Final, final
 
+from pydantic import JsonValue
+
 from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
 from ._fact import Fact, FactFields, GateKind, PromotionRecord
 from ._model import trusted_builder
@@ -102,17 +104,18 @@ def fact_digest(fact: Fact) -> str:
 _LEAF_FIELDS: Final = ("confidence", "content", "evidence", "id", "key", "target", "provenance")
 
 
-def _frozen_payload(proposal: ProposedFact) -> tuple[object, str | None]:
-    """The proposal's payload as stored (frozen), and its canonical JSON text."""
-    payload = proposal.payload
-    if payload is not None and type(payload) not in _FROZEN_PAYLOAD:
+def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:
+    """A proposal's payload as stored (frozen), and its canonical JSON text (`None`: none)."""
+    if payload is None:
+        return None, None
+    if type(payload) not in _FROZEN_PAYLOAD:
         payload = freeze_json(payload)
-    return payload, None if payload is None else payload_json(payload)
+    return payload, payload_json(payload)
 
 
-def _fact(proposal: ProposedFact, payload: object, promotion: PromotionRecord, digest: str) -> Fact:
-    """The fact itself: the proposal's fields, the frozen payload, the record, the digest."""
-    own = proposal.__dict__  # read once: a model's attributes are slower to load
+def _fact(own: Mapping[str, Any], payload: object, promotion: PromotionRecord, digest: str) -> Fact:
+    """The fact itself: the proposal's fields (`own`, its `__dict__`), the frozen payload,
+    the record, the digest."""
     fields = _new_fields(FactFields)
     _fill_fields(
         fields,
@@ -140,13 +143,14 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
     Raises:
         ValueError: A field cannot be hashed (a proposal that skipped validation).
     """
-    payload, text = _frozen_payload(proposal)
+    own = proposal.__dict__
+    payload, text = _frozen_payload(own["payload"])
     record = promotion.__dict__
     head, tail = _record_text(
         record["approved_by"], record["gate"], record["suggestor"], record["suggestor_id"]
     )
-    digest = _leaf(proposal.__dict__, text, head, record["clock"], record["cycle"], tail)
-    return _fact(proposal, payload, promotion, digest)
+    digest = _leaf(own, text, head, record["clock"], record["cycle"], tail)
+    return _fact(own, payload, promotion, digest)
 
 
 @final
@@ -194,6 +198,10 @@ class Stamp:
         holder.clock = clock
         holder.gate = self.gate
         holder.approved_by = self.approved_by
-        payload, text = _frozen_payload(proposal)
-        digest = _leaf(proposal.__dict__, text, self._head, clock, cycle, self._tail)
-        return _fact(proposal, payload, _build_record(holder.__dict__), digest)
+        own = proposal.__dict__  # read once: a model's attributes are slower to load
+        payload = own["payload"]
+        text = None
+        if payload is not None:
+            payload, text = _frozen_payload(payload)
+        digest = _leaf(own, text, self._head, clock, cycle, self._tail)
+        return _fact(own, payload, _build_record(holder.__dict__), digest)
