@@ -132,8 +132,7 @@ def machine() -> Figures:
         "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
         "cpu_busy_before_start": _busy(),
         "versions": {
-            name: _version(name)
-            for name in ("converge", "anyio", "pydantic", "pydantic-core")
+            name: _version(name) for name in ("converge", "anyio", "pydantic", "pydantic-core")
         },
         "source": _source(),
     }
