@@ -74,7 +74,7 @@ class PromotionPolicy(FrozenModel, frozen=True):
         admitted = admit(proposal)
         if isinstance(admitted, str):
             return admitted
-        return Gate(self, cycle=0, kind=gate, refused=frozenset(refused)).check(admitted, writes)
+        return Gate(self, kind=gate, refused=frozenset(refused)).check(admitted, writes)
 
 
 def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
@@ -303,19 +303,17 @@ their promotion record's text from run to run."""
 class Gate:
     """The gate of one merge: checks proposals against the policy and promotes them."""
 
-    __slots__ = ("_cycle", "_kind", "_policy", "_refused", "_stamps")
+    __slots__ = ("_kind", "_policy", "_refused", "_stamps")
 
     def __init__(
         self,
         policy: PromotionPolicy,
         *,
-        cycle: int,
         kind: GateKind,
         refused: frozenset[tuple[AnyKey, str]] = frozenset(),
         stamps: Stamps | None = None,
     ) -> None:
         self._policy = policy
-        self._cycle = cycle
         self._kind: GateKind = kind
         self._refused = refused
         self._stamps: Stamps = {} if stamps is None else stamps
@@ -371,11 +369,6 @@ class Gate:
         if refused and (key, ident) in refused:
             return f"{key}/{ident} was rejected by a human in this run"
         return None
-
-    @property
-    def cycle(self) -> int:
-        """The cycle this gate promotes in."""
-        return self._cycle
 
     def stamp(self, suggestor: str, suggestor_id: int, approved_by: str | None = None) -> Stamp:
         """What promotes the proposals of `suggestor` that pass (`Stamp.promote`). One without

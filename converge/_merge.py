@@ -107,7 +107,7 @@ class Merger:
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
-        self._gate = Gate(policy, cycle=cycle, kind=gate, refused=refused, stamps=stamps)
+        self._gate = Gate(policy, kind=gate, refused=refused, stamps=stamps)
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
         """The promoted facts not yet in `_base`, by slot."""

@@ -56,15 +56,7 @@ HUMAN_SUGGESTOR_ID = -2
 class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
-    __slots__ = (
-        "_config",
-        "_cycle_start",
-        "_saver",
-        "_state",
-        "_stopwatch",
-        "_view",
-        "events",
-    )
+    __slots__ = ("_config", "_cycle_start", "_saver", "_state", "_stopwatch", "_view", "events")
 
     def __init__(
         self,

@@ -181,8 +181,8 @@ def test_an_unhashable_unvalidated_copy_is_rejected_not_raised() -> None:
 
 
 def test_the_gate_stamps_its_kind_and_approver() -> None:
-    gate = Gate(PromotionPolicy(), cycle=4, kind="human")
-    promoted = gate.stamp("a", 2, approved_by="ceo").promote(fact(H, "x"), gate.cycle, 9)
+    gate = Gate(PromotionPolicy(), kind="human")
+    promoted = gate.stamp("a", 2, approved_by="ceo").promote(fact(H, "x"), 4, 9)
     record = promoted.promotion
     assert (record.cycle, record.gate, record.approved_by, record.clock) == (4, "human", "ceo", 9)
     assert gate.check(fact(H, "x", " "), None) == "content is blank"
