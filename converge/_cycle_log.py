@@ -42,7 +42,7 @@ class PendingCycle:
     cycle: int
     dirty: frozenset[AnyKey]
     eligible: Sequence[_Named]
-    executions: tuple[Execution, ...]
+    executions: Sequence[Execution]
     promoted: Sequence[Fact]
     rejected: Sequence[Rejection]
     held: Sequence[GateRequest]
@@ -60,7 +60,7 @@ class PendingCycle:
                 "cycle": self.cycle,
                 "dirty": in_key_order(self.dirty),
                 "eligible": tuple([reg.name for reg in self.eligible]),
-                "executions": self.executions,
+                "executions": tuple(self.executions),
                 "promoted": tuple([fact.ref for fact in self.promoted]),
                 "rejected": tuple(self.rejected),
                 "held": tuple([request.gate_id for request in self.held]),

@@ -11,137 +11,24 @@ cancellation) is a timeout, and its effect is dropped.
 
 from __future__ import annotations
 
-import traceback
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from math import inf
 from time import perf_counter
 from typing import Any, Final, Literal, cast, final
 
 import anyio
 import anyio.lowlevel
-from pydantic import JsonValue
 
-from ._canonical import freeze_json
+from ._calls import Slot, describe_error, failure
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
-from ._model import trusted, trusted_builder
-from ._registry import Registration
-from ._trace import Execution, Outcome
 
-__all__ = ["LATE", "ErrorMode", "Executor", "describe_error", "failure"]
+__all__ = ["LATE", "ErrorMode", "Executor"]
 
 ErrorMode = Literal["isolate", "raise"]
 
 LATE = "time budget exhausted: execute() returned after the run's deadline"
 """The error of a result that came back after the run's time budget ran out."""
-_build_execution: Final = trusted_builder(Execution)
-
-
-def describe_error(error: BaseException) -> str:
-    """`"TypeName: message"`, or the type name alone when the message is empty."""
-    message = str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
-
-
-def _metadata_of(error: BaseException) -> JsonValue:
-    """A failure's `metadata` attribute as frozen JSON, if it is a JSON object (else none)."""
-    value: object = getattr(error, "metadata", None)
-    if not isinstance(value, Mapping) or not value:
-        return None
-    try:
-        return freeze_json(cast("Mapping[str, object]", value), "metadata")
-    except ValueError:
-        return None
-
-
-def failure(
-    reg: Registration,
-    outcome: Outcome,
-    started: float,
-    error: BaseException | str,
-    *,
-    phase: Literal["accepts", "execute"] = "execute",
-    text: str | None = None,
-) -> Execution:
-    """An `Execution` record for a call that did not produce an effect.
-
-    `text` replaces the error's description, keeping its traceback.
-    """
-    tokens = 0
-    unknown = False
-    metadata: JsonValue = None
-    if isinstance(error, BaseException):
-        formatted = "".join(traceback.format_exception(error))
-        spent: object = getattr(error, "tokens", 0)
-        if isinstance(spent, int) and spent > 0:
-            tokens = spent  # a failure may still have cost model tokens
-        # It cannot say what it spent (`tokens is None`), or only a part (`tokens_unknown`):
-        # the count is then a lower bound.
-        unknown = (hasattr(error, "tokens") and spent is None) or (
-            getattr(error, "tokens_unknown", False) is True
-        )
-        metadata = _metadata_of(error)
-        if text is None:
-            text = describe_error(error)
-    else:
-        text, formatted = error, None
-    return trusted(
-        Execution,
-        {
-            "suggestor": reg.name,
-            "suggestor_id": int(reg.id),
-            "outcome": outcome,
-            "duration_ms": (perf_counter() - started) * 1000.0,
-            "proposals": 0,
-            "tokens": tokens,
-            "error": text,
-            "phase": phase,
-            "attempt": 1,
-            "tokens_unknown": unknown,
-            "metadata": metadata,
-            "traceback": formatted,
-            "effect": None,
-        },
-    )
-
-
-def _ok(
-    reg: Registration, started: float, finished: float, effect: AgentEffect, record: bool
-) -> Execution:
-    return _build_execution(
-        {
-            "suggestor": reg.name,
-            "suggestor_id": int(reg.id),
-            "outcome": "ok",
-            "duration_ms": (finished - started) * 1000.0,
-            "proposals": len(effect.proposals),
-            "tokens": effect.tokens,
-            "error": None,
-            "phase": "execute",
-            "attempt": 1,
-            "tokens_unknown": False,
-            "metadata": effect.metadata,
-            "traceback": None,
-            "effect": effect if record else None,
-        },
-    )
-
-
-@final
-@dataclass(slots=True)
-class Slot:
-    """One eligible suggestor's result; `execution` stays `None` if it was cancelled."""
-
-    reg: Registration
-    effect: AgentEffect | None = None
-    execution: Execution | None = None
-    error: BaseException | None = None
-    late: bool = False
-    """Its result came back after the run's deadline (and was dropped)."""
-    held: float | None = None
-    """Seconds the call ran without awaiting while its time limit passed (so nothing could
-    cancel it): it held the event loop, with a blocking call."""
 
 
 @final
@@ -249,8 +136,7 @@ class Executor:
             slot.execution = failure(reg, "failed", started, error)
             slot.error = error
             return
-        slot.effect = effect
-        slot.execution = _ok(reg, started, finished, effect, self._record)
+        slot.succeeded(effect, started, finished, self._record)
 
     async def _scoped(
         self, slot: Slot, call: Awaitable[object], started: float

@@ -16,9 +16,10 @@ from typing import final
 import anyio
 
 from ._budget import Stopwatch, budget_stop, time_detail
+from ._calls import Executions, Slot, failure
 from ._config import RunConfig
 from ._context import ContextSnapshot
-from ._executor import Executor, Slot, failure
+from ._executor import Executor
 from ._hitl import GateRequest
 from ._key import AnyKey
 from ._registry import Registration, RegistryView
@@ -163,7 +164,7 @@ class LiveEffects:
             by_id.setdefault(sid, self._view.registrations[sid])
         return tuple(by_id[sid] for sid in sorted(by_id))
 
-    def _retried(self, cycle: int, executions: tuple[Execution, ...]) -> tuple[Execution, ...]:
+    def _retried(self, cycle: int, executions: Sequence[Execution]) -> tuple[Execution, ...]:
         """Number the cycle's calls in their failure streaks and schedule the retries."""
         retries = self._retries
         numbered = retries.numbered(executions)
@@ -215,14 +216,25 @@ class LiveEffects:
 
 def _executions(
     refused: list[Execution], slots: Sequence[Slot], started: float, *, cancelled: bool
-) -> tuple[Execution, ...]:
-    """The cycle's executions in id order; a slot the time budget cancelled is `timed_out`."""
-    done: list[Execution] = list(refused)
+) -> Executions:
+    """The cycle's executions in id order; a slot the time budget cancelled is `timed_out`.
+
+    A call that returned an effect stands for its record, built when something reads it.
+    """
+    calls: list[Execution | Slot] = list(refused)
     for slot in slots:
-        if slot.execution is not None:
-            done.append(slot.execution)
+        if slot.effect is not None:
+            calls.append(slot)
+        elif (execution := slot.execution) is not None:
+            calls.append(execution)
         elif cancelled:
-            done.append(failure(slot.reg, "timed_out", started, "cancelled: time budget exhausted"))
+            calls.append(
+                failure(slot.reg, "timed_out", started, "cancelled: time budget exhausted")
+            )
     if refused:
-        done.sort(key=lambda execution: execution.suggestor_id)
-    return tuple(done)
+        calls.sort(key=_suggestor_id)
+    return Executions(calls)
+
+
+def _suggestor_id(call: Execution | Slot) -> int:
+    return int(call.reg.id) if isinstance(call, Slot) else call.suggestor_id

@@ -30,7 +30,7 @@ class Batch:
 
     eligible: tuple[Registration, ...]
     """The suggestors that executed (their `accepts` said yes), in id order."""
-    executions: tuple[Execution, ...]
+    executions: Sequence[Execution]
     """Every call recorded for the trace, failed `accepts` included."""
     effects: tuple[tuple[Registration, AgentEffect], ...]
     """The effects to merge, in id order."""

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from converge import AgentEffect, Context, ContextKey, ContextSnapshot, SuggestorId
-from converge._executor import ErrorMode, Executor, Slot, describe_error, failure
+from converge._calls import Slot, describe_error, failure
+from converge._executor import ErrorMode, Executor
 from converge._registry import Registration
 from tests.doubles import fact
 

@@ -1,0 +1,217 @@
+"""A cycle's calls: one `Slot` per eligible suggestor, and their `Execution` records.
+
+A call that failed or timed out gets its record the moment it ends (`failure`: its time and
+traceback are of that moment). A call that returned an effect keeps the effect and its two
+times, and its record is built the first time something reads it (`Slot.execution`, or the
+cycle's `Executions`): a run whose trace nobody reads, with no observer at debug level and
+no failure to retry, never builds one. That is about 1 µs per call (benchmark W4: 5 % of a
+one-fact cycle's instructions; W2: 500 calls in one cycle).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from time import perf_counter
+from typing import Final, Literal, cast, final, overload
+
+from pydantic import JsonValue
+
+from ._canonical import freeze_json
+from ._effect import AgentEffect
+from ._model import trusted, trusted_builder
+from ._registry import Registration
+from ._trace import Execution, Outcome
+
+__all__ = ["Executions", "Slot", "describe_error", "failure"]
+
+_build_execution: Final = trusted_builder(Execution)
+
+
+def describe_error(error: BaseException) -> str:
+    """`"TypeName: message"`, or the type name alone when the message is empty."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _metadata_of(error: BaseException) -> JsonValue:
+    """A failure's `metadata` attribute as frozen JSON, if it is a JSON object (else none)."""
+    value: object = getattr(error, "metadata", None)
+    if not isinstance(value, Mapping) or not value:
+        return None
+    try:
+        return freeze_json(cast("Mapping[str, object]", value), "metadata")
+    except ValueError:
+        return None
+
+
+def failure(
+    reg: Registration,
+    outcome: Outcome,
+    started: float,
+    error: BaseException | str,
+    *,
+    phase: Literal["accepts", "execute"] = "execute",
+    text: str | None = None,
+) -> Execution:
+    """An `Execution` record for a call that did not produce an effect.
+
+    `text` replaces the error's description, keeping its traceback.
+    """
+    tokens = 0
+    unknown = False
+    metadata: JsonValue = None
+    if isinstance(error, BaseException):
+        formatted = "".join(traceback.format_exception(error))
+        spent: object = getattr(error, "tokens", 0)
+        if isinstance(spent, int) and spent > 0:
+            tokens = spent  # a failure may still have cost model tokens
+        # It cannot say what it spent (`tokens is None`), or only a part (`tokens_unknown`):
+        # the count is then a lower bound.
+        unknown = (hasattr(error, "tokens") and spent is None) or (
+            getattr(error, "tokens_unknown", False) is True
+        )
+        metadata = _metadata_of(error)
+        if text is None:
+            text = describe_error(error)
+    else:
+        text, formatted = error, None
+    return trusted(
+        Execution,
+        {
+            "suggestor": reg.name,
+            "suggestor_id": int(reg.id),
+            "outcome": outcome,
+            "duration_ms": (perf_counter() - started) * 1000.0,
+            "proposals": 0,
+            "tokens": tokens,
+            "error": text,
+            "phase": phase,
+            "attempt": 1,
+            "tokens_unknown": unknown,
+            "metadata": metadata,
+            "traceback": formatted,
+            "effect": None,
+        },
+    )
+
+
+@final
+class Slot:
+    """One eligible suggestor's call: its result, or its failure; neither if it was cancelled."""
+
+    __slots__ = (
+        "_execution",
+        "_finished",
+        "_record",
+        "_started",
+        "effect",
+        "error",
+        "held",
+        "late",
+        "reg",
+    )
+
+    def __init__(self, reg: Registration) -> None:
+        self.reg = reg
+        self.effect: AgentEffect | None = None
+        """The effect the call returned, once it returned one in time."""
+        self.error: BaseException | None = None
+        self.late = False
+        """Its result came back after the run's deadline (and was dropped)."""
+        self.held: float | None = None
+        """Seconds the call ran without awaiting while its time limit passed (so nothing could
+        cancel it): it held the event loop, with a blocking call."""
+        self._execution: Execution | None = None
+        self._started = self._finished = 0.0
+        self._record = False
+
+    @property
+    def execution(self) -> Execution | None:
+        """The call's record: its failure or timeout; an effect's, built on the first read;
+        `None` while the call runs, and for good if it was cancelled."""
+        execution = self._execution
+        if execution is None and self.effect is not None:
+            execution = self._execution = self._ok()
+        return execution
+
+    @execution.setter
+    def execution(self, execution: Execution) -> None:
+        self._execution = execution
+
+    def succeeded(
+        self, effect: AgentEffect, started: float, finished: float, record_effect: bool
+    ) -> None:
+        """The call returned `effect` between `started` and `finished` (`perf_counter()`);
+        its record keeps the effect if `record_effect`."""
+        self._started = started
+        self._finished = finished
+        self._record = record_effect
+        self.effect = effect
+
+    def _ok(self) -> Execution:
+        effect = cast("AgentEffect", self.effect)
+        reg = self.reg
+        return _build_execution(
+            {
+                "suggestor": reg.name,
+                "suggestor_id": int(reg.id),
+                "outcome": "ok",
+                "duration_ms": (self._finished - self._started) * 1000.0,
+                "proposals": len(effect.proposals),
+                "tokens": effect.tokens,
+                "error": None,
+                "phase": "execute",
+                "attempt": 1,
+                "tokens_unknown": False,
+                "metadata": effect.metadata,
+                "traceback": None,
+                "effect": effect if self._record else None,
+            },
+        )
+
+
+@final
+class Executions(Sequence[Execution]):
+    """A cycle's executions in suggestor id order, each call's record built on the first read.
+
+    `calls` are the failed `accepts` calls' records and the slots of the calls that ran (a
+    slot stands for its own record), in id order.
+    """
+
+    __slots__ = ("_built", "_calls")
+
+    def __init__(self, calls: Sequence[Execution | Slot]) -> None:
+        self._calls = calls
+        self._built: tuple[Execution, ...] | None = None
+
+    def _all(self) -> tuple[Execution, ...]:
+        built = self._built
+        if built is None:
+            built = self._built = tuple([_execution_of(call) for call in self._calls])
+        return built
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    @overload
+    def __getitem__(self, index: int) -> Execution: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Execution, ...]: ...
+    def __getitem__(self, index: int | slice) -> Execution | tuple[Execution, ...]:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[Execution]:
+        return iter(self._all())
+
+    def __repr__(self) -> str:
+        return f"Executions({list(self._all())!r})"
+
+
+def _execution_of(call: Execution | Slot) -> Execution:
+    if isinstance(call, Slot):
+        execution = call.execution
+        if execution is None:
+            raise ValueError(f"the call of {call.reg.name!r} has no record: it never ended")
+        return execution
+    return call

@@ -1,0 +1,102 @@
+"""A call that returned an effect has its `Execution` built when first read: the record must
+say what happened at the call, not at the read, and be one object however it is reached."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from converge import (
+    AgentEffect,
+    Context,
+    ContextKey,
+    Engine,
+    ProposedFact,
+    SuggestorId,
+)
+from converge._calls import Executions, Slot, failure
+from converge._registry import Registration
+
+H = ContextKey.HYPOTHESES
+SEED = ProposedFact(key=ContextKey.SEEDS, id="s", content="go", provenance="test")
+
+
+class Slow:
+    """Sleeps `delay` seconds once, then proposes one hypothesis with tokens and metadata."""
+
+    name = "slow"
+    dependencies = (ContextKey.SEEDS,)
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(H) == 0
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        await anyio.sleep(self.delay)
+        proposal = ProposedFact(key=H, id="h", content="x", provenance="slow")
+        return AgentEffect(proposals=(proposal,), tokens=5, metadata={"model": "m"})
+
+
+def registration(index: int, name: str) -> Registration:
+    return Registration(SuggestorId(index), Slow(0.0), name, (), None, None)
+
+
+@pytest.mark.parametrize("record_effects", [False, True])
+def test_a_record_read_late_keeps_the_calls_own_time_and_fields(record_effects: bool) -> None:
+    engine = Engine(record_effects=record_effects)
+    engine.register_suggestor(Slow(0.05))
+    result = engine.run_sync(inputs=[SEED])
+    time.sleep(0.3)  # the record is built now, on this first read of the trace
+    [call] = [e for cycle in result.trace.cycles for e in cycle.executions]
+    assert (call.suggestor, call.outcome, call.proposals, call.tokens) == ("slow", "ok", 1, 5)
+    assert call.metadata == {"model": "m"}
+    assert 45.0 <= call.duration_ms < 250.0  # the call's 50 ms, not the 300 ms that followed
+    assert (call.effect is not None) is record_effects
+    if call.effect is not None:
+        assert call.effect.proposals[0].id == "h"
+
+
+def test_every_read_of_a_record_is_the_same_object() -> None:
+    engine = Engine()
+    engine.register_suggestor(Slow(0.0))
+    result = engine.run_sync(inputs=[SEED])
+    [first] = [call for cycle in result.trace.cycles for call in cycle.executions]
+    [again] = [call for cycle in result.trace.cycles for call in cycle.executions]
+    assert again is first
+    assert first.outcome == "ok"
+
+
+def test_a_slots_record_is_built_once_and_kept() -> None:
+    slot = Slot(registration(0, "a"))
+    assert slot.execution is None  # still running (or cancelled): no record
+    effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
+    slot.succeeded(effect, 10.0, 10.25, record_effect=False)
+    execution = slot.execution
+    assert execution is not None
+    assert execution is slot.execution
+    assert (execution.duration_ms, execution.proposals, execution.effect) == (250.0, 1, None)
+
+
+def test_executions_keep_id_order_and_read_as_a_sequence() -> None:
+    refused = failure(registration(1, "b"), "failed", 0.0, ValueError("no"), phase="accepts")
+    ran = Slot(registration(0, "a"))
+    effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
+    ran.succeeded(effect, 1.0, 1.5, record_effect=True)
+    calls = Executions([ran, refused])
+    assert len(calls) == 2
+    assert [call.suggestor for call in calls] == ["a", "b"]
+    assert calls[0] is ran.execution
+    assert calls[1] is refused
+    assert calls[-1] is refused
+    assert calls[0:1] == (ran.execution,)
+    assert calls[0].effect is effect
+
+
+def test_a_slot_that_never_ended_has_no_record_to_read() -> None:
+    calls = Executions([Slot(registration(0, "cut"))])
+    with pytest.raises(ValueError, match="'cut' has no record: it never ended"):
+        list(calls)
