@@ -27,6 +27,7 @@ from converge import (
 )
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from .floor import seal_floor
 
 __all__ = ["Join", "Seed", "Sleeper", "measure"]
 
@@ -139,6 +140,18 @@ def _engine() -> Engine:
     return engine
 
 
+def _sealed() -> tuple[list[ProposedFact], list[str]]:
+    """The run's 502 proposals and who proposes each, for the seal floor."""
+    seed, join = (
+        _effect(ContextKey.SEEDS, "fan-seed", "seed"),
+        _effect(ContextKey.EVALUATIONS, "joined", "join"),
+    )
+    sleepers = [_effect(ContextKey.HYPOTHESES, f"h-{i}", f"sleeper-{i}") for i in range(TASKS)]
+    effects = [seed, *sleepers, join]
+    names = ["seed", *(f"sleeper-{i}" for i in range(TASKS)), "join"]
+    return [effect.proposals[0] for effect in effects], names
+
+
 def _check(result: ConvergeResult) -> int:
     if result.stop_reason is not StopReason.CONVERGED or len(result.context) != TASKS + 2:
         raise RuntimeError(f"W2 did not run as designed: {result!r}")
@@ -167,9 +180,11 @@ async def _measure(settings: Settings) -> Figures:
         cycles = _check(await engine.run())
         await _floor()
         await _gather_floor()
+    proposals, sealers = _sealed()
     walls: list[float] = []
     floors: list[float] = []
     gathers: list[float] = []
+    seals: list[float] = []
     for _ in range(settings.runs):  # interleaved, so drift in the machine hits both alike
         prepare()
         started = perf_counter()
@@ -184,6 +199,7 @@ async def _measure(settings: Settings) -> Figures:
         started = perf_counter()
         await _gather_floor()
         gathers.append((perf_counter() - started) * 1e3)
+        seals.append(seal_floor(proposals, sealers, len(proposals))[0] * 1e3)
     wall = median(walls)
     floor = median(floors)
     return {
@@ -198,6 +214,8 @@ async def _measure(settings: Settings) -> Figures:
         "floor_wall_ms_quartiles": quartiles(floors),
         "floor_overhead_us_per_task": rounded(_overhead_us(floor)),
         "engine_over_floor_ms": rounded(wall - floor, 3),
+        "seal_floor_ms": rounded(median(seals), 3),
+        "seal": "the seal floor of the run's 502 facts (benchmarks/floor.py), in a bare loop",
         "floor": "one anyio task group of the same 500 anyio.sleep(0.01) calls",
         "asyncio_gather_wall_ms": rounded(median(gathers), 3),
     }

@@ -31,6 +31,7 @@ from converge import (
 )
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from .floor import seal_floor
 
 __all__ = ["GcClock", "Grower", "Window", "check", "measure"]
 
@@ -79,6 +80,11 @@ class Grower:
         effect = self._effects[ctx.count(_KEY) // PER_CYCLE]
         self.ended.append(perf_counter())
         return effect
+
+    @property
+    def proposals(self) -> list[ProposedFact]:
+        """Every proposal of a run, in the order they are proposed."""
+        return [proposal for effect in self._effects for proposal in effect.proposals]
 
     def reset(self) -> None:
         """Forget the stamps of the previous run."""
@@ -164,16 +170,21 @@ async def _measure(settings: Settings) -> Figures:
     cycles = 0
     for _ in range(settings.warmups):
         cycles = check((await _run(engine, grower, clock))[0])
+    proposals = grower.proposals
+    sealers = [grower.name] * len(proposals)
     first: list[Window] = []
     last: list[Window] = []
     runs: list[float] = []
-    for _ in range(settings.runs):
+    floors: list[float] = []
+    for _ in range(settings.runs):  # each run paired with the seal floor: drift hits both
         result, seconds = await _run(engine, grower, clock)
         runs.append(seconds)
         cycles = check(result)
+        del result  # neither the next run nor the floor carries this one's 10,000 facts
         executes = len(grower.started)  # the cycle after the last execute finds nothing to do
         first.append(Window.of(grower, clock, range(WINDOW)))
         last.append(Window.of(grower, clock, range(executes - 1 - WINDOW, executes - 1)))
+        floors.append(seal_floor(proposals, sealers, PER_CYCLE)[0])
 
     grower.reset()
     prepare()
@@ -201,6 +212,10 @@ async def _measure(settings: Settings) -> Figures:
         "runs": settings.runs,
         "run_ms": rounded(median(runs) * 1e3, 3),
         "us_per_fact": rounded(median(runs) * 1e6 / TOTAL, 3),
+        "seal_floor_us_per_fact": rounded(median(floors) * 1e6 / TOTAL, 3),
+        "over_seal_floor_us_per_fact": rounded(
+            median([run - floor for run, floor in zip(runs, floors, strict=True)]) * 1e6 / TOTAL, 3
+        ),
         "first10_us_per_cycle": rounded(median(first_total)),
         "first10_us_per_cycle_quartiles": quartiles(first_total),
         "last10_us_per_cycle": rounded(median(last_total)),
