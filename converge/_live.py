@@ -58,8 +58,7 @@ class LiveEffects:
         history: Sequence[CycleTrace] = (),
     ) -> None:
         self._view = view
-        policies = {reg.id: reg.retry or config.retry for reg in view.registrations}
-        self._retries = Retries.replayed(policies, history)
+        self._retries = Retries.replayed(view.own_retries, config.retry, history)
         self._executor = Executor(
             max_concurrency=config.max_concurrency,
             timeout=config.suggestor_timeout,

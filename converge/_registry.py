@@ -51,6 +51,7 @@ class RegistryView:
         "_by_key",
         "acceptance",
         "fingerprint",
+        "own_retries",
         "registrations",
         "semantic",
         "stamps",
@@ -66,6 +67,10 @@ class RegistryView:
         self.registrations = registrations
         self.stamps: Stamps = {}
         """The promotion stamps of these registrations, kept from run to run (`Gate.stamp`)."""
+        self.own_retries: dict[SuggestorId, RetryPolicy] = {
+            reg.id: reg.retry for reg in registrations if reg.retry is not None
+        }
+        """The suggestors with a retry policy of their own (the rest use the engine's)."""
 
         def on(pack: str | None) -> bool:
             return pack is None or active is None or pack in active

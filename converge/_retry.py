@@ -67,10 +67,14 @@ class _Due:
 class Retries:
     """The retry schedule of one run."""
 
-    __slots__ = ("_due", "_policies", "_streak", "pending")
+    __slots__ = ("_default", "_due", "_policies", "_streak", "pending")
 
-    def __init__(self, policies: Mapping[SuggestorId, RetryPolicy]) -> None:
+    def __init__(
+        self, policies: Mapping[SuggestorId, RetryPolicy], default: RetryPolicy = NO_RETRY
+    ) -> None:
+        """`policies`: the suggestors with a policy of their own; `default`: everyone else's."""
         self._policies = policies
+        self._default = default
         self._due: dict[SuggestorId, _Due] = {}
         self._streak: dict[SuggestorId, int] = {}
         self.pending = False
@@ -78,10 +82,13 @@ class Retries:
 
     @classmethod
     def replayed(
-        cls, policies: Mapping[SuggestorId, RetryPolicy], cycles: Iterable[CycleTrace]
+        cls,
+        policies: Mapping[SuggestorId, RetryPolicy],
+        default: RetryPolicy,
+        cycles: Iterable[CycleTrace],
     ) -> Retries:
         """The schedule after the recorded `cycles` (seconds backoffs are due at once)."""
-        retries = cls(policies)
+        retries = cls(policies, default)
         for cycle in cycles:
             retries.record(cycle.cycle, cycle.executions, now=float("-inf"))
         return retries
@@ -128,7 +135,7 @@ class Retries:
         for execution in executions:
             sid = SuggestorId(execution.suggestor_id)
             self._due.pop(sid, None)
-            policy = self._policies.get(sid, NO_RETRY)
+            policy = self._policies.get(sid, self._default)
             if execution.outcome == "ok" or execution.outcome not in policy.retry_on:
                 self._streak.pop(sid, None)
                 continue

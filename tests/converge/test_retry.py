@@ -142,6 +142,33 @@ async def test_a_timed_out_call_is_retried_unless_the_policy_excludes_timeouts()
     assert [f.outcome for f in kept.failures] == ["timed_out"]
 
 
+async def test_an_engine_policy_and_a_suggestors_own_apply_each_to_their_own() -> None:
+    class Other(Flaky):
+        name = "other"
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            self.calls += 1
+            if self.calls <= self.fails:
+                raise RuntimeError(f"other boom {self.calls}")
+            proposal = ProposedFact(key=H, id="o", content="made it", provenance=self.name)
+            return AgentEffect.with_proposals([proposal])
+
+        def accepts(self, ctx: Context, /) -> bool:
+            return ctx.find(H, "o") is None
+
+    engine = Engine(retry=RetryPolicy(attempts=3))
+    own = Flaky(5, retry=RetryPolicy(attempts=1))  # its own: never tried again
+    engine.register_suggestor(own)
+    shared = Other(2)  # the engine's: three attempts
+    engine.register_suggestor(shared)
+    result = await engine.run(inputs=[SEED])
+    assert own.calls == 1
+    assert shared.calls == 3
+    assert result.context.find(H, "o") is not None
+    assert result.context.find(H, "h") is None
+    assert [f.suggestor for f in result.failures] == ["flaky"]
+
+
 async def test_a_suggestors_own_policy_overrides_the_engines() -> None:
     engine = Engine()
     engine.register_suggestor(Flaky(1, retry=RetryPolicy(attempts=2)))
