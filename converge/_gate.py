@@ -318,6 +318,11 @@ class Gate:
         self._refused = refused
         self._stamps: Stamps = {} if stamps is None else stamps
 
+    @property
+    def refused(self) -> frozenset[tuple[AnyKey, str]]:
+        """The slots a human rejected in this run: proposals for them are refused."""
+        return self._refused
+
     admit = staticmethod(admit)
     """The proposal to decide on (`proposal` itself when validation left it as it is, else a
     validated copy), or the reason it does not validate."""

@@ -25,8 +25,8 @@ from typing import Final, Literal, final
 from ._canonical import payload_json
 from ._context import ContextSnapshot
 from ._effect import Refusal
-from ._fact import Fact, GateKind
-from ._gate import Gate, PromotionPolicy, Stamps, check_hashable, stand_in, unhashable
+from ._fact import Fact
+from ._gate import Gate, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import AnyKey
@@ -95,19 +95,18 @@ class Merger:
         snapshot: ContextSnapshot,
         *,
         cycle: int,
-        policy: PromotionPolicy,
+        gate: Gate,
         mode: ConflictMode,
-        gate: GateKind = "engine",
-        refused: frozenset[tuple[AnyKey, str]] = frozenset(),
         structural: Sequence[Invariant] = (),
         hitl: HitlPolicy | None = None,
         deadline: datetime | None = None,
-        stamps: Stamps | None = None,
     ) -> None:
+        """Merge into `snapshot` in `cycle` through `gate` (an engine keeps one from cycle to
+        cycle while nothing it holds changes)."""
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
-        self._gate = Gate(policy, kind=gate, refused=refused, stamps=stamps)
+        self._gate = gate
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
         """The promoted facts not yet in `_base`, by slot."""

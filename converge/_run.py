@@ -23,6 +23,7 @@ from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._cycle_log import CycleLog, PendingCycle
 from ._fact import Fact, GateKind
+from ._gate import Gate
 from ._hitl import GateDecision, GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
@@ -56,7 +57,16 @@ HUMAN_SUGGESTOR_ID = -2
 class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
-    __slots__ = ("_config", "_cycle_start", "_saver", "_state", "_stopwatch", "_view", "events")
+    __slots__ = (
+        "_config",
+        "_cycle_start",
+        "_gate",
+        "_saver",
+        "_state",
+        "_stopwatch",
+        "_view",
+        "events",
+    )
 
     def __init__(
         self,
@@ -71,6 +81,7 @@ class RunLoop:
         self._saver = saver
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start: tuple[float, float] | None = None
+        self._gate: Gate | None = None  # the engine's, kept while the human-rejected stay
         """The cycle's start: the wall clock (`time.time()`) and the run's own time."""
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
@@ -275,15 +286,22 @@ class RunLoop:
         return Merger(
             snapshot,
             cycle=cycle,
-            policy=config.policy,
+            gate=self._gate_of(gate),
             mode=config.on_conflict if mode is None else mode,
-            gate=gate,
-            refused=self._state.human_rejected,
             structural=self._view.structural,
             hitl=policy,
             deadline=deadline,
-            stamps=self._view.stamps,
         )
+
+    def _gate_of(self, kind: GateKind) -> Gate:
+        """The gate of `kind` for this run's policy, stamps and human-rejected slots."""
+        refused = self._state.human_rejected
+        gate = self._gate
+        if kind != "engine" or gate is None or gate.refused is not refused:
+            gate = Gate(self._config.policy, kind=kind, refused=refused, stamps=self._view.stamps)
+            if kind == "engine":
+                self._gate = gate
+        return gate
 
     def _fixed_point(self) -> ConvergeResult:
         """Acceptance and semantic invariants decide between converged and violated."""

@@ -22,6 +22,7 @@ from converge import (
     verify,
 )
 from converge._canonical import EMPTY_ROOT, merkle_root
+from converge._gate import Gate
 from converge._merge import Merger
 from converge._seal import fact_digest
 from tests.doubles import ProposesOnce
@@ -271,9 +272,8 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
 def test_a_promoter_named_with_format_characters_seals_what_verify_recomputes(size: int) -> None:
     # the leaf text is written with %-formatting: names holding % must come out exactly as
     # verify writes them from the fact, and as an independent json.dumps does
-    merger = Merger(
-        ContextSnapshot.empty(), cycle=1, policy=PromotionPolicy(), mode="stop", gate="human"
-    )
+    gate = Gate(PromotionPolicy(), kind="human")
+    merger = Merger(ContextSnapshot.empty(), cycle=1, gate=gate, mode="stop")
     proposals = [
         ProposedFact(key=ContextKey.SEEDS, id=f"p{n}", content="100%", provenance="%s")
         for n in range(size)

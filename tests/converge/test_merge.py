@@ -30,11 +30,10 @@ def merger(
     return Merger(
         snapshot or ContextSnapshot.empty(),
         cycle=1,
-        policy=PromotionPolicy(),
+        gate=Gate(PromotionPolicy(), kind="engine", refused=refused),
         mode=mode,
         hitl=hitl,
         structural=(NoForbiddenContent(),) if structural else (),
-        refused=refused,
     )
 
 
@@ -133,7 +132,7 @@ def test_a_discarded_effect_leaves_its_slots_clock_and_holds_as_they_were() -> N
     m = Merger(
         ContextSnapshot.empty(),
         cycle=1,
-        policy=PromotionPolicy(),
+        gate=Gate(PromotionPolicy(), kind="engine"),
         mode="stop",
         hitl=HitlPolicy(gated_keys=frozenset({S})),
         structural=(NoForbiddenContent(),),

@@ -30,6 +30,7 @@ from converge import (
     StopReason,
     verify,
 )
+from converge._gate import Gate
 from converge._merge import Merger
 
 SEEDS = ContextKey.SEEDS
@@ -207,7 +208,8 @@ def test_an_effect_validates_on_model_construct_and_model_copy() -> None:
 
 
 def test_the_merge_rejects_proposals_it_cannot_read() -> None:
-    merger = Merger(ContextSnapshot.empty(), cycle=1, policy=PromotionPolicy(), mode="reject")
+    gate = Gate(PromotionPolicy(), kind="engine")
+    merger = Merger(ContextSnapshot.empty(), cycle=1, gate=gate, mode="reject")
     unreadable: Any = 7
     assert merger.merge("broken", 0, None, unreadable) is None
     [rejection] = merger.rejections
@@ -224,7 +226,7 @@ def test_any_exception_while_deciding_is_that_proposals_rejection(
     merger = Merger(
         ContextSnapshot.empty(),
         cycle=1,
-        policy=PromotionPolicy(),
+        gate=Gate(PromotionPolicy(), kind="engine"),
         mode="reject",
         hitl=HitlPolicy(),
     )
