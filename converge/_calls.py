@@ -102,9 +102,7 @@ class Slot:
 
     __slots__ = (
         "_execution",
-        "_finished",
-        "_record",
-        "_started",
+        "_said",
         "effect",
         "error",
         "held",
@@ -123,8 +121,7 @@ class Slot:
         """Seconds the call ran without awaiting while its time limit passed (so nothing could
         cancel it): it held the event loop, with a blocking call."""
         self._execution: Execution | None = None
-        self._started = self._finished = 0.0
-        self._record = False
+        self._said: tuple[float, int, int, JsonValue, bool] = (0.0, 0, 0, None, False)
 
     @property
     def execution(self) -> Execution | None:
@@ -143,30 +140,35 @@ class Slot:
         self, effect: AgentEffect, started: float, finished: float, record_effect: bool
     ) -> None:
         """The call returned `effect` between `started` and `finished` (`perf_counter()`);
-        its record keeps the effect if `record_effect`."""
-        self._started = started
-        self._finished = finished
-        self._record = record_effect
+        its record keeps the effect if `record_effect`.
+
+        What the record says of the effect (how many proposals, the tokens, the metadata) is
+        read now, as the executor checked it: an effect changed below the API afterwards
+        does not change its call's record.
+        """
+        duration = (finished - started) * 1000.0
+        count = len(effect.proposals)
+        self._said = (duration, count, effect.tokens, effect.metadata, record_effect)
         self.effect = effect
 
     def _ok(self) -> Execution:
-        effect = cast("AgentEffect", self.effect)
+        duration, proposals, tokens, metadata, record = self._said
         reg = self.reg
         return _build_execution(
             {
                 "suggestor": reg.name,
                 "suggestor_id": int(reg.id),
                 "outcome": "ok",
-                "duration_ms": (self._finished - self._started) * 1000.0,
-                "proposals": len(effect.proposals),
-                "tokens": effect.tokens,
+                "duration_ms": duration,
+                "proposals": proposals,
+                "tokens": tokens,
                 "error": None,
                 "phase": "execute",
                 "attempt": 1,
                 "tokens_unknown": False,
-                "metadata": effect.metadata,
+                "metadata": metadata,
                 "traceback": None,
-                "effect": effect if self._record else None,
+                "effect": self.effect if record else None,
             },
         )
 

@@ -10,6 +10,7 @@ import pytest
 
 from converge import (
     AgentEffect,
+    Budget,
     Context,
     ContextKey,
     Engine,
@@ -100,3 +101,37 @@ def test_a_slot_that_never_ended_has_no_record_to_read() -> None:
     calls = Executions([Slot(registration(0, "cut"))])
     with pytest.raises(ValueError, match="'cut' has no record: it never ended"):
         list(calls)
+
+
+class Rewriter:
+    """Returns an effect in its first call, then rewrites that effect below the API (its
+    tokens to a str, its proposals and metadata) in its second, and proposes nothing."""
+
+    name = "rewriter"
+    dependencies = (ContextKey.SEEDS, H)
+
+    def __init__(self) -> None:
+        self.kept: AgentEffect | None = None
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(H) < 2
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        if self.kept is None:
+            proposal = ProposedFact(key=H, id="r", content="x", provenance="rewriter")
+            self.kept = AgentEffect(proposals=(proposal,), tokens=4, metadata={"model": "m"})
+            return self.kept
+        object.__setattr__(self.kept, "tokens", "lots")
+        object.__setattr__(self.kept, "proposals", ())
+        object.__setattr__(self.kept, "metadata", {"model": "forged"})
+        return AgentEffect()
+
+
+def test_an_effect_rewritten_after_its_call_leaves_the_calls_record_as_it_was() -> None:
+    engine = Engine(budget=Budget(max_cycles=4))
+    engine.register_suggestor(Rewriter())
+    result = engine.run_sync(inputs=[SEED])
+    first = next(e for cycle in result.trace.cycles for e in cycle.executions)
+    assert (first.proposals, first.tokens, first.metadata) == (1, 4, {"model": "m"})
+    assert result.tokens == 4
+    assert result.trace.model_dump_json()  # every record still serialises
