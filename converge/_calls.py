@@ -1,11 +1,13 @@
 """A cycle's calls: one `Slot` per eligible suggestor, and their `Execution` records.
 
 A call that failed or timed out gets its record the moment it ends (`failure`: its time and
-traceback are of that moment). A call that returned an effect keeps the effect and its two
-times, and its record is built the first time something reads it (`Slot.execution`, or the
-cycle's `Executions`): a run whose trace nobody reads, with no observer at debug level and
-no failure to retry, never builds one. That is about 1 µs per call (benchmark W4: 5 % of a
-one-fact cycle's instructions; W2: 500 calls in one cycle).
+traceback are of that moment). A call that returned an effect leaves what its record says
+(`Returned`: the duration, the proposal count, the tokens and the metadata, read when it
+returned; the effect itself only when effects are recorded), and the record is built the
+first time something reads it (`Slot.execution`, or the cycle's `Executions`): a run whose
+trace nobody reads, with no observer at debug level and no failure to retry, never builds
+one. That is about 1 µs per call (benchmark W4: 3 % of a one-fact cycle's instructions;
+W2: 500 calls in one cycle).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ._model import trusted, trusted_builder
 from ._registry import Registration
 from ._trace import Execution, Outcome
 
-__all__ = ["Executions", "Slot", "describe_error", "failure"]
+__all__ = ["Executions", "Returned", "Slot", "describe_error", "failure"]
 
 _build_execution: Final = trusted_builder(Execution)
 
@@ -96,24 +98,24 @@ def failure(
     )
 
 
+Returned = tuple[Registration, float, int, int, JsonValue, AgentEffect | None]
+"""What a call that returned an effect leaves for its record: the registration, the duration
+(ms), the proposal count, the tokens, the metadata, and the effect itself only when effects
+are recorded (so a cycle's log does not keep every effect's proposals alive)."""
+
+
 @final
 class Slot:
     """One eligible suggestor's call: its result, or its failure; neither if it was cancelled."""
 
-    __slots__ = (
-        "_execution",
-        "_said",
-        "effect",
-        "error",
-        "held",
-        "late",
-        "reg",
-    )
+    __slots__ = ("_execution", "effect", "error", "held", "late", "reg", "returned")
 
     def __init__(self, reg: Registration) -> None:
         self.reg = reg
         self.effect: AgentEffect | None = None
         """The effect the call returned, once it returned one in time."""
+        self.returned: Returned | None = None
+        """What its record says of that effect (`succeeded`)."""
         self.error: BaseException | None = None
         self.late = False
         """Its result came back after the run's deadline (and was dropped)."""
@@ -121,15 +123,14 @@ class Slot:
         """Seconds the call ran without awaiting while its time limit passed (so nothing could
         cancel it): it held the event loop, with a blocking call."""
         self._execution: Execution | None = None
-        self._said: tuple[float, int, int, JsonValue, bool] = (0.0, 0, 0, None, False)
 
     @property
     def execution(self) -> Execution | None:
         """The call's record: its failure or timeout; an effect's, built on the first read;
         `None` while the call runs, and for good if it was cancelled."""
         execution = self._execution
-        if execution is None and self.effect is not None:
-            execution = self._execution = self._ok()
+        if execution is None and self.returned is not None:
+            execution = self._execution = _ok(self.returned)
         return execution
 
     @execution.setter
@@ -147,54 +148,60 @@ class Slot:
         does not change its call's record.
         """
         duration = (finished - started) * 1000.0
+        kept = effect if record_effect else None
         count = len(effect.proposals)
-        self._said = (duration, count, effect.tokens, effect.metadata, record_effect)
+        self.returned = (self.reg, duration, count, effect.tokens, effect.metadata, kept)
         self.effect = effect
 
-    def _ok(self) -> Execution:
-        duration, proposals, tokens, metadata, record = self._said
-        reg = self.reg
-        return _build_execution(
-            {
-                "suggestor": reg.name,
-                "suggestor_id": int(reg.id),
-                "outcome": "ok",
-                "duration_ms": duration,
-                "proposals": proposals,
-                "tokens": tokens,
-                "error": None,
-                "phase": "execute",
-                "attempt": 1,
-                "tokens_unknown": False,
-                "metadata": metadata,
-                "traceback": None,
-                "effect": self.effect if record else None,
-            },
-        )
+
+def _ok(returned: Returned) -> Execution:
+    reg, duration, proposals, tokens, metadata, effect = returned
+    return _build_execution(
+        {
+            "suggestor": reg.name,
+            "suggestor_id": int(reg.id),
+            "outcome": "ok",
+            "duration_ms": duration,
+            "proposals": proposals,
+            "tokens": tokens,
+            "error": None,
+            "phase": "execute",
+            "attempt": 1,
+            "tokens_unknown": False,
+            "metadata": metadata,
+            "traceback": None,
+            "effect": effect,
+        },
+    )
 
 
 @final
 class Executions(Sequence[Execution]):
     """A cycle's executions in suggestor id order, each call's record built on the first read.
 
-    `calls` are the failed `accepts` calls' records and the slots of the calls that ran (a
-    slot stands for its own record), in id order.
+    `calls` are the records of the calls that failed (`accepts` included) and what each call
+    that returned an effect left for its record (`Slot.returned`), in id order.
     """
 
     __slots__ = ("_built", "_calls")
 
-    def __init__(self, calls: Sequence[Execution | Slot]) -> None:
+    def __init__(self, calls: Sequence[Execution | Returned]) -> None:
         self._calls = calls
         self._built: tuple[Execution, ...] | None = None
 
     def _all(self) -> tuple[Execution, ...]:
         built = self._built
         if built is None:
-            built = self._built = tuple([_execution_of(call) for call in self._calls])
+            built = tuple(
+                [_ok(c) if type(c) is tuple else cast("Execution", c) for c in self._calls]
+            )
+            self._built = built
+            self._calls = ()  # what the records were built from is no longer needed
         return built
 
     def __len__(self) -> int:
-        return len(self._calls)
+        built = self._built
+        return len(self._calls) if built is None else len(built)
 
     @overload
     def __getitem__(self, index: int) -> Execution: ...
@@ -208,12 +215,3 @@ class Executions(Sequence[Execution]):
 
     def __repr__(self) -> str:
         return f"Executions({list(self._all())!r})"
-
-
-def _execution_of(call: Execution | Slot) -> Execution:
-    if isinstance(call, Slot):
-        execution = call.execution
-        if execution is None:
-            raise ValueError(f"the call of {call.reg.name!r} has no record: it never ended")
-        return execution
-    return call

@@ -16,7 +16,7 @@ from typing import final
 import anyio
 
 from ._budget import Stopwatch, budget_stop, time_detail
-from ._calls import Executions, Slot, failure
+from ._calls import Executions, Returned, Slot, failure
 from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._executor import Executor
@@ -218,22 +218,22 @@ def _executions(
 ) -> Executions:
     """The cycle's executions in id order; a slot the time budget cancelled is `timed_out`.
 
-    A call that returned an effect stands for its record, built when something reads it.
+    A call that returned an effect leaves what its record says (`Slot.returned`), built into
+    an `Execution` when something reads it.
     """
-    calls: list[Execution | Slot] = list(refused)
+    calls: list[Execution | Returned] = list(refused)
     for slot in slots:
-        if slot.effect is not None:
-            calls.append(slot)
+        if (returned := slot.returned) is not None:
+            calls.append(returned)
         elif (execution := slot.execution) is not None:
             calls.append(execution)
         elif cancelled:
-            calls.append(
-                failure(slot.reg, "timed_out", started, "cancelled: time budget exhausted")
-            )
+            cut = failure(slot.reg, "timed_out", started, "cancelled: time budget exhausted")
+            calls.append(cut)
     if refused:
         calls.sort(key=_suggestor_id)
     return Executions(calls)
 
 
-def _suggestor_id(call: Execution | Slot) -> int:
-    return int(call.reg.id) if isinstance(call, Slot) else call.suggestor_id
+def _suggestor_id(call: Execution | Returned) -> int:
+    return int(call[0].id) if isinstance(call, tuple) else call.suggestor_id

@@ -3,7 +3,9 @@ say what happened at the call, not at the read, and be one object however it is 
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 
 import anyio
 import pytest
@@ -87,20 +89,47 @@ def test_executions_keep_id_order_and_read_as_a_sequence() -> None:
     ran = Slot(registration(0, "a"))
     effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
     ran.succeeded(effect, 1.0, 1.5, record_effect=True)
-    calls = Executions([ran, refused])
+    assert ran.returned is not None
+    calls = Executions([ran.returned, refused])
     assert len(calls) == 2
     assert [call.suggestor for call in calls] == ["a", "b"]
-    assert calls[0] is ran.execution
+    assert (calls[0].duration_ms, calls[0].proposals, calls[0].effect) == (500.0, 1, effect)
     assert calls[1] is refused
     assert calls[-1] is refused
-    assert calls[0:1] == (ran.execution,)
-    assert calls[0].effect is effect
+    assert calls[0:1] == (calls[0],)
+    assert calls[0] is calls[0]  # built once
+    assert len(calls) == 2
 
 
-def test_a_slot_that_never_ended_has_no_record_to_read() -> None:
-    calls = Executions([Slot(registration(0, "cut"))])
-    with pytest.raises(ValueError, match="'cut' has no record: it never ended"):
-        list(calls)
+def test_a_cycles_log_does_not_keep_the_effects_alive() -> None:
+    """Unless effects are recorded, a run's unread trace holds no effect and no proposal."""
+
+    class Once:
+        name = "once"
+        dependencies = (ContextKey.SEEDS,)
+
+        def __init__(self) -> None:
+            self.made: list[weakref.ref[AgentEffect]] = []
+
+        def accepts(self, ctx: Context, /) -> bool:
+            return ctx.count(H) == 0
+
+        async def execute(self, ctx: Context, /) -> AgentEffect:
+            proposal = ProposedFact(key=H, id="o", content="x", provenance="once")
+            effect = AgentEffect.with_proposal(proposal)
+            self.made.append(weakref.ref(effect))
+            return effect
+
+    for record, kept in ((False, False), (True, True)):
+        engine = Engine(record_effects=record)
+        once = Once()
+        engine.register_suggestor(once)
+        result = engine.run_sync(inputs=[SEED])
+        gc.collect()
+        [made] = once.made
+        assert (made() is not None) is kept
+        [call] = [e for cycle in result.trace.cycles for e in cycle.executions]
+        assert (call.proposals, call.effect is not None) == (1, record)
 
 
 class Rewriter:
