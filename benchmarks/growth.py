@@ -41,20 +41,28 @@ WINDOW: Final = 10
 _KEY: Final = ContextKey.HYPOTHESES
 
 
+def _effect(first: int) -> AgentEffect:
+    """The effect that proposes facts `first` to `first + 99`."""
+    return AgentEffect.with_proposals(
+        ProposedFact(key=_KEY, id=f"g-{n}", content=f"fact {n}", provenance="grower")
+        for n in range(first, first + PER_CYCLE)
+    )
+
+
 @final
 class Grower:
-    """Proposes the next 100 facts every cycle while fewer than 10,000 exist."""
+    """Proposes the next 100 facts every cycle while fewer than 10,000 exist.
 
-    __slots__ = ("_effects", "ended", "started")
+    Its effects are built up front, so the cycle time is the engine's; with `fresh`, each
+    cycle's are made in `execute` instead, as a model's would be (for the memory a result
+    keeps of what its suggestors made).
+    """
 
-    def __init__(self) -> None:
-        self._effects = [
-            AgentEffect.with_proposals(
-                ProposedFact(key=_KEY, id=f"g-{n}", content=f"fact {n}", provenance="grower")
-                for n in range(first, first + PER_CYCLE)
-            )
-            for first in range(0, TOTAL, PER_CYCLE)
-        ]
+    __slots__ = ("_effects", "_fresh", "ended", "started")
+
+    def __init__(self, *, fresh: bool = False) -> None:
+        self._fresh = fresh
+        self._effects = [] if fresh else [_effect(first) for first in range(0, TOTAL, PER_CYCLE)]
         self.started: list[float] = []
         """`perf_counter()` at the start of each `execute`."""
         self.ended: list[float] = []
@@ -77,14 +85,16 @@ class Grower:
     async def execute(self, ctx: Context, /) -> AgentEffect:
         """Propose the next 100 facts, stamping the time on the way in and out."""
         self.started.append(perf_counter())
-        effect = self._effects[ctx.count(_KEY) // PER_CYCLE]
+        first = ctx.count(_KEY)
+        effect = _effect(first) if self._fresh else self._effects[first // PER_CYCLE]
         self.ended.append(perf_counter())
         return effect
 
     @property
     def proposals(self) -> list[ProposedFact]:
         """Every proposal of a run, in the order they are proposed."""
-        return [proposal for effect in self._effects for proposal in effect.proposals]
+        effects = self._effects or [_effect(first) for first in range(0, TOTAL, PER_CYCLE)]
+        return [proposal for effect in effects for proposal in effect.proposals]
 
     def reset(self) -> None:
         """Forget the stamps of the previous run."""
@@ -162,6 +172,25 @@ def _ratio(last: Sequence[float], first: Sequence[float]) -> float:
     return rounded(median([late / early for late, early in zip(last, first, strict=True)]), 3)
 
 
+async def _fresh_memory() -> tuple[int, int]:
+    """Bytes a result keeps, and the run's peak, with the proposals made in `execute`.
+
+    The result keeps the facts (with the text they share with their proposals), not the
+    proposals or the effects that held them.
+    """
+    engine = Engine(budget=Budget(max_cycles=1000, max_facts=20_000))
+    engine.register_suggestor(Grower(fresh=True))
+    prepare()
+    tracemalloc.start()
+    try:
+        kept = await engine.run()
+        retained, peak = tracemalloc.get_traced_memory()  # `kept` holds the context
+        check(kept)
+    finally:
+        tracemalloc.stop()
+    return retained, peak
+
+
 async def _measure(settings: Settings) -> Figures:
     engine = Engine(budget=Budget(max_cycles=1000, max_facts=20_000))
     grower = Grower()
@@ -201,6 +230,7 @@ async def _measure(settings: Settings) -> Figures:
     finally:
         tracemalloc.stop()
 
+    fresh_retained, fresh_peak = await _fresh_memory()
     first_total = [window.total for window in first]
     last_total = [window.total for window in last]
     first_no_gc = [window.total - window.gc for window in first]
@@ -229,6 +259,8 @@ async def _measure(settings: Settings) -> Figures:
         "peak_traced_reading_trace_mib": rounded(max(peak, peak_reading) / 2**20, 2),
         "retained_bytes_per_fact": round(retained / TOTAL),
         "retained_bytes_per_fact_with_trace": round(with_trace / TOTAL),
+        "retained_bytes_per_fact_fresh_proposals": round(fresh_retained / TOTAL),
+        "peak_traced_fresh_proposals_mib": rounded(fresh_peak / 2**20, 2),
     }
 
 
