@@ -172,23 +172,33 @@ def _ratio(last: Sequence[float], first: Sequence[float]) -> float:
     return rounded(median([late / early for late, early in zip(last, first, strict=True)]), 3)
 
 
-async def _fresh_memory() -> tuple[int, int]:
-    """Bytes a result keeps, and the run's peak, with the proposals made in `execute`.
-
-    The result keeps the facts (with the text they share with their proposals), not the
-    proposals or the effects that held them.
-    """
-    engine = Engine(budget=Budget(max_cycles=1000, max_facts=20_000))
-    engine.register_suggestor(Grower(fresh=True))
+async def _memory(engine: Engine, cycles: int) -> tuple[int, int, int, int]:
+    """Bytes a run's result keeps and the run's peak; the same once its trace is read."""
     prepare()
     tracemalloc.start()
     try:
         kept = await engine.run()
         retained, peak = tracemalloc.get_traced_memory()  # `kept` holds the context
         check(kept)
+        tracemalloc.reset_peak()
+        traced = kept.trace  # built on its first read: what a user who reads it holds too
+        with_trace, peak_reading = tracemalloc.get_traced_memory()
+        if len(traced.cycles) != cycles:
+            raise RuntimeError(f"W3's trace has {len(traced.cycles)} cycles, not {cycles}")
     finally:
         tracemalloc.stop()
-    return retained, peak
+    return retained, peak, with_trace, peak_reading
+
+
+def _fresh_engine() -> Engine:
+    """W3 with the proposals made in `execute`, as a model's would be.
+
+    Its result keeps the facts (with the text they share with their proposals), not the
+    proposals or the effects that held them.
+    """
+    engine = Engine(budget=Budget(max_cycles=1000, max_facts=20_000))
+    engine.register_suggestor(Grower(fresh=True))
+    return engine
 
 
 async def _measure(settings: Settings) -> Figures:
@@ -216,21 +226,8 @@ async def _measure(settings: Settings) -> Figures:
         floors.append(seal_floor(proposals, sealers, PER_CYCLE)[0])
 
     grower.reset()
-    prepare()
-    tracemalloc.start()
-    try:
-        kept = await engine.run()
-        retained, peak = tracemalloc.get_traced_memory()  # `kept` holds the context
-        check(kept)
-        tracemalloc.reset_peak()
-        traced = kept.trace  # built on its first read: what a user who reads it holds too
-        with_trace, peak_reading = tracemalloc.get_traced_memory()
-        if len(traced.cycles) != cycles:
-            raise RuntimeError(f"W3's trace has {len(traced.cycles)} cycles, not {cycles}")
-    finally:
-        tracemalloc.stop()
-
-    fresh_retained, fresh_peak = await _fresh_memory()
+    retained, peak, with_trace, peak_reading = await _memory(engine, cycles)
+    fresh_retained, fresh_peak, _, _ = await _memory(_fresh_engine(), cycles)
     first_total = [window.total for window in first]
     last_total = [window.total for window in last]
     first_no_gc = [window.total - window.gc for window in first]
