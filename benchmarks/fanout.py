@@ -45,10 +45,10 @@ def _effect(key: ContextKey, ident: str, provenance: str) -> AgentEffect:
 class Seed:
     """Proposes the one `SEEDS` fact that starts the fan-out."""
 
-    __slots__ = ("_effect",)
+    __slots__ = ("effect",)
 
     def __init__(self) -> None:
-        self._effect = _effect(ContextKey.SEEDS, "fan-seed", "seed")
+        self.effect = _effect(ContextKey.SEEDS, "fan-seed", "seed")
 
     @property
     def name(self) -> str:
@@ -66,19 +66,19 @@ class Seed:
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
         """Propose the seed fact."""
-        return self._effect
+        return self.effect
 
 
 @final
 class Sleeper:
     """Waits 10 ms, then proposes its own `HYPOTHESES` fact."""
 
-    __slots__ = ("_effect", "_id", "_name")
+    __slots__ = ("_id", "_name", "effect")
 
     def __init__(self, index: int) -> None:
         self._name = f"sleeper-{index}"
         self._id = f"h-{index}"
-        self._effect = _effect(ContextKey.HYPOTHESES, self._id, self._name)
+        self.effect = _effect(ContextKey.HYPOTHESES, self._id, self._name)
 
     @property
     def name(self) -> str:
@@ -97,17 +97,17 @@ class Sleeper:
     async def execute(self, ctx: Context, /) -> AgentEffect:
         """Sleep 10 ms, then propose its fact."""
         await anyio.sleep(SLEEP)
-        return self._effect
+        return self.effect
 
 
 @final
 class Join:
     """Proposes one `EVALUATIONS` fact once every sleeper's hypothesis exists."""
 
-    __slots__ = ("_effect",)
+    __slots__ = ("effect",)
 
     def __init__(self) -> None:
-        self._effect = _effect(ContextKey.EVALUATIONS, "joined", "join")
+        self.effect = _effect(ContextKey.EVALUATIONS, "joined", "join")
 
     @property
     def name(self) -> str:
@@ -128,28 +128,25 @@ class Join:
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
         """Propose the join fact."""
-        return self._effect
+        return self.effect
+
+
+def _suggestors() -> list[Seed | Sleeper | Join]:
+    """The seed, the 500 sleepers and the join, in registration order."""
+    return [Seed(), *(Sleeper(index) for index in range(TASKS)), Join()]
 
 
 def _engine() -> Engine:
     engine = Engine()
-    engine.register_suggestor(Seed())
-    for index in range(TASKS):
-        engine.register_suggestor(Sleeper(index))
-    engine.register_suggestor(Join())
+    for suggestor in _suggestors():
+        engine.register_suggestor(suggestor)
     return engine
 
 
 def _sealed() -> tuple[list[ProposedFact], list[str]]:
     """The run's 502 proposals and who proposes each, for the seal floor."""
-    seed, join = (
-        _effect(ContextKey.SEEDS, "fan-seed", "seed"),
-        _effect(ContextKey.EVALUATIONS, "joined", "join"),
-    )
-    sleepers = [_effect(ContextKey.HYPOTHESES, f"h-{i}", f"sleeper-{i}") for i in range(TASKS)]
-    effects = [seed, *sleepers, join]
-    names = ["seed", *(f"sleeper-{i}" for i in range(TASKS)), "join"]
-    return [effect.proposals[0] for effect in effects], names
+    suggestors = _suggestors()
+    return [s.effect.proposals[0] for s in suggestors], [s.name for s in suggestors]
 
 
 def _check(result: ConvergeResult) -> int:

@@ -81,8 +81,8 @@ class RunLoop:
         self._saver = saver
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start: tuple[float, float] | None = None
-        self._gate: Gate | None = None  # the engine's, kept while the human-rejected stay
         """The cycle's start: the wall clock (`time.time()`) and the run's own time."""
+        self._gate: Gate | None = None  # the engine's, kept while the human-rejected stay
         log = EventLog(run_logger(run_id=state.run_id))
         self.events = RunEvents(state.run_id, config.observers, log)
 
