@@ -303,7 +303,7 @@ their promotion record's text from run to run."""
 class Gate:
     """The gate of one merge: checks proposals against the policy and promotes them."""
 
-    __slots__ = ("_kind", "_policy", "_refused", "_stamps")
+    __slots__ = ("_kind", "_limits", "_policy", "_refused", "_stamps")
 
     def __init__(
         self,
@@ -314,6 +314,13 @@ class Gate:
         stamps: Stamps | None = None,
     ) -> None:
         self._policy = policy
+        # the limits every proposal is checked against, read once: a model's attributes
+        # are slower to load than a tuple's items
+        self._limits = (
+            policy.max_provenance_length,
+            policy.max_id_length,
+            policy.max_content_bytes,
+        )
         self._kind: GateKind = kind
         self._refused = refused
         self._stamps: Stamps = {} if stamps is None else stamps
@@ -330,7 +337,7 @@ class Gate:
     def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
         """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`: the
         first check it fails, in the documented order, or `None`."""
-        policy = self._policy
+        max_provenance, max_id, max_content = self._limits
         own = proposal.__dict__  # read once: a model's attributes are slower to load
         key: AnyKey = own["key"]
         ident: str = own["id"]
@@ -340,19 +347,19 @@ class Gate:
         if (  # one pass over what nearly every proposal passes; the details only when one fails
             not content.strip()
             or not provenance.strip()
-            or len(provenance) > policy.max_provenance_length
+            or len(provenance) > max_provenance
             or not ident
-            or len(ident) > policy.max_id_length
+            or len(ident) > max_id
             or not (  # an ASCII id is printable and has no space, or has no bad character
                 ident.isprintable() and " " not in ident
                 if ident.isascii()
                 else _BAD_ID_CHARACTER.search(ident) is None
             )
             or (key is ContextKey.DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
-            or len(content) * 4 > policy.max_content_bytes
+            or len(content) * 4 > max_content
             or payload is not None
         ):
-            reason = _field_reason(policy, proposal, self._kind)
+            reason = _field_reason(self._policy, proposal, self._kind)
             if reason is not None:
                 return reason
         if writes is not None and key not in writes:
