@@ -30,6 +30,7 @@ from converge import (
 )
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from .floor import cycle_floor
 
 __all__ = ["START", "ChainLink", "build_engine", "check", "measure"]
 
@@ -121,6 +122,14 @@ async def _record() -> list[Context]:
     return [*recorded, final.context]
 
 
+async def _floor(links: Sequence[ChainLink], result: ConvergeResult) -> float:
+    """Seconds of the cycle floor over `links`, checked to promote what `result` did."""
+    seconds, cycles, root = await cycle_floor(links, [START])
+    if cycles != result.cycles or root != result.integrity.merkle_root:
+        raise RuntimeError(f"W1's cycle floor ran {cycles} cycles to another root than the run")
+    return seconds
+
+
 async def _measure(settings: Settings) -> Figures:
     engine, links = build_engine()
     snapshots = await _record()
@@ -134,7 +143,8 @@ async def _measure(settings: Settings) -> Figures:
     execute_times: list[float] = []
     engine_times: list[float] = []
     trace_times: list[float] = []
-    for _ in range(settings.runs):  # each run paired with a replay: machine drift hits both
+    floors: list[float] = []
+    for _ in range(settings.runs):  # each run paired with a replay and the cycle floor
         prepare()
         started = perf_counter()
         result = await engine.run(inputs=[START])
@@ -150,6 +160,7 @@ async def _measure(settings: Settings) -> Figures:
         accepts_times.append(accepts)
         execute_times.append(execute)
         engine_times.append(total - accepts - execute)
+        floors.append(await _floor(links, result))
 
     per_cycle = 1e6 / cycles
     accepts = median(accepts_times) * per_cycle
@@ -168,6 +179,16 @@ async def _measure(settings: Settings) -> Figures:
         "engine_us_per_cycle": rounded(median(engine_times) * per_cycle),
         "engine_us_per_cycle_quartiles": quartiles(engine_times, per_cycle),
         "trace_read_us_per_cycle": rounded(median(trace_times) * per_cycle),
+        "cycle_floor_us_per_cycle": rounded(median(floors) * per_cycle),
+        "engine_floor_us_per_cycle": rounded(
+            median(
+                [f - a - e for f, a, e in zip(floors, accepts_times, execute_times, strict=True)]
+            )
+            * per_cycle
+        ),
+        "over_cycle_floor_us_per_cycle": rounded(
+            median([t - f for t, f in zip(totals, floors, strict=True)]) * per_cycle
+        ),
         "method": (
             "engine = median over runs of (run time - replayed accepts/execute time) / cycles; "
             "the run does not read its trace, built on first read: trace_read_us_per_cycle"

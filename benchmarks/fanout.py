@@ -27,7 +27,7 @@ from converge import (
 )
 
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
-from .floor import seal_floor
+from .floor import promotion_floor, seal_floor
 
 __all__ = ["Join", "Seed", "Sleeper", "measure"]
 
@@ -182,6 +182,7 @@ async def _measure(settings: Settings) -> Figures:
     floors: list[float] = []
     gathers: list[float] = []
     seals: list[float] = []
+    promotions: list[float] = []
     for _ in range(settings.runs):  # interleaved, so drift in the machine hits both alike
         prepare()
         started = perf_counter()
@@ -197,6 +198,7 @@ async def _measure(settings: Settings) -> Figures:
         await _gather_floor()
         gathers.append((perf_counter() - started) * 1e3)
         seals.append(seal_floor(proposals, sealers, len(proposals))[0] * 1e3)
+        promotions.append(promotion_floor(proposals, sealers, len(proposals))[0] * 1e3)
     wall = median(walls)
     floor = median(floors)
     return {
@@ -212,7 +214,8 @@ async def _measure(settings: Settings) -> Figures:
         "floor_overhead_us_per_task": rounded(_overhead_us(floor)),
         "engine_over_floor_ms": rounded(wall - floor, 3),
         "seal_floor_ms": rounded(median(seals), 3),
-        "seal": "the seal floor of the run's 502 facts (benchmarks/floor.py), in a bare loop",
+        "promotion_floor_ms": rounded(median(promotions), 3),
+        "seal": "the seal and promotion floors of the run's 502 facts (benchmarks/floor.py)",
         "floor": "one anyio task group of the same 500 anyio.sleep(0.01) calls",
         "asyncio_gather_wall_ms": rounded(median(gathers), 3),
     }
