@@ -32,13 +32,14 @@ from typing import Final, final
 from converge import ContextSnapshot, Fact, PromotionPolicy, ProposedFact, Suggestor
 from converge._gate import Gate, admit
 from converge._key import AnyKey
+from converge._run import INPUT_SUGGESTOR_ID
 from converge._seal import Stamp
 
 from ._common import prepare
 
 __all__ = ["cycle_floor", "promotion_floor", "seal_floor"]
 
-_INPUT: Final = Stamp("input", -1, "input", None)
+_INPUT: Final = Stamp("input", INPUT_SUGGESTOR_ID, "input", None)
 """The input gate's stamp, as a run's `engine.run(inputs=...)` promotes with."""
 
 
@@ -60,7 +61,7 @@ class _Promoter:
         clock = self._clock
         facts: list[Fact] = []
         leaves: list[str] = []
-        seen: dict[tuple[AnyKey, str], Fact] = {}
+        seen: set[tuple[AnyKey, str]] = set()
         for stamp, proposal in proposals:
             clock += 1
             if gate is None:
@@ -76,7 +77,8 @@ class _Promoter:
                     reason = f"{admitted.ref} is promoted already"
                 if reason is not None:
                     raise RuntimeError(f"the gate refuses the floor's proposal: {reason}")
-                fact = seen[slot] = stamp.promote(admitted, cycle, clock)
+                seen.add(slot)
+                fact = stamp.promote(admitted, cycle, clock)
             facts.append(fact)
             leaves.append(fact.__dict__["digest"])
         self.snapshot = snapshot._extend(facts, leaves, cycle, clock)  # pyright: ignore[reportPrivateUsage]
