@@ -1,17 +1,17 @@
 """`CycleLog`: a run's cycle traces, each built the first time something reads it.
 
-A cycle hands the log what it produced (`PendingCycle`: its tuples, and the lists of the
-cycle's merger, which nothing changes once the cycle is over). The `CycleTrace`, with its
-`"key/id"` references, names and ordered keys, is built the first time anything reads that
-cycle (a save, a pause, a human's decisions, the result's `trace`) and kept in its place, so
-every later read returns the same object. A run whose trace nobody reads never builds it:
-about 8 % of a one-fact cycle's instructions (benchmark W4), and the references' memory.
+A cycle hands the log what it produced (its tuples, and the lists of the cycle's merger,
+which nothing changes once the cycle is over), kept as one tuple (`PendingCycle`). The
+`CycleTrace`, with its `"key/id"` references, names and ordered keys, is built the first
+time anything reads that cycle (a save, a pause, a human's decisions, the result's `trace`)
+and kept in its place, so every later read returns the same object. A run whose trace
+nobody reads never builds it: about 8 % of a one-fact cycle's instructions (benchmark W4),
+and the references' memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, final, overload
 
@@ -34,42 +34,45 @@ class _Named(Protocol):
         ...
 
 
-@final
-@dataclass(slots=True)
-class PendingCycle:
-    """One cycle's record before its trace is built: references only, nothing copied."""
+PendingCycle = tuple[
+    int,
+    frozenset[AnyKey],
+    Sequence[_Named],
+    Sequence[Execution],
+    Sequence[Fact],
+    Sequence[Rejection],
+    Sequence[GateRequest],
+    tuple[Violation, ...],
+    bool,
+    float | None,
+    float | None,
+]
+"""One cycle's record before its trace is built, references only, in `CycleLog.record`'s
+order: one tuple, so a cycle keeps as few containers alive as it can (each one kept is
+walked by every collection of its generation)."""
 
-    cycle: int
-    dirty: frozenset[AnyKey]
-    eligible: Sequence[_Named]
-    executions: Sequence[Execution]
-    promoted: Sequence[Fact]
-    rejected: Sequence[Rejection]
-    held: Sequence[GateRequest]
-    violations: tuple[Violation, ...]
-    merged: bool
-    start: tuple[float, float] | None
-    """The wall clock (`time.time()`) and the run's own time when the cycle started."""
 
-    def build(self) -> CycleTrace:
-        """The cycle's trace."""
-        start = self.start
-        return trusted(
-            CycleTrace,
-            {
-                "cycle": self.cycle,
-                "dirty": in_key_order(self.dirty),
-                "eligible": tuple([reg.name for reg in self.eligible]),
-                "executions": tuple(self.executions),
-                "promoted": tuple([fact.ref for fact in self.promoted]),
-                "rejected": tuple(self.rejected),
-                "held": tuple([request.gate_id for request in self.held]),
-                "violations": self.violations,
-                "merged": self.merged,
-                "started_at": None if start is None else datetime.fromtimestamp(start[0], UTC),
-                "at_seconds": None if start is None else start[1],
-            },
-        )
+def _built(pending: PendingCycle) -> CycleTrace:
+    """The trace of a cycle's record."""
+    cycle, dirty, eligible, executions, promoted, rejected, held, violations, merged, at, run = (
+        pending
+    )
+    return trusted(
+        CycleTrace,
+        {
+            "cycle": cycle,
+            "dirty": in_key_order(dirty),
+            "eligible": tuple([reg.name for reg in eligible]),
+            "executions": tuple(executions),
+            "promoted": tuple([fact.ref for fact in promoted]),
+            "rejected": tuple(rejected),
+            "held": tuple([request.gate_id for request in held]),
+            "violations": violations,
+            "merged": merged,
+            "started_at": None if at is None else datetime.fromtimestamp(at, UTC),
+            "at_seconds": run,
+        },
+    )
 
 
 @final
@@ -81,9 +84,42 @@ class CycleLog(Sequence[CycleTrace]):
     def __init__(self, traces: Iterable[CycleTrace] = ()) -> None:
         self._entries: list[CycleTrace | PendingCycle] = list(traces)
 
-    def record(self, pending: PendingCycle) -> None:
-        """Add the next cycle, its trace to be built when first read."""
-        self._entries.append(pending)
+    def record(
+        self,
+        cycle: int,
+        dirty: frozenset[AnyKey],
+        eligible: Sequence[_Named],
+        executions: Sequence[Execution],
+        promoted: Sequence[Fact],
+        rejected: Sequence[Rejection],
+        held: Sequence[GateRequest],
+        violations: tuple[Violation, ...],
+        merged: bool,
+        start: tuple[float, float] | None,
+    ) -> None:
+        """Add the next cycle, its trace to be built when first read.
+
+        The sequences are kept as they are (nothing changes them once the cycle is over),
+        but an empty one is kept as `()` and the promoted facts as a tuple: a list the
+        cycle no longer needs is freed now. `start` is the wall clock (`time.time()`) and
+        the run's own time when the cycle started.
+        """
+        at, run = (None, None) if start is None else start
+        self._entries.append(
+            (
+                cycle,
+                dirty,
+                eligible,
+                executions,
+                tuple(promoted) if promoted else (),
+                rejected or (),
+                held or (),
+                violations,
+                merged,
+                at,
+                run,
+            )
+        )
 
     def replace_last(self, trace: CycleTrace) -> None:
         """Put `trace` in place of the last cycle's (decisions or violations added to it)."""
@@ -104,8 +140,8 @@ class CycleLog(Sequence[CycleTrace]):
     def _built(self, index: int) -> CycleTrace:
         entries = self._entries
         entry = entries[index]
-        if isinstance(entry, PendingCycle):
-            entry = entries[index] = entry.build()
+        if isinstance(entry, tuple):
+            entry = entries[index] = _built(entry)
         return entry
 
     def __repr__(self) -> str:

@@ -42,6 +42,10 @@ ConflictMode = Literal["stop", "reject"]
 
 
 _key_of: Final = attrgetter("key")
+_KEY_SETS: Final[dict[frozenset[AnyKey], frozenset[AnyKey]]] = {}
+"""Each set of keys cycles added, kept once: the next cycle's log keeps it as its dirty set,
+and most cycles of a run add one of the same few (a set of one key alone is 216 bytes)."""
+_MAX_KEY_SETS: Final = 1024
 
 
 def _recordable(proposal: ProposedFact) -> ProposedFact:
@@ -291,5 +295,11 @@ class Merger:
 
     @property
     def added_keys(self) -> frozenset[AnyKey]:
-        """Keys that gained facts in this cycle."""
-        return frozenset(map(_key_of, self.promoted))
+        """Keys that gained facts in this cycle (an equal set another cycle added, if any)."""
+        keys = frozenset(map(_key_of, self.promoted))
+        shared = _KEY_SETS.get(keys)
+        if shared is not None:
+            return shared
+        if len(_KEY_SETS) < _MAX_KEY_SETS:
+            _KEY_SETS[keys] = keys
+        return keys

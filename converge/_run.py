@@ -21,7 +21,7 @@ from ._budget import Stopwatch
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
-from ._cycle_log import CycleLog, PendingCycle
+from ._cycle_log import CycleLog
 from ._fact import Fact, GateKind
 from ._gate import Gate
 from ._hitl import GateDecision, GateRequest
@@ -370,18 +370,16 @@ class RunLoop:
                 cycle, len(batch.eligible), len(promoted), len(rejected), len(held), facts
             )
         self._state.cycles.record(
-            PendingCycle(
-                cycle,
-                dirty,
-                batch.eligible,
-                batch.executions,
-                promoted,
-                rejected,
-                held,
-                violations,
-                merged,
-                self._cycle_start,
-            )
+            cycle,
+            dirty,
+            batch.eligible,
+            batch.executions,
+            promoted,
+            rejected,
+            held,
+            violations,
+            merged,
+            self._cycle_start,
         )
 
     def _finish(

@@ -1,6 +1,7 @@
 """The cycle log: each cycle's trace is built on its first read, kept, and never changes."""
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from converge import (
     AgentEffect,
@@ -11,8 +12,8 @@ from converge import (
     ProposedFact,
     RunTrace,
 )
-from converge._cycle_log import CycleLog, PendingCycle
-from converge._registry import Registry
+from converge._cycle_log import CycleLog
+from converge._registry import Registration, Registry
 from converge._seal import Stamp
 from converge_suggestors import SeedSuggestor
 from tests.doubles import fact
@@ -39,24 +40,32 @@ class Stepper:
         )
 
 
-def _pending(cycle: int) -> PendingCycle:
+def _registration() -> Registration:
     registry = Registry()
     registry.add(SeedSuggestor("seed", "x"), None)  # named seed:seeds/seed
-    reg = registry.view().registrations[0]
+    return registry.view().registrations[0]
+
+
+def _record(log: CycleLog, cycle: int) -> None:
+    reg = _registration()
     promoted = [Stamp("seed", 0, "engine", None).promote(fact(S, f"f-{cycle}"), cycle, cycle)]
-    return PendingCycle(cycle, frozenset({S}), (reg,), (), promoted, [], [], (), True, None)
+    log.record(cycle, frozenset({S}), (reg,), (), promoted, [], [], (), True, (1.0e9, 0.5))
 
 
 def test_a_cycle_is_built_on_its_first_read_and_kept() -> None:
     log = CycleLog()
-    log.record(_pending(1))
-    log.record(_pending(2))
+    _record(log, 1)
+    _record(log, 2)
     first = log[0]
     assert isinstance(first, CycleTrace)
     assert first.cycle == 1
     assert first.promoted == ("seeds/f-1",)
     assert first.eligible == ("seed:seeds/seed",)
     assert first.dirty == (S,)
+    assert first.started_at == datetime.fromtimestamp(1.0e9, UTC)
+    assert first.at_seconds == 0.5
+    assert first.rejected == ()
+    assert first.held == ()
     assert log[0] is first  # kept, not built again
     assert log[-1].cycle == 2
     assert log[0:2] == (first, log[1])
@@ -64,10 +73,20 @@ def test_a_cycle_is_built_on_its_first_read_and_kept() -> None:
     assert [trace.cycle for trace in log] == [1, 2]
 
 
+def test_the_log_keeps_its_own_copy_of_the_promoted_facts() -> None:
+    reg = _registration()
+    promoted = [Stamp("seed", 0, "engine", None).promote(fact(S, "f"), 1, 1)]
+    log = CycleLog()
+    log.record(1, frozenset({S}), (reg,), (), promoted, [], [], (), True, None)
+    promoted.clear()  # the merger's list, reused or changed after the cycle
+    assert log[0].promoted == ("seeds/f",)
+    assert (log[0].started_at, log[0].at_seconds) == (None, None)
+
+
 def test_replacing_the_last_cycle_keeps_the_others() -> None:
     log = CycleLog()
-    log.record(_pending(1))
-    log.record(_pending(2))
+    _record(log, 1)
+    _record(log, 2)
     first = log[0]
     changed = log[1].model_copy(update={"held": ("gate:2:seeds/x",)})
     log.replace_last(changed)

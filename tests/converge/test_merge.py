@@ -1,5 +1,8 @@
 """The merge rules on `Merger` directly: one decision per proposal, one commit per effect."""
 
+import pytest
+
+import converge._merge as merging
 from converge import (
     Conflict,
     ContextKey,
@@ -53,6 +56,32 @@ def test_promoted_facts_carry_the_gate_record_and_a_clock_tick_each() -> None:
     assert x.promotion.gate == "engine"
     assert m.snapshot().count(H) == 2
     assert m.added_keys == frozenset({H})
+
+
+def test_cycles_that_add_the_same_keys_share_one_set_of_them() -> None:
+    first, second, other = merger(), merger(), merger()
+    first.merge("a", 0, None, [fact(H, "x"), fact(S, "s")])
+    second.merge("a", 0, None, [fact(S, "t"), fact(H, "y"), fact(H, "z")])
+    other.merge("a", 0, None, [fact(H, "w")])
+    assert first.added_keys == frozenset({H, S})
+    assert second.added_keys is first.added_keys  # kept once, however many cycles keep it
+    assert other.added_keys == frozenset({H})
+    assert other.added_keys is not first.added_keys
+    assert merger().added_keys == frozenset()
+
+
+def test_the_shared_sets_of_keys_stop_growing_at_their_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    full = {frozenset({f"custom-{n}"}): frozenset({f"custom-{n}"}) for n in range(1024)}
+    monkeypatch.setattr(merging, "_KEY_SETS", full)
+    m = merger()
+    m.merge("a", 0, None, [fact(H, "x")])
+    keys = m.added_keys
+    assert keys == frozenset({H})
+    assert len(full) == 1024  # not kept: a fresh, equal set each time
+    assert m.added_keys is not keys
+    assert m.added_keys == keys
 
 
 def test_a_gate_refusal_is_a_rejection_and_promotes_nothing() -> None:
