@@ -11,10 +11,11 @@ cancellation) is a timeout, and its effect is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from math import inf
 from time import perf_counter
-from typing import Any, Final, Literal, cast, final
+from types import CoroutineType
+from typing import Any, Final, Literal, final
 
 import anyio
 import anyio.lowlevel
@@ -200,13 +201,15 @@ async def _lone(slot: Slot, call: Awaitable[object], started: float) -> object:
     cancelled. One that awaits goes on through `_Driven`, which notes a native cancellation of
     the task (asyncio's `Task.cancel`, which leaves no trace a cancel scope could show).
     """
-    steps = call.__await__()
+    # a coroutine steps itself: its `__await__` wrapper would add a call to every step
+    steps: _Steps = call if type(call) is _COROUTINE else call.__await__()
     driven: _Driven | None = None
     try:
         try:
             first = steps.send(None)
         except StopIteration as stop:
-            return cast(object, stop.value)
+            value: object = stop.value
+            return value
         driven = _Driven(steps, slot, inf, first)
         return await driven
     except anyio.get_cancelled_exc_class() as error:
@@ -225,6 +228,9 @@ async def _raise_if_cancelled(error: BaseException) -> None:
 
 
 _UNSTARTED: Final = object()
+_Steps = Generator[Any, Any, object] | Coroutine[Any, Any, object]
+"""A call's steps: its `__await__` iterator, or the coroutine itself."""
+_COROUTINE: Final[type[Coroutine[Any, Any, object]]] = CoroutineType
 
 
 @final
@@ -244,7 +250,7 @@ class _Driven:
 
     def __init__(
         self,
-        steps: Generator[Any, Any, object],
+        steps: _Steps,
         slot: Slot,
         limit: float,
         first: object = _UNSTARTED,
@@ -262,7 +268,8 @@ class _Driven:
         try:
             return False, step(value)
         except StopIteration as stop:
-            return True, cast(object, stop.value)
+            result: object = stop.value
+            return True, result
         finally:
             if limit < inf:
                 ended = perf_counter()

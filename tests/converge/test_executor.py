@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import cast
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from converge import AgentEffect, Context, ContextKey, ContextSnapshot, SuggestorId
+from converge import AgentEffect, Context, ContextKey, ContextSnapshot, Suggestor, SuggestorId
 from converge._calls import Slot, describe_error, failure
 from converge._executor import ErrorMode, Executor
 from converge._registry import Registration
+from tests.converge.test_trust_time import captured_cancellation
 from tests.doubles import fact
 
 H = ContextKey.HYPOTHESES
@@ -130,6 +132,72 @@ async def test_every_suggestor_sees_the_snapshot_it_was_given() -> None:
     assert len(second.seen) == 1
     assert first.seen[0] is snapshot
     assert second.seen[0] is snapshot
+
+
+class Steps:
+    """An awaitable that is not a coroutine: it suspends `pauses` times, then ends with
+    `outcome` (raised if it is an exception)."""
+
+    def __init__(self, outcome: object, pauses: int) -> None:
+        self.outcome = outcome
+        self.pauses = pauses
+
+    def __await__(self) -> Generator[object, None, object]:
+        for _ in range(self.pauses):
+            yield from anyio.lowlevel.checkpoint().__await__()
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+class Awaiting:
+    """A suggestor whose `execute` is a plain method returning a `Steps`, not a coroutine."""
+
+    def __init__(self, name: str, outcome: object, pauses: int) -> None:
+        self.name = name
+        self.dependencies: tuple[ContextKey, ...] = ()
+        self.outcome = outcome
+        self.pauses = pauses
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return True
+
+    def execute(self, ctx: Context, /) -> Steps:
+        return Steps(self.outcome, self.pauses)
+
+
+def awaiting_slots(count: int, outcome: object, pauses: int) -> list[Slot]:
+    return [
+        Slot(
+            Registration(
+                SuggestorId(index),
+                cast("Suggestor", Awaiting(f"a-{index}", outcome, pauses)),
+                f"a-{index}",
+                (),
+                None,
+                None,
+            )
+        )
+        for index in range(count)
+    ]
+
+
+@pytest.mark.parametrize("count", [1, 2])  # alone in the caller's task, or in a task group
+@pytest.mark.parametrize("pauses", [0, 2])
+@pytest.mark.parametrize("limit", [None, 5.0])
+async def test_an_awaitable_that_is_not_a_coroutine_is_awaited_like_one(
+    count: int, pauses: int, limit: float | None
+) -> None:
+    effect = AgentEffect.with_proposal(fact(H, "x"))
+    slots = awaiting_slots(count, effect, pauses)
+    await executor(timeout=limit).run(slots, ContextSnapshot.empty())
+    assert [slot.effect for slot in slots] == [effect] * count
+    assert outcomes(slots) == ["ok"] * count
+
+    stray = awaiting_slots(count, await captured_cancellation(), pauses)
+    await executor(timeout=limit).run(stray, ContextSnapshot.empty())
+    assert outcomes(stray) == ["failed"] * count  # nothing was cancelling it
+    assert all(slot.effect is None for slot in stray)
 
 
 async def test_no_slots_is_a_no_op_in_both_modes() -> None:
