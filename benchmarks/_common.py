@@ -9,15 +9,19 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import tracemalloc
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Final, final
 
+from converge import ConvergeResult
+
 __all__ = [
     "MIN_RUNS",
     "Figures",
+    "Memory",
     "Settings",
     "machine",
     "median",
@@ -25,6 +29,7 @@ __all__ = [
     "progress",
     "quartiles",
     "rounded",
+    "traced_memory",
 ]
 
 Figures = dict[str, object]
@@ -69,6 +74,45 @@ def rounded(value: float, digits: int = 2) -> float:
 def prepare() -> None:
     """Start a timed run from a clean heap, so one run's garbage is not charged to the next."""
     gc.collect()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What one run allocated, traced (`tracemalloc`), in bytes."""
+
+    retained: int
+    """What its result still holds at the end (the result alive, its trace not read)."""
+    peak: int
+    """The peak during the run."""
+    with_trace: int
+    """What the result holds once its trace is read (built on that first read)."""
+    peak_reading: int
+    """The peak while the trace is built."""
+
+
+async def traced_memory(
+    run: Callable[[], Awaitable[ConvergeResult]], check: Callable[[ConvergeResult], int]
+) -> Memory:
+    """Trace one `run()` from a clean heap; `check` its result and return its cycle count.
+
+    Raises:
+        RuntimeError: The run's trace does not hold as many cycles as `check` counted.
+    """
+    prepare()
+    tracemalloc.start()
+    try:
+        kept = await run()
+        retained, peak = tracemalloc.get_traced_memory()  # `kept` holds the context
+        cycles = check(kept)
+        tracemalloc.reset_peak()
+        traced = kept.trace  # built on its first read: what a user who reads it holds too
+        with_trace, peak_reading = tracemalloc.get_traced_memory()
+        if len(traced.cycles) != cycles:
+            raise RuntimeError(f"the run's trace has {len(traced.cycles)} cycles, not {cycles}")
+    finally:
+        tracemalloc.stop()
+    return Memory(retained, peak, with_trace, peak_reading)
 
 
 def progress(message: str) -> None:

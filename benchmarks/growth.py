@@ -11,7 +11,6 @@ the garbage collector, so the report can show how much of the growth is collecti
 from __future__ import annotations
 
 import gc
-import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
@@ -30,7 +29,16 @@ from converge import (
     StopReason,
 )
 
-from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from ._common import (
+    Figures,
+    Settings,
+    median,
+    prepare,
+    progress,
+    quartiles,
+    rounded,
+    traced_memory,
+)
 from .floor import promotion_floor, seal_floor
 
 __all__ = ["GcClock", "Grower", "Window", "check", "measure"]
@@ -179,24 +187,6 @@ def _over(runs: Sequence[float], floors: Sequence[float]) -> float:
     )
 
 
-async def _memory(engine: Engine, cycles: int) -> tuple[int, int, int, int]:
-    """Bytes a run's result keeps and the run's peak; the same once its trace is read."""
-    prepare()
-    tracemalloc.start()
-    try:
-        kept = await engine.run()
-        retained, peak = tracemalloc.get_traced_memory()  # `kept` holds the context
-        check(kept)
-        tracemalloc.reset_peak()
-        traced = kept.trace  # built on its first read: what a user who reads it holds too
-        with_trace, peak_reading = tracemalloc.get_traced_memory()
-        if len(traced.cycles) != cycles:
-            raise RuntimeError(f"W3's trace has {len(traced.cycles)} cycles, not {cycles}")
-    finally:
-        tracemalloc.stop()
-    return retained, peak, with_trace, peak_reading
-
-
 def _fresh_engine() -> Engine:
     """W3 with the proposals made in `execute`, as a model's would be.
 
@@ -235,8 +225,8 @@ async def _measure(settings: Settings) -> Figures:
         gated.append(promotion_floor(proposals, sealers, PER_CYCLE)[0])
 
     grower.reset()
-    retained, peak, with_trace, peak_reading = await _memory(engine, cycles)
-    fresh_retained, fresh_peak, _, _ = await _memory(_fresh_engine(), cycles)
+    memory = await traced_memory(engine.run, check)
+    fresh = await traced_memory(_fresh_engine().run, check)
     first_total = [window.total for window in first]
     last_total = [window.total for window in last]
     first_no_gc = [window.total - window.gc for window in first]
@@ -261,12 +251,12 @@ async def _measure(settings: Settings) -> Figures:
         "last10_gc_us_per_cycle": rounded(median([window.gc for window in last])),
         "ratio_last10_first10_excluding_gc": _ratio(last_no_gc, first_no_gc),
         "user_execute_us_per_cycle": rounded(median([window.execute for window in last])),
-        "peak_traced_mib": rounded(peak / 2**20, 2),
-        "peak_traced_reading_trace_mib": rounded(max(peak, peak_reading) / 2**20, 2),
-        "retained_bytes_per_fact": round(retained / TOTAL),
-        "retained_bytes_per_fact_with_trace": round(with_trace / TOTAL),
-        "retained_bytes_per_fact_fresh_proposals": round(fresh_retained / TOTAL),
-        "peak_traced_fresh_proposals_mib": rounded(fresh_peak / 2**20, 2),
+        "peak_traced_mib": rounded(memory.peak / 2**20, 2),
+        "peak_traced_reading_trace_mib": rounded(max(memory.peak, memory.peak_reading) / 2**20, 2),
+        "retained_bytes_per_fact": round(memory.retained / TOTAL),
+        "retained_bytes_per_fact_with_trace": round(memory.with_trace / TOTAL),
+        "retained_bytes_per_fact_fresh_proposals": round(fresh.retained / TOTAL),
+        "peak_traced_fresh_proposals_mib": rounded(fresh.peak / 2**20, 2),
     }
 
 

@@ -25,7 +25,16 @@ from converge import (
     StopReason,
 )
 
-from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from ._common import (
+    Figures,
+    Settings,
+    median,
+    prepare,
+    progress,
+    quartiles,
+    rounded,
+    traced_memory,
+)
 
 __all__ = ["START", "Idle", "Ticker", "build_engine", "check", "measure"]
 
@@ -127,6 +136,8 @@ async def _measure(settings: Settings) -> Figures:
             result = await engine.run(inputs=[START])
             times[size].append(perf_counter() - started)
             cycles = check(result)
+    lone = engines[SIZES[0]]
+    memory = await traced_memory(lambda: lone.run(inputs=[START]), check)
     per_cycle = {size: median(runs) * 1e6 / cycles for size, runs in times.items()}
     smallest, largest = times[SIZES[0]], times[SIZES[-1]]
     ratios = [wide / narrow for wide, narrow in zip(largest, smallest, strict=True)]
@@ -140,6 +151,12 @@ async def _measure(settings: Settings) -> Figures:
         },
         "ratio_1000_to_1": rounded(median(ratios), 3),
         "ratio": "median over rounds of (1,000-suggestor run time / 1-suggestor run time)",
+        "retained_bytes_per_cycle": round(memory.retained / cycles),
+        "retained_bytes_per_cycle_with_trace": round(memory.with_trace / cycles),
+        "retained": (
+            "tracemalloc: what the result of a 1-suggestor run holds at the end, per cycle "
+            "(its one fact, the cycle's record for the trace); with_trace once the trace is read"
+        ),
     }
 
 
