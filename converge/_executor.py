@@ -99,7 +99,7 @@ class Executor:
         try:
             call: Awaitable[object] = reg.suggestor.execute(snapshot)
             if limit < inf:  # time its steps, to tell whether it held the event loop
-                call = _Driven(call.__await__(), slot, limit)
+                call = _Driven(_steps_of(call), slot, limit)
             if lone and limit == inf:
                 effect = await _lone(slot, call, started)
             elif lone or timeout is not None:
@@ -201,7 +201,7 @@ async def _lone(slot: Slot, call: Awaitable[object], started: float) -> object:
     cancelled. One that awaits goes on through `_Driven`, which notes a native cancellation of
     the task (asyncio's `Task.cancel`, which leaves no trace a cancel scope could show).
     """
-    # a coroutine steps itself: its `__await__` wrapper would add a call to every step
+    # `_steps_of`, inlined: this path is every cycle's with one eligible suggestor
     steps: _Steps = call if type(call) is _COROUTINE else call.__await__()
     driven: _Driven | None = None
     try:
@@ -230,7 +230,15 @@ async def _raise_if_cancelled(error: BaseException) -> None:
 _UNSTARTED: Final = object()
 _Steps = Generator[Any, Any, object] | Coroutine[Any, Any, object]
 """A call's steps: its `__await__` iterator, or the coroutine itself."""
-_COROUTINE: Final[type[Coroutine[Any, Any, object]]] = CoroutineType
+_COROUTINE: type[Coroutine[Any, Any, object]] = CoroutineType
+"""Declared, not `Final`: pyright narrows `type(call) is _COROUTINE` to the declared type."""
+
+
+def _steps_of(call: Awaitable[object]) -> _Steps:
+    """What steps `call`: a coroutine itself (its `__await__` wrapper would add a call to
+    every step), any other awaitable its `__await__` iterator."""
+    steps: _Steps = call if type(call) is _COROUTINE else call.__await__()
+    return steps
 
 
 @final

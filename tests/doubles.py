@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import anyio
+import anyio.lowlevel
 
 from converge import (
     AgentEffect,
@@ -31,6 +32,7 @@ __all__ = [
     "NoForbiddenContent",
     "NoForbiddenHypothesis",
     "ProposesOnce",
+    "captured_cancellation",
     "fact",
     "proposal",
     "seed",
@@ -175,3 +177,16 @@ class NoForbiddenHypothesis:
         if ctx.find(H, "forbidden") is not None:
             return InvariantResult.violated("hypotheses/forbidden must never exist")
         return InvariantResult.ok()
+
+
+async def captured_cancellation() -> BaseException:
+    """A cancellation exception of the running backend that no longer cancels anything."""
+    caught: list[BaseException] = []
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class() as error:
+            caught.append(error)
+            raise
+    return caught[0]

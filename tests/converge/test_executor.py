@@ -13,8 +13,7 @@ from converge import AgentEffect, Context, ContextKey, ContextSnapshot, Suggesto
 from converge._calls import Slot, describe_error, failure
 from converge._executor import ErrorMode, Executor
 from converge._registry import Registration
-from tests.converge.test_trust_time import captured_cancellation
-from tests.doubles import fact
+from tests.doubles import captured_cancellation, fact
 
 H = ContextKey.HYPOTHESES
 Behaviour = Callable[[Context], Awaitable[object]]

@@ -30,7 +30,7 @@ from converge import (
     StopReason,
     SuggestorBlocked,
 )
-from tests.doubles import fact
+from tests.doubles import captured_cancellation, fact
 
 H = ContextKey.HYPOTHESES
 Behaviour = Callable[[], Awaitable[None]]
@@ -71,19 +71,6 @@ class Grows:
         if self.delay:
             await anyio.sleep(self.delay)
         return AgentEffect.with_proposal(fact(H, f"g{ctx.cycle}"))
-
-
-async def captured_cancellation() -> BaseException:
-    """A cancellation exception of the running backend that no longer cancels anything."""
-    caught: list[BaseException] = []
-    with anyio.CancelScope() as scope:
-        scope.cancel()
-        try:
-            await anyio.lowlevel.checkpoint()
-        except anyio.get_cancelled_exc_class() as error:
-            caught.append(error)
-            raise
-    return caught[0]
 
 
 def raises_stray_cancellation() -> Behaviour:
