@@ -1,9 +1,9 @@
 """The `Context` protocol and `ContextSnapshot`, the immutable context.
 
 A snapshot keeps, per key, one `FactSequence` (what `get` returns): its view of the key's
-facts in insertion order, the id → position map and the leaf digest the seal computed for
-each fact when it was promoted (or restored), all shared with the other snapshots of its
-line of history (`_sequence`). Taking a new snapshot costs O(facts added + keys); `find`,
+facts in insertion order, the id → position and id → fact maps and the leaf digest the
+seal computed for each fact when it was promoted (or restored), all shared with the other
+snapshots of its line of history (`_sequence`). Taking a new snapshot costs O(facts added + keys); `find`,
 `has`, `count` and indexing are O(1).
 
 The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
@@ -148,10 +148,10 @@ class ContextSnapshot:
             _known(key)
             return None
         # FactSequence.find, inlined: suggestors call it in every accepts
-        position = store._positions.get(id)  # pyright: ignore[reportPrivateUsage]
-        if position is None or position >= store._length:  # pyright: ignore[reportPrivateUsage]
-            return None
-        return store._facts[position]  # pyright: ignore[reportPrivateUsage]
+        fact = store._by_id.get(id)  # pyright: ignore[reportPrivateUsage]
+        if fact is None or store._newest:  # pyright: ignore[reportPrivateUsage]
+            return fact
+        return store.find(id)
 
     @property
     def version(self) -> int:

@@ -36,6 +36,9 @@ def test_two_runs_from_one_snapshot_each_see_only_their_own_facts() -> None:
     assert _ids(right) == ["a", "c", "same"]
     assert base.find(S, "b") is None
     assert base.find(S, "same") is None
+    base_a = base.find(S, "a")  # left grew base's store: base checks positions now
+    assert base_a is not None
+    assert base_a is left.find(S, "a")
     assert left.find(S, "c") is None
     assert right.find(S, "b") is None
     left_same, right_same = left.find(S, "same"), right.find(S, "same")
@@ -70,13 +73,36 @@ def test_a_sequence_hides_what_its_successors_added() -> None:
     assert [f.id for f in first] == ["f0", "f1"]
     assert len(first) == 2
     assert first.find("f2") is None
+    assert first.find("f0") is facts[0]  # its own, found past the newest's shortcut
     assert second.find("f2") is facts[2]
+    assert second.find("f5") is None
     assert list(first.leaves()) == leaves[:2]
     assert list(second.leaves()) == leaves[:4]
     assert first[-1] is facts[1]
     assert first[::-1] == (facts[1], facts[0])
     assert first != second
     assert first == tuple(facts[:2])
+
+
+def test_an_append_in_place_marks_the_older_sequence_before_any_id_is_added() -> None:
+    # `find` reads the newest flag after its id lookup: a reader that finds an id added
+    # after its snapshot must therefore see the flag already cleared.
+    facts, leaves = _facts(3)
+    seen: list[bool] = []
+
+    class Watching(dict[str, Fact]):
+        def __setitem__(self, ident: str, fact: Fact) -> None:
+            seen.append(base._newest)  # pyright: ignore[reportPrivateUsage]
+            super().__setitem__(ident, fact)
+
+    by_id = Watching({facts[0].id: facts[0]})
+    base = FactSequence(facts[:1], leaves[:1], {facts[0].id: 0}, by_id, 1)
+    assert base.find(facts[1].id) is None
+    grown = base.extended(facts[1:], leaves[1:])
+    assert seen == [False, False]
+    assert base.find(facts[1].id) is None
+    assert base.find(facts[0].id) is facts[0]
+    assert grown.find(facts[2].id) is facts[2]
 
 
 class _SlowList(list[Fact]):
@@ -92,7 +118,9 @@ class _SlowList(list[Fact]):
 def test_threads_extending_one_sequence_at_once_each_get_their_own_line() -> None:
     workers = 4
     facts, leaves = _facts(1 + workers)
-    base = FactSequence(_SlowList(facts[:1]), leaves[:1], {facts[0].id: 0}, 1)
+    base = FactSequence(
+        _SlowList(facts[:1]), leaves[:1], {facts[0].id: 0}, {facts[0].id: facts[0]}, 1
+    )
     results: list[FactSequence | None] = [None] * workers
     barrier = threading.Barrier(workers)
 
