@@ -7,7 +7,10 @@ candidate in every cycle: 200 `accepts` calls, one `execute`, one promoted fact 
 
 The user code's share is measured by replay: one recording run keeps the snapshot of every
 cycle, then the same 200 `accepts` calls per snapshot, and the same `execute` calls, run in
-a tight loop. The engine's share is the run time minus that.
+a tight loop. The engine's share is the run time minus that. The replay rebuilds the
+snapshots as a line of their own, one cycle at a time, so that each cycle's calls read the
+newest snapshot of its line, as the run's calls do (`find` takes a longer path on a
+snapshot its line has grown past).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from converge import (
     Budget,
     Context,
     ContextKey,
+    ContextSnapshot,
     ConvergeResult,
     Engine,
+    Fact,
     ProposedFact,
     StopReason,
 )
@@ -32,11 +37,15 @@ from converge import (
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
 from .floor import cycle_floor
 
-__all__ = ["START", "ChainLink", "build_engine", "check", "measure"]
+__all__ = ["START", "ChainLink", "Step", "build_engine", "check", "measure"]
 
 LINKS: Final = 200
 _KEY: Final = ContextKey.SEEDS
 START: Final = ProposedFact(key=_KEY, id="start", content="start the chain", provenance="bench")
+
+Step = tuple[list[Fact], list[str], int, int]
+"""What one cycle's snapshot holds beyond the one before: the facts, their leaf digests, the
+snapshot's cycle and clock (`ContextSnapshot._extend`'s arguments)."""
 
 
 @final
@@ -93,22 +102,31 @@ def check(result: ConvergeResult) -> int:
 
 
 async def _replay(
-    links: Sequence[ChainLink], snapshots: Sequence[Context], executed: Sequence[int]
+    links: Sequence[ChainLink], steps: Sequence[Step], executed: Sequence[int]
 ) -> tuple[float, float]:
-    """Seconds spent in the run's `accepts` calls, and in its `execute` calls, replayed."""
-    started = perf_counter()
-    for snapshot in snapshots:
+    """Seconds spent in the run's `accepts` calls, and in its `execute` calls, replayed.
+
+    Each cycle's snapshot is grown from the one before (untimed) just before its calls, so
+    they read the newest snapshot of its line, as the run's did.
+    """
+    snapshot = ContextSnapshot.empty()
+    snapshots: list[ContextSnapshot] = []
+    accepts = 0.0
+    for facts, leaves, cycle, clock in steps:
+        snapshot = snapshot._extend(facts, leaves, cycle, clock)  # pyright: ignore[reportPrivateUsage]
+        snapshots.append(snapshot)
+        started = perf_counter()
         for link in links:
             link.accepts(snapshot)
-    accepts = perf_counter() - started
+        accepts += perf_counter() - started
     started = perf_counter()
     for index, snapshot in zip(executed, snapshots, strict=False):
         await links[index].execute(snapshot)
     return accepts, perf_counter() - started
 
 
-async def _record() -> list[Context]:
-    """The snapshot every cycle's `accepts` calls saw, from a separate recording run.
+async def _record() -> list[Step]:
+    """What every cycle's `accepts` calls saw, from a separate recording run.
 
     Each `execute` sees its cycle's snapshot; the last cycle, where nothing is eligible,
     sees the result's context.
@@ -119,7 +137,26 @@ async def _record() -> list[Context]:
     cycles = check(final)
     if len(recorded) + 1 != cycles:
         raise RuntimeError(f"W1 recorded {len(recorded) + 1} snapshots for {cycles} cycles")
-    return [*recorded, final.context]
+    return _steps([*recorded, final.context])
+
+
+def _steps(snapshots: Sequence[Context]) -> list[Step]:
+    """Each snapshot as what it holds beyond the one before, checked to rebuild it."""
+    steps: list[Step] = []
+    seen: set[tuple[str, str]] = set()
+    rebuilt = ContextSnapshot.empty()
+    for snapshot in snapshots:
+        if not isinstance(snapshot, ContextSnapshot):
+            raise RuntimeError(f"W1 recorded a {type(snapshot).__name__}, not a snapshot")
+        sealed = snapshot._sealed()  # pyright: ignore[reportPrivateUsage]
+        added = [(fact, leaf) for fact, leaf in sealed if (fact.key, fact.id) not in seen]
+        seen.update((fact.key, fact.id) for fact, _ in added)
+        step = ([f for f, _ in added], [leaf for _, leaf in added], snapshot.cycle, snapshot.clock)
+        rebuilt = rebuilt._extend(*step)  # pyright: ignore[reportPrivateUsage]
+        if rebuilt.facts() != snapshot.facts():
+            raise RuntimeError(f"W1's replay rebuilds cycle {snapshot.cycle} differently")
+        steps.append(step)
+    return steps
 
 
 async def _floor(links: Sequence[ChainLink], result: ConvergeResult) -> float:
@@ -132,12 +169,12 @@ async def _floor(links: Sequence[ChainLink], result: ConvergeResult) -> float:
 
 async def _measure(settings: Settings) -> Figures:
     engine, links = build_engine()
-    snapshots = await _record()
+    steps = await _record()
     executed = range(LINKS)  # link i executes in cycle i + 1, on snapshot i
-    cycles = len(snapshots)
+    cycles = len(steps)
     for _ in range(settings.warmups):
         check(await engine.run(inputs=[START]))
-        await _replay(links, snapshots, executed)
+        await _replay(links, steps, executed)
     totals: list[float] = []
     accepts_times: list[float] = []
     execute_times: list[float] = []
@@ -155,7 +192,7 @@ async def _measure(settings: Settings) -> Figures:
             raise RuntimeError(f"W1's trace does not hold its {result.cycles} cycles")
         trace_times.append(perf_counter() - started)
         prepare()
-        accepts, execute = await _replay(links, snapshots, executed)
+        accepts, execute = await _replay(links, steps, executed)
         totals.append(total)
         accepts_times.append(accepts)
         execute_times.append(execute)

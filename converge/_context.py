@@ -151,7 +151,10 @@ class ContextSnapshot:
         fact = store._by_id.get(id)  # pyright: ignore[reportPrivateUsage]
         if fact is None or store._newest:  # pyright: ignore[reportPrivateUsage]
             return fact
-        return store.find(id)
+        # an older snapshot of its line: the id may have been added after it
+        if store._positions[id] < store._length:  # pyright: ignore[reportPrivateUsage]
+            return fact
+        return None
 
     @property
     def version(self) -> int:

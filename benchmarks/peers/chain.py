@@ -135,14 +135,14 @@ async def _record_peer(links: Sequence[Link]) -> list[ChainState]:
 
 async def _measure(settings: Settings) -> Figures:
     engine, chain_links = _engine()
-    snapshots = await _record()
+    steps = await _record()
     links = [Link(index) for index in range(LINKS)]
     run_peer = _runner(links)
     states = await _record_peer(links)
     executed = range(LINKS)
     for _ in range(settings.warmups):
         _check(await engine.run(inputs=[_START]))
-        await _replay(chain_links, snapshots, executed)
+        await _replay(chain_links, steps, executed)
         await run_peer()
         await _replay_peer(links, states)
     times: dict[str, list[float]] = {name: [] for name in ("cv", "cv_user", "lg", "lg_user")}
@@ -152,14 +152,14 @@ async def _measure(settings: Settings) -> Figures:
         _check(await engine.run(inputs=[_START]))
         times["cv"].append(perf_counter() - started)
         prepare()
-        times["cv_user"].append(sum(await _replay(chain_links, snapshots, executed)))
+        times["cv_user"].append(sum(await _replay(chain_links, steps, executed)))
         prepare()
         started = perf_counter()
         await run_peer()
         times["lg"].append(perf_counter() - started)
         prepare()
         times["lg_user"].append(await _replay_peer(links, states))
-    return _figures(times, cycles=len(snapshots), steps=len(states))
+    return _figures(times, cycles=len(steps), steps=len(states))
 
 
 def _figures(times: dict[str, list[float]], *, cycles: int, steps: int) -> Figures:
