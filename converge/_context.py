@@ -3,8 +3,8 @@
 A snapshot keeps, per key, one `FactSequence` (what `get` returns): its view of the key's
 facts in insertion order, the id → position and id → fact maps and the leaf digest the
 seal computed for each fact when it was promoted (or restored), all shared with the other
-snapshots of its line of history (`_sequence`). Taking a new snapshot costs O(facts added + keys); `find`,
-`has`, `count` and indexing are O(1).
+snapshots of its line of history (`_sequence`). Taking a new snapshot costs O(facts added +
+keys); `find`, `has`, `count` and indexing are O(1).
 
 The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
 a fact object changed below the public API (its `__dict__` written with
