@@ -1,5 +1,6 @@
 """FactSequence: snapshots of one line share a store; an older one that grows starts its own."""
 
+import sys
 import threading
 import time
 
@@ -142,3 +143,43 @@ def test_threads_extending_one_sequence_at_once_each_get_their_own_line() -> Non
         assert list(sequence.leaves()) == [leaves[0], own.digest]
         assert sequence.find(own.id) is own
         assert all(sequence.find(f.id) is None for f in facts[1:] if f is not own)
+
+
+def test_a_reader_of_an_older_snapshot_never_sees_what_a_thread_appends_meanwhile() -> None:
+    # One thread grows a line fact by fact (each append in place); another reads, in a
+    # tight loop, the snapshot the writer is growing, for the id the writer is adding.
+    facts, leaves = _facts(2000)
+    published = [_grown(ContextSnapshot.empty(), _proposal("f0"))]
+    done = threading.Event()
+    wrong: list[str] = []
+
+    def write() -> None:
+        snapshot = published[0]
+        for n in range(1, len(facts)):
+            snapshot = snapshot._extend(  # pyright: ignore[reportPrivateUsage]
+                facts[n : n + 1], leaves[n : n + 1], n, n + 1
+            )
+            published.append(snapshot)
+        done.set()
+
+    def read() -> None:
+        while not done.is_set():
+            n = len(published) - 1
+            snapshot = published[n]
+            if n + 1 < len(facts) and snapshot.find(S, facts[n + 1].id) is not None:
+                wrong.append(f"snapshot {n} found {facts[n + 1].id}")
+            if snapshot.find(S, facts[n].id) is None:
+                wrong.append(f"snapshot {n} lost {facts[n].id}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read), threading.Thread(target=write)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert [fact.id for fact in published[-1].get(S)] == [fact.id for fact in facts]
