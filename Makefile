@@ -51,7 +51,7 @@ docs: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/python -m pytest
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

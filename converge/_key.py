@@ -124,10 +124,9 @@ class Key(str, Generic[P_co]):
     payloads back as `Bid` instances, statically typed; `BIDS / "acme"` is the reference
     `"bids/acme"`.
 
-    Args:
-        name: Lower-case letters, digits, `_`, `-` and `.`, starting with a letter, at most 64
-            characters; not the name of a built-in key.
-        payload: A frozen pydantic model (`model_config = ConfigDict(frozen=True)`).
+    `name` is lower-case letters, digits, `_`, `-` and `.`, starting with a letter, at most
+    64 characters, and not the name of a built-in key; `payload` is a frozen pydantic model
+    (`model_config = ConfigDict(frozen=True)`).
 
     Raises:
         ConfigurationError: The name is malformed, built in, or declared with another model;
