@@ -74,7 +74,10 @@ class FactSequence(Sequence[Fact]):
         self._length = length
         self._newest = True
         """Nothing was appended to the store after this sequence's facts (`extended` clears
-        it before it appends): every id in `_by_id` is this sequence's own."""
+        it before it appends): every id in `_by_id` is this sequence's own. It says what
+        `len(_facts) == _length` says, kept as a flag because `find` reads it on every call
+        (the comparison would cost about what the flag saves), and cleared before the ids
+        are added, where the list's length grows only after them."""
 
     def __len__(self) -> int:
         return self._length
