@@ -29,7 +29,7 @@ from converge import (
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
 from .floor import promotion_floor, seal_floor
 
-__all__ = ["Join", "Seed", "Sleeper", "measure"]
+__all__ = ["Join", "Seed", "Sleeper", "anyio_floor", "build_engine", "check", "measure"]
 
 TASKS: Final = 500
 SLEEP: Final = 0.01
@@ -136,7 +136,8 @@ def _suggestors() -> list[Seed | Sleeper | Join]:
     return [Seed(), *(Sleeper(index) for index in range(TASKS)), Join()]
 
 
-def _engine() -> Engine:
+def build_engine() -> Engine:
+    """The seed, the 500 sleepers and the join, registered in that order."""
     engine = Engine()
     for suggestor in _suggestors():
         engine.register_suggestor(suggestor)
@@ -149,13 +150,14 @@ def _sealed() -> tuple[list[ProposedFact], list[str]]:
     return [s.effect.proposals[0] for s in suggestors], [s.name for s in suggestors]
 
 
-def _check(result: ConvergeResult) -> int:
+def check(result: ConvergeResult) -> int:
     if result.stop_reason is not StopReason.CONVERGED or len(result.context) != TASKS + 2:
         raise RuntimeError(f"W2 did not run as designed: {result!r}")
     return result.cycles
 
 
-async def _floor() -> None:
+async def anyio_floor() -> None:
+    """The floor: one anyio task group of the same 500 sleeps."""
     async with anyio.create_task_group() as group:
         for _ in range(TASKS):
             group.start_soon(anyio.sleep, SLEEP)
@@ -171,11 +173,11 @@ def _overhead_us(wall_ms: float) -> float:
 
 
 async def _measure(settings: Settings) -> Figures:
-    engine = _engine()
+    engine = build_engine()
     cycles = 0
     for _ in range(settings.warmups):
-        cycles = _check(await engine.run())
-        await _floor()
+        cycles = check(await engine.run())
+        await anyio_floor()
         await _gather_floor()
     proposals, sealers = _sealed()
     walls: list[float] = []
@@ -188,10 +190,10 @@ async def _measure(settings: Settings) -> Figures:
         started = perf_counter()
         result = await engine.run()
         walls.append((perf_counter() - started) * 1e3)
-        cycles = _check(result)
+        cycles = check(result)
         prepare()
         started = perf_counter()
-        await _floor()
+        await anyio_floor()
         floors.append((perf_counter() - started) * 1e3)
         prepare()
         started = perf_counter()

@@ -41,7 +41,7 @@ from ._common import (
 )
 from .floor import promotion_floor, seal_floor
 
-__all__ = ["GcClock", "Grower", "Window", "check", "measure"]
+__all__ = ["GcClock", "Grower", "Window", "build_engine", "check", "measure"]
 
 PER_CYCLE: Final = 100
 TOTAL: Final = 10_000
@@ -187,21 +187,21 @@ def _over(runs: Sequence[float], floors: Sequence[float]) -> float:
     )
 
 
-def _fresh_engine() -> Engine:
-    """W3 with the proposals made in `execute`, as a model's would be.
+def build_engine(*, fresh: bool = False) -> tuple[Engine, Grower]:
+    """W3's engine and its grower (`Grower(fresh=fresh)`).
 
-    Its result keeps the facts (with the text they share with their proposals), not the
-    proposals or the effects that held them.
+    With `fresh`, the proposals are made in `execute`, as a model's would be: the result
+    keeps the facts (with the text they share with their proposals), not the proposals or
+    the effects that held them.
     """
     engine = Engine(budget=Budget(max_cycles=1000, max_facts=20_000))
-    engine.register_suggestor(Grower(fresh=True))
-    return engine
+    grower = Grower(fresh=fresh)
+    engine.register_suggestor(grower)
+    return engine, grower
 
 
 async def _measure(settings: Settings) -> Figures:
-    engine = Engine(budget=Budget(max_cycles=1000, max_facts=20_000))
-    grower = Grower()
-    engine.register_suggestor(grower)
+    engine, grower = build_engine()
     clock = GcClock()
     cycles = 0
     for _ in range(settings.warmups):
@@ -226,7 +226,7 @@ async def _measure(settings: Settings) -> Figures:
 
     grower.reset()
     memory = await traced_memory(engine.run, check)
-    fresh = await traced_memory(_fresh_engine().run, check)
+    fresh = await traced_memory(build_engine(fresh=True)[0].run, check)
     first_total = [window.total for window in first]
     last_total = [window.total for window in last]
     first_no_gc = [window.total - window.gc for window in first]

@@ -28,7 +28,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from .._common import Figures, Settings, prepare, progress
-from ..fanout import SLEEP, TASKS, _check, _engine, _floor, _gather_floor  # pyright: ignore[reportPrivateUsage]
+from ..fanout import SLEEP, TASKS, _gather_floor, anyio_floor, build_engine  # pyright: ignore[reportPrivateUsage]
+from ..fanout import check as check_converge
 from ._compare import RECURSION_LIMIT, check, reference_row, row
 
 __all__ = ["FanState", "Task", "measure"]
@@ -111,13 +112,13 @@ async def _timed(run: Callable[[], Awaitable[object]]) -> float:
 
 
 async def _measure(settings: Settings) -> Figures:
-    engine = _engine()
+    engine = build_engine()
     run_peer = _runner()
 
     async def run_converge() -> None:
-        _check(await engine.run())
+        check_converge(await engine.run())
 
-    order = {"cv": run_converge, "lg": run_peer, "floor": _floor, "gather": _gather_floor}
+    order = {"cv": run_converge, "lg": run_peer, "floor": anyio_floor, "gather": _gather_floor}
     for _ in range(settings.warmups):
         for run in order.values():
             await run()

@@ -1,0 +1,89 @@
+"""`benchmarks/baseline.py`: the suite's workloads on an earlier commit, in the same process."""
+
+import sys
+from pathlib import Path
+from typing import cast
+
+import anyio
+import pytest
+
+import converge
+from benchmarks import baseline, chain
+
+_REPOSITORY = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    not (_REPOSITORY / ".git").exists(),
+    reason="needs a git checkout of converge: run the tests from a clone of the repository",
+)
+
+
+def _leftovers() -> list[str]:
+    prefixes = (baseline.PACKAGE, "benchmarks._baseline_")
+    return [name for name in sys.modules if name.startswith(prefixes)]
+
+
+def _figures(report: dict[str, object], workload: str) -> dict[str, object]:
+    figures = report[workload]
+    assert isinstance(figures, dict)
+    return cast("dict[str, object]", figures)
+
+
+def test_a_rebound_workload_is_built_from_the_earlier_package(tmp_path: Path) -> None:
+    package = baseline.load_package(baseline.extract("HEAD", tmp_path), "converge_rebind_test")
+    try:
+        rebound = baseline.rebind(chain, package)
+        assert rebound.Engine is package.Engine
+        assert rebound.Engine is not converge.Engine
+        assert chain.Engine is converge.Engine  # the suite's own module is untouched
+        assert sys.modules["converge"] is converge
+        engine, _ = rebound.build_engine()
+        result = anyio.run(lambda: engine.run(inputs=[rebound.START]))
+        assert type(result) is package.ConvergeResult
+        assert rebound.check(result) == chain.LINKS + 1
+    finally:
+        for name in [name for name in sys.modules if name.startswith("converge_rebind_test")]:
+            del sys.modules[name]
+        for name in [name for name in sys.modules if name.startswith("benchmarks._baseline_")]:
+            del sys.modules[name]
+
+
+def test_compare_times_both_engines_on_the_same_work() -> None:
+    report = baseline.compare("HEAD", rounds=2, only=("W1", "W4"))
+    assert report["rounds"] == 2
+    assert len(str(report["ref_commit"])) >= 7
+    figure = _figures(_figures(report, "W1"), "total µs / cycle")
+    assert figure["same_root"] is True  # the same code seals the same facts
+    for engine in ("baseline", "current"):
+        timed = figure[engine]
+        assert isinstance(timed, float)
+        assert timed > 0
+    assert set(_figures(report, "W4")) == {
+        "µs / cycle, 1 registered",
+        "µs / cycle, 1000 registered",
+    }
+    assert _leftovers() == []  # neither package nor rebound module stays loaded
+
+
+def test_a_package_that_imports_converge_absolutely_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "converge"
+    root.mkdir()
+    (root / "__init__.py").write_text("from ._engine import Engine\n")
+    (root / "_engine.py").write_text('"""An engine."""\n\nfrom converge._key import Key\n')
+    with pytest.raises(ValueError, match=r"_engine\.py:3 imports converge absolutely"):
+        baseline.load_package(root, "converge_refused_test")
+    assert "converge_refused_test" not in sys.modules
+
+
+def test_an_unknown_commit_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="cannot read converge/ at 'no-such-commit-x'"):
+        baseline.extract("no-such-commit-x", tmp_path)
+    assert baseline.main(["no-such-commit-x", "--rounds", "1"]) == 2
+    assert "no-such-commit-x" in capsys.readouterr().err
+
+
+def test_unknown_workloads_and_no_rounds_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown workloads \['W9'\]"):
+        baseline.compare("HEAD", rounds=1, only=("W1", "W9"))
+    with pytest.raises(ValueError, match="rounds must be at least 1, not 0"):
+        baseline.compare("HEAD", rounds=0)
