@@ -16,6 +16,7 @@ snapshot its line has grown past).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from time import perf_counter
 from typing import Final, final
 
@@ -34,7 +35,16 @@ from converge import (
     StopReason,
 )
 
-from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from ._common import (
+    Figures,
+    Settings,
+    median,
+    prepare,
+    progress,
+    quartiles,
+    rounded,
+    warm_run,
+)
 from .floor import cycle_floor
 
 __all__ = ["START", "ChainLink", "Step", "build_engine", "check", "measure"]
@@ -180,6 +190,7 @@ async def _measure(settings: Settings) -> Figures:
     execute_times: list[float] = []
     engine_times: list[float] = []
     trace_times: list[float] = []
+    warm_times: list[float] = []
     floors: list[float] = []
     for _ in range(settings.runs):  # each run paired with a replay and the cycle floor
         prepare()
@@ -191,6 +202,7 @@ async def _measure(settings: Settings) -> Figures:
         if len(result.trace.cycles) != result.cycles:  # built on its first read
             raise RuntimeError(f"W1's trace does not hold its {result.cycles} cycles")
         trace_times.append(perf_counter() - started)
+        warm_times.append(await warm_run(partial(engine.run, inputs=[START]), check))
         prepare()
         accepts, execute = await _replay(links, steps, executed)
         totals.append(total)
@@ -216,6 +228,10 @@ async def _measure(settings: Settings) -> Figures:
         "engine_us_per_cycle": rounded(median(engine_times) * per_cycle),
         "engine_us_per_cycle_quartiles": quartiles(engine_times, per_cycle),
         "trace_read_us_per_cycle": rounded(median(trace_times) * per_cycle),
+        "warm_us_per_cycle": rounded(median(warm_times) * per_cycle),
+        "cold_start_us_per_run": rounded(
+            median([t - w for t, w in zip(totals, warm_times, strict=True)]) * 1e6
+        ),
         "cycle_floor_us_per_cycle": rounded(median(floors) * per_cycle),
         "engine_floor_us_per_cycle": rounded(
             median(

@@ -9,6 +9,7 @@ Per-cycle cost should not depend on how many sit idle: the ratio of 1,000 to 1 s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from time import perf_counter
 from typing import Final, final
 
@@ -34,6 +35,7 @@ from ._common import (
     quartiles,
     rounded,
     traced_memory,
+    warm_run,
 )
 
 __all__ = ["START", "Idle", "Ticker", "build_engine", "check", "measure"]
@@ -129,6 +131,7 @@ async def _measure(settings: Settings) -> Figures:
         for engine in engines.values():
             cycles = check(await engine.run(inputs=[START]))
     times: dict[int, list[float]] = {size: [] for size in SIZES}
+    warm: dict[int, list[float]] = {size: [] for size in SIZES}
     for _ in range(settings.runs):  # sizes interleaved, so drift in the machine hits all alike
         for size, engine in engines.items():
             prepare()
@@ -136,6 +139,8 @@ async def _measure(settings: Settings) -> Figures:
             result = await engine.run(inputs=[START])
             times[size].append(perf_counter() - started)
             cycles = check(result)
+            del result
+            warm[size].append(await warm_run(partial(engine.run, inputs=[START]), check))
     lone = engines[SIZES[0]]
     memory = await traced_memory(lambda: lone.run(inputs=[START]), check)
     per_cycle = {size: median(runs) * 1e6 / cycles for size, runs in times.items()}
@@ -149,8 +154,18 @@ async def _measure(settings: Settings) -> Figures:
         "us_per_cycle_quartiles": {
             str(size): quartiles(runs, 1e6 / cycles) for size, runs in times.items()
         },
+        "warm_us_per_cycle": {
+            str(size): rounded(median(runs) * 1e6 / cycles) for size, runs in warm.items()
+        },
+        "cold_start_us_per_run": {
+            str(size): rounded(_cold(times[size], runs) * 1e6) for size, runs in warm.items()
+        },
         "ratio_1000_to_1": rounded(median(ratios), 3),
         "ratio": "median over rounds of (1,000-suggestor run time / 1-suggestor run time)",
+        "warm": (
+            "the same run again at once, after gc.collect(1): the timed run's difference from "
+            "it is the cold start after the full collection before each timed run, per run"
+        ),
         "retained_bytes_per_cycle": round(memory.retained / cycles),
         "retained_bytes_per_cycle_with_trace": round(memory.with_trace / cycles),
         "retained": (
@@ -158,6 +173,11 @@ async def _measure(settings: Settings) -> Figures:
             "(its one fact, the cycle's record for the trace); with_trace once the trace is read"
         ),
     }
+
+
+def _cold(cold: Sequence[float], warm: Sequence[float]) -> float:
+    """The median over rounds of (timed run - its warm rerun), in seconds."""
+    return median([then - now for then, now in zip(cold, warm, strict=True)])
 
 
 def measure(settings: Settings) -> Figures:
