@@ -258,7 +258,13 @@ async def _alternate(
 
 async def _workload(workload: str, package: ModuleType, rounds: int) -> Figures:
     module = _MODULES[workload]
-    baseline = _runs(workload, rebind(module, package))
+    try:
+        baseline = _runs(workload, rebind(module, package))
+    except (ImportError, AttributeError, TypeError) as error:
+        raise ValueError(
+            f"{workload} cannot be built on the earlier converge "
+            f"({type(error).__name__}: {error}): it lacks what the workload uses"
+        ) from error
     current = _runs(workload, module)
     if workload == "W2":  # the floor, timed in every round beside both engines
         baseline["anyio floor ms"] = current["anyio floor ms"] = _anyio_floor

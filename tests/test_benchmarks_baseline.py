@@ -87,3 +87,15 @@ def test_unknown_workloads_and_no_rounds_are_refused() -> None:
         baseline.compare("HEAD", rounds=1, only=("W1", "W9"))
     with pytest.raises(ValueError, match="rounds must be at least 1, not 0"):
         baseline.compare("HEAD", rounds=0)
+
+
+def test_a_workload_the_earlier_package_cannot_build_is_named(tmp_path: Path) -> None:
+    package = baseline.load_package(baseline.extract("HEAD", tmp_path), "converge_lacking_test")
+    try:
+        delattr(package, "Budget")  # as an earlier API without it: W1's module imports it
+        with pytest.raises(ValueError, match="W1 cannot be built on the earlier converge"):
+            anyio.run(baseline._workload, "W1", package, 1)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        for name in [name for name in sys.modules if name.startswith("converge_lacking_test")]:
+            del sys.modules[name]
+    assert _leftovers() == []
