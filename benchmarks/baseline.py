@@ -101,9 +101,10 @@ def load_package(root: Path, name: str = PACKAGE) -> ModuleType:
             line), which would load the working tree's package inside the earlier one.
     """
     for path in sorted(root.rglob("*.py")):
-        found = _ABSOLUTE.search(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        found = _ABSOLUTE.search(text)
         if found is not None:
-            line = path.read_text(encoding="utf-8").count("\n", 0, found.start()) + 1
+            line = text.count("\n", 0, found.start()) + 1
             raise ValueError(
                 f"{path}:{line} imports converge absolutely ({found.group().strip()!r}); "
                 "only a package that imports itself relatively can be loaded beside it"
@@ -243,11 +244,11 @@ async def _alternate(
     """Each figure's runs, one of each engine per round, the order alternating."""
     series = {name: _Series([], [], set()) for name in current}
     for number in range(rounds + 1):  # round 0 warms both up, untimed
+        order = ("baseline", "current") if number % 2 else ("current", "baseline")
         for name in current:
-            pair = (baseline[name], current[name])
-            first, second = pair if number % 2 else pair[::-1]
-            one, two = await first(), await second()
-            (then, then_root), (now, now_root) = (one, two) if number % 2 else (two, one)
+            runs = {"baseline": baseline[name], "current": current[name]}
+            timed = {side: await runs[side]() for side in order}
+            (then, then_root), (now, now_root) = timed["baseline"], timed["current"]
             if number:
                 found = series[name]
                 found.baseline.append(then)
