@@ -19,6 +19,7 @@ from ._budget import Stopwatch, budget_stop, time_detail
 from ._calls import Executions, Returned, Slot, failure
 from ._config import RunConfig
 from ._context import ContextSnapshot
+from ._effect import AgentEffect
 from ._executor import Executor
 from ._hitl import GateRequest
 from ._key import AnyKey
@@ -98,7 +99,7 @@ class LiveEffects:
         eligible, refused = self._eligible(candidates, snapshot)
         if not eligible:
             return Batch((), tuple(refused), (), 0, None, bool(refused))
-        slots = [Slot(reg) for reg in eligible]
+        slots = list(map(Slot, eligible))  # no comprehension: it makes a function each cycle
         started = perf_counter()
         remaining = self._remaining()
         if remaining is None:
@@ -113,9 +114,11 @@ class LiveEffects:
             timed_out = True  # observers spent the time that was left: nothing runs
         tokens = 0
         failed = timed_out or bool(refused)
+        effects: list[tuple[Registration, AgentEffect]] = []
         for slot in slots:
-            if slot.effect is not None:
-                tokens += slot.effect.tokens
+            if (effect := slot.effect) is not None:
+                tokens += effect.tokens
+                effects.append((slot.reg, effect))
             elif slot.execution is not None:
                 failed = True  # a failure or a timeout: the slot has an execution, no effect
                 tokens += slot.execution.tokens
@@ -127,8 +130,7 @@ class LiveEffects:
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
             return Batch(tuple(eligible), executions, (), tokens, stop, True)
-        effects = tuple([(slot.reg, slot.effect) for slot in slots if slot.effect is not None])
-        return Batch(tuple(eligible), executions, effects, tokens, None, failed)
+        return Batch(tuple(eligible), executions, tuple(effects), tokens, None, failed)
 
     def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
         """The fact, token or time budget, measured now."""

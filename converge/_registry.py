@@ -99,7 +99,11 @@ class RegistryView:
 
     def candidates(self, dirty: Collection[AnyKey]) -> tuple[Registration, ...]:
         """Active suggestors without dependencies or with one in `dirty`, by ascending id."""
-        groups = [group for key in dirty if (group := self._by_key.get(key))]
+        groups: list[tuple[Registration, ...]] = []
+        by_key = self._by_key
+        for key in dirty:  # a loop, not a comprehension: it makes a function each cycle
+            if group := by_key.get(key):
+                groups.append(group)
         if self._always:
             groups.append(self._always)
         if not groups:

@@ -285,12 +285,12 @@ class RunLoop:
             deadline = config.clock() + policy.timeout
         return Merger(
             snapshot,
-            cycle=cycle,
-            gate=self._gate_of(gate),
-            mode=config.on_conflict if mode is None else mode,
-            structural=self._view.structural,
-            hitl=policy,
-            deadline=deadline,
+            cycle,
+            self._gate_of(gate),
+            config.on_conflict if mode is None else mode,
+            self._view.structural,
+            policy,
+            deadline,
         )
 
     def _gate_of(self, kind: GateKind) -> Gate:

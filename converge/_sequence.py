@@ -127,7 +127,8 @@ class FactSequence(Sequence[Fact]):
     def extended(self, facts: Sequence[Fact], leaves: Sequence[str]) -> FactSequence:
         """These facts with `facts` (ids new to them) and their `leaves` appended."""
         length = self._length
-        with _extending:
+        _extending.acquire()  # not `with`: about 0.1 µs less per cycle
+        try:
             mine = self._facts
             if length and len(mine) == length:  # the newest of its line: append in place
                 self._newest = False  # before the ids are added: `find` reads it after
@@ -149,6 +150,8 @@ class FactSequence(Sequence[Fact]):
                 by_id[ident] = fact
             mine.extend(facts)
             all_leaves.extend(leaves)
+        finally:
+            _extending.release()
         return FactSequence(mine, all_leaves, positions, by_id, length + len(facts))
 
 
