@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from time import perf_counter
+from time import perf_counter, time
 from typing import final
 
 from pydantic import Field
 
 from ._model import FrozenModel
-from ._stop import StopReason
 
-__all__ = ["Budget", "Stopwatch", "budget_stop", "time_detail"]
+__all__ = ["Budget", "Stopwatch", "time_detail"]
 
 
 @final
@@ -32,30 +31,33 @@ class Budget(FrozenModel, frozen=True):
 
 @final
 class Stopwatch:
-    """A run's own time: what earlier stretches spent plus this stretch so far."""
+    """A run's own time: what earlier stretches spent plus this stretch so far.
 
-    __slots__ = ("_before", "_started")
+    It also tells the time of a moment of this stretch from one `perf_counter()` reading
+    (`at`): a cycle reads the clock once when it starts, and its trace turns the reading
+    into a wall-clock time and a run time when it is built.
+    """
+
+    __slots__ = ("_before", "_started", "_wall")
 
     def __init__(self, before: float = 0.0) -> None:
         self._before = before
+        self._wall = time()
         self._started = perf_counter()
 
     def elapsed(self) -> float:
         """Seconds the run has spent, a human's wait excluded."""
         return self._before + (perf_counter() - self._started)
 
+    def at(self, reading: float, /) -> tuple[float, float]:
+        """The wall clock (as `time.time()` gives it) and the run's own time at `reading`,
+        a `perf_counter()` reading taken in this stretch.
 
-def budget_stop(
-    budget: Budget, *, facts: int, tokens: int, elapsed: float
-) -> tuple[StopReason, str] | None:
-    """The fact, token or time budget a run has exceeded, with its detail; `None` if none."""
-    if facts > budget.max_facts:
-        return StopReason.FACT_BUDGET_EXHAUSTED, f"max_facts ({facts} > {budget.max_facts})"
-    if budget.max_tokens is not None and tokens > budget.max_tokens:
-        return StopReason.TOKEN_BUDGET_EXHAUSTED, f"max_tokens ({tokens} > {budget.max_tokens})"
-    if budget.max_seconds is not None and elapsed > budget.max_seconds:
-        return StopReason.TIME_BUDGET_EXHAUSTED, time_detail(budget, elapsed)
-    return None
+        The wall clock is this stretch's start plus the time since, so a clock set back or
+        forward while the run goes on does not reorder its cycles.
+        """
+        since = reading - self._started
+        return self._wall + since, self._before + since
 
 
 def time_detail(budget: Budget, elapsed: float) -> str:

@@ -25,6 +25,14 @@ from ._trace import CycleTrace, Execution, Rejection
 __all__ = ["CycleLog", "PendingCycle"]
 
 
+class _Clock(Protocol):
+    """What turns a cycle's `perf_counter()` reading into its times (`Stopwatch.at`)."""
+
+    def at(self, reading: float, /) -> tuple[float, float]:
+        """The wall clock and the run's own time at `reading`."""
+        ...
+
+
 class _Named(Protocol):
     """What the log reads of an eligible suggestor's registration."""
 
@@ -44,8 +52,8 @@ PendingCycle = tuple[
     Sequence[GateRequest],
     tuple[Violation, ...],
     bool,
-    float | None,
-    float | None,
+    _Clock | None,
+    float,
 ]
 """One cycle's record before its trace is built, references only, in `CycleLog.record`'s
 order: one tuple, so a cycle keeps as few containers alive as it can (each one kept is
@@ -54,9 +62,20 @@ walked by every collection of its generation)."""
 
 def _built(pending: PendingCycle) -> CycleTrace:
     """The trace of a cycle's record."""
-    cycle, dirty, eligible, executions, promoted, rejected, held, violations, merged, at, run = (
-        pending
-    )
+    (
+        cycle,
+        dirty,
+        eligible,
+        executions,
+        promoted,
+        rejected,
+        held,
+        violations,
+        merged,
+        clock,
+        read,
+    ) = pending
+    at, run = (None, None) if clock is None else clock.at(read)
     return trusted(
         CycleTrace,
         {
@@ -95,16 +114,17 @@ class CycleLog(Sequence[CycleTrace]):
         held: Sequence[GateRequest],
         violations: tuple[Violation, ...],
         merged: bool,
-        start: tuple[float, float] | None,
+        clock: _Clock | None,
+        started: float,
     ) -> None:
         """Add the next cycle, its trace to be built when first read.
 
         The sequences are kept as they are (nothing changes them once the cycle is over),
         but an empty one is kept as `()` and the promoted facts as a tuple: a list the
-        cycle no longer needs is freed now. `start` is the wall clock (`time.time()`) and
-        the run's own time when the cycle started.
+        cycle no longer needs is freed now. `started` is the `perf_counter()` reading taken
+        when the cycle started, which `clock` turns into its times when the trace is built
+        (no times without a clock).
         """
-        at, run = (None, None) if start is None else start
         self._entries.append(
             (
                 cycle,
@@ -116,8 +136,8 @@ class CycleLog(Sequence[CycleTrace]):
                 held or (),
                 violations,
                 merged,
-                at,
-                run,
+                clock,
+                started,
             )
         )
 

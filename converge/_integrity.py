@@ -6,7 +6,7 @@ from typing import final
 
 from ._canonical import merkle_root
 from ._context import ContextSnapshot
-from ._model import FrozenModel
+from ._model import FrozenModel, trusted
 from ._seal import fact_digest
 
 __all__ = ["IntegrityProof", "verify"]
@@ -25,10 +25,16 @@ class IntegrityProof(FrozenModel, frozen=True):
 
     @classmethod
     def of(cls, snapshot: ContextSnapshot) -> IntegrityProof:
-        """The proof for `snapshot`, from the leaf digests the engine kept for its facts."""
-        return cls(
-            merkle_root=snapshot.merkle_root(), clock=snapshot.clock, fact_count=len(snapshot)
-        )
+        """The proof for `snapshot`, from the leaf digests the engine kept for its facts.
+
+        Built without validation: the snapshot's own figures are of the declared types.
+        """
+        fields: dict[str, object] = {
+            "merkle_root": snapshot.merkle_root(),
+            "clock": snapshot.clock,
+            "fact_count": len(snapshot),
+        }
+        return trusted(cls, fields)
 
 
 def verify(snapshot: ContextSnapshot, proof: IntegrityProof) -> bool:

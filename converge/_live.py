@@ -15,7 +15,7 @@ from typing import final
 
 import anyio
 
-from ._budget import Stopwatch, budget_stop, time_detail
+from ._budget import Stopwatch, time_detail
 from ._calls import Executions, Returned, Slot, failure
 from ._config import RunConfig
 from ._context import ContextSnapshot
@@ -43,7 +43,9 @@ class LiveEffects:
         "_events",
         "_executor",
         "_max_cycles",
+        "_max_facts",
         "_max_seconds",
+        "_max_tokens",
         "_raise",
         "_retries",
         "_stopwatch",
@@ -69,6 +71,8 @@ class LiveEffects:
         self._budget = budget = config.budget
         # read once: the budget is frozen, and a model's attributes are slower to load
         self._max_cycles = budget.max_cycles
+        self._max_facts = budget.max_facts
+        self._max_tokens = budget.max_tokens
         self._max_seconds = budget.max_seconds
         self._stopwatch = stopwatch
         self._raise = config.on_suggestor_error == "raise"
@@ -132,10 +136,17 @@ class LiveEffects:
             return Batch(tuple(eligible), executions, (), tokens, stop, True)
         return Batch(tuple(eligible), executions, tuple(effects), tokens, None, failed)
 
-    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
-        """The fact, token or time budget, measured now."""
-        elapsed = 0.0 if self._max_seconds is None else self._stopwatch.elapsed()
-        return budget_stop(self._budget, facts=facts, tokens=tokens, elapsed=elapsed)
+    def budget_stop(self, facts: int, tokens: int, /) -> tuple[StopReason, str] | None:
+        """The fact, token or time budget the run has exceeded, measured now; `None` if none."""
+        if facts > self._max_facts:
+            return StopReason.FACT_BUDGET_EXHAUSTED, f"max_facts ({facts} > {self._max_facts})"
+        limit = self._max_tokens
+        if limit is not None and tokens > limit:
+            return StopReason.TOKEN_BUDGET_EXHAUSTED, f"max_tokens ({tokens} > {limit})"
+        seconds = self._max_seconds
+        if seconds is not None and self._stopwatch.elapsed() > seconds:
+            return StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
+        return None
 
     def decisions(self, held: Sequence[GateRequest], /) -> None:
         """A live run always pauses for a human."""

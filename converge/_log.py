@@ -28,9 +28,32 @@ def run_logger(**bindings: object) -> FilteringBoundLogger:
     if structlog.is_configured():
         logger: FilteringBoundLogger = structlog.get_logger(LOGGER_NAME)
         return logger.bind(**bindings)
+    return _stdlib_bound(_stdlib_level(), bindings)
+
+
+def _stdlib_level() -> int:
+    """The level the standard-library logger `"converge"` writes from, now, as one of the
+    standard levels structlog's filtering loggers accept: a level of the application's own
+    (25, say) becomes the standard one below it, and the standard-library logger still drops
+    what lies between; `logging.disable()` in force becomes `CRITICAL`."""
     level = _stdlib_logger.getEffectiveLevel()
     if not _stdlib_logger.isEnabledFor(level):  # logging.disable() is in force
-        level = logging.CRITICAL + 10
+        return logging.CRITICAL
+    return max(standard for standard in _STANDARD_LEVELS if standard <= level)
+
+
+_STANDARD_LEVELS: Final = (
+    logging.NOTSET,
+    logging.DEBUG,
+    logging.INFO,
+    logging.WARNING,
+    logging.ERROR,
+    logging.CRITICAL,
+)
+
+
+def _stdlib_bound(level: int, bindings: dict[str, object]) -> FilteringBoundLogger:
+    """A structlog logger over the standard-library `"converge"` logger, from `level` on."""
     wrapped: FilteringBoundLogger = structlog.wrap_logger(
         _stdlib_logger,
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -74,27 +97,54 @@ def _threshold(log: FilteringBoundLogger) -> int:
     return logging.CRITICAL + 10
 
 
+def _stdlib_threshold(level: int) -> int:
+    """`_threshold` of the logger `_stdlib_bound(level, ...)` builds, without building it."""
+    for threshold in (logging.DEBUG, logging.INFO, logging.WARNING):
+        if threshold >= level:
+            return threshold
+    return logging.CRITICAL + 10
+
+
 @final
 class EventLog:
     """Logging as one consumer of a run's events: each event under its type, at its level.
 
-    The event's fields become the log line's fields (the run id is bound once).
+    The event's fields become the log line's fields (`bindings`, the run id, bound once).
+    Without a structlog configuration, the logger is built on the first line written, for
+    the level the standard-library logger had when the log was made: a run that logs
+    nothing (the default: `"converge"` writes from `WARNING`) never builds one, which spares
+    it the memory structlog's code and objects take (about 130 pages, each paid for after a
+    full collection; benchmarks/README.md, "Tenth pass").
     """
 
-    __slots__ = ("_log", "threshold")
+    __slots__ = ("_bindings", "_level", "_log", "threshold")
 
-    def __init__(self, log: FilteringBoundLogger) -> None:
-        self._log = log
-        self.threshold = _threshold(log)
+    def __init__(self, **bindings: object) -> None:
+        self._bindings = bindings
+        self._log: FilteringBoundLogger | None = None
+        self._level = 0
+        self.threshold: int
         """The lowest level written; events below it need not be built for the log."""
+        if structlog.is_configured():
+            self._log = run_logger(**bindings)
+            self.threshold = _threshold(self._log)
+        else:
+            self._level = _stdlib_level()
+            self.threshold = _stdlib_threshold(self._level)
+
+    def _logger(self) -> FilteringBoundLogger:
+        log = self._log
+        if log is None:
+            log = self._log = _stdlib_bound(self._level, self._bindings)
+        return log
 
     def write(self, event: EngineEvent) -> None:
         """Log `event` at its level, if the logger writes that level."""
         level = EVENT_LEVELS.get(event.type)
         if level is not None and level >= self.threshold:
             fields = event.model_dump(mode="json", exclude={"type", "run_id"})
-            self._log.log(level, event.type, **fields)
+            self._logger().log(level, event.type, **fields)
 
     def warning(self, event: str, **fields: object) -> None:
         """A warning about the narration itself (an observer that failed)."""
-        self._log.warning(event, **fields)
+        self._logger().warning(event, **fields)

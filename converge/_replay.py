@@ -81,7 +81,7 @@ class RecordedEffects:
         """Whether the trace records more cycles (the run went on to retry a suggestor)."""
         return self._next < len(self._trace.cycles)
 
-    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
+    def budget_stop(self, facts: int, tokens: int, /) -> tuple[StopReason, str] | None:
         """The recorded budget stop, after the trace's last cycle (or its inputs)."""
         if self._next == len(self._trace.cycles) and self._reason in _BUDGET_STOPS:
             return self._reason, self._trace.detail

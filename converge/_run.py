@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from time import time
+from time import perf_counter
 from typing import TYPE_CHECKING, final
 
 import anyio
@@ -29,7 +29,7 @@ from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
 from ._key import AnyKey, ContextKey
 from ._live import LiveEffects
-from ._log import EventLog, run_logger
+from ._log import EventLog
 from ._merge import ConflictMode, Merger
 from ._model import trusted
 from ._pause import checkpoint_of
@@ -80,10 +80,10 @@ class RunLoop:
         self._state = state
         self._saver = saver
         self._stopwatch = Stopwatch(state.elapsed_before)
-        self._cycle_start: tuple[float, float] | None = None
-        """The cycle's start: the wall clock (`time.time()`) and the run's own time."""
+        self._cycle_start = 0.0
+        """The cycle's start, a `perf_counter()` reading (`Stopwatch.at` tells its times)."""
         self._gate: Gate | None = None  # the engine's, kept while the human-rejected stay
-        log = EventLog(run_logger(run_id=state.run_id))
+        log = EventLog(run_id=state.run_id)
         self.events = RunEvents(state.run_id, config.observers, log)
 
     # -- entry points ----------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class RunLoop:
     async def _cycle(self, source: EffectSource, cycle: int) -> ConvergeResult | None:
         """Run one cycle; the result when the run stops here, `None` to go on."""
         state = self._state
-        self._cycle_start = (time(), self._stopwatch.elapsed())
+        self._cycle_start = perf_counter()
         end = source.end(cycle)
         if end is not None:
             state.cycle = end.cycle
@@ -176,7 +176,7 @@ class RunLoop:
         if conflict is not None:
             self._record(cycle, dirty, batch, merger)
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
-        stop = source.budget_stop(facts=len(state.snapshot), tokens=state.tokens)
+        stop = source.budget_stop(len(state.snapshot), state.tokens)
         if stop is not None:
             self._record(cycle, dirty, batch, merger)
             return self._finish(*stop)
@@ -221,7 +221,7 @@ class RunLoop:
         self.events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
         if conflict is not None:
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
-        stop = source.budget_stop(facts=len(state.snapshot), tokens=state.tokens)
+        stop = source.budget_stop(len(state.snapshot), state.tokens)
         if stop is not None:
             return self._finish(*stop)
         state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
@@ -379,6 +379,7 @@ class RunLoop:
             held,
             violations,
             merged,
+            self._stopwatch,
             self._cycle_start,
         )
 
@@ -407,7 +408,7 @@ class RunLoop:
             "continuations": state.continuations,
         }
         trace = partial(_run_trace, fields, state.cycles, len(state.cycles))
-        self.events.run_finished(state.cycle, reason.value, detail, proof, state.tokens)
+        self.events.run_finished(state.cycle, reason, detail, proof, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,

@@ -37,6 +37,7 @@ from ._integrity import IntegrityProof
 from ._invariant import Violation
 from ._key import AnyKey, in_key_order
 from ._log import EventLog
+from ._stop import StopReason
 from ._trace import Execution, Rejection
 
 __all__ = ["FINAL_GRACE", "RunEvents"]
@@ -278,7 +279,7 @@ class RunEvents:
             )
 
     def run_finished(
-        self, cycle: int, stop_reason: str, detail: str, proof: IntegrityProof, tokens: int
+        self, cycle: int, stop_reason: StopReason, detail: str, proof: IntegrityProof, tokens: int
     ) -> None:
         self._finished = True
         if self.info:
@@ -286,7 +287,7 @@ class RunEvents:
                 RunFinished(
                     run_id=self._run_id,
                     cycle=cycle,
-                    stop_reason=stop_reason,
+                    stop_reason=str(stop_reason),  # its value (`.value` runs enum's Python code)
                     detail=detail,
                     facts=proof.fact_count,
                     merkle_root=proof.merkle_root,

@@ -66,7 +66,7 @@ class EffectSource(Protocol):
         """The effects of `cycle`, from the suggestors whose keys in `dirty` changed."""
         ...
 
-    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
+    def budget_stop(self, facts: int, tokens: int, /) -> tuple[StopReason, str] | None:
         """The budget the run has exceeded after a merge, if any."""
         ...
 

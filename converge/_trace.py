@@ -95,7 +95,9 @@ class CycleTrace(FrozenModel, frozen=True):
     merged: bool = True
     """False when the time budget cancelled the cycle: none of its effects were merged."""
     started_at: datetime | None = Field(default=None, exclude_if=lambda v: v is None)
-    """When the cycle started, UTC (`None` in records written before converge recorded it)."""
+    """When the cycle started, UTC (`None` in records written before converge recorded it):
+    the wall clock when this stretch of the run started plus the monotonic time since, so a
+    clock set back or forward during a run does not reorder its cycles."""
     at_seconds: float | None = Field(default=None, ge=0.0, exclude_if=lambda v: v is None)
     """The run's own time when the cycle started, in seconds: a human's wait is not counted,
     so the cycles of a paused and resumed run share one time axis."""

@@ -1,5 +1,8 @@
 """Budgets: every limit is enforced with its stop reason and detail, keeping partial work."""
 
+import time
+from datetime import UTC, datetime
+
 import anyio
 import pytest
 
@@ -13,6 +16,7 @@ from converge import (
     ProposedFact,
     StopReason,
 )
+from converge._budget import Stopwatch
 
 HYPOTHESES = ContextKey.HYPOTHESES
 
@@ -187,3 +191,39 @@ async def test_fact_budget_is_checked_after_the_inputs() -> None:
     assert result.detail == "max_facts (5 > 2)"
     assert result.cycles == 0
     assert len(result.context) == 5
+
+
+def test_the_stopwatch_tells_a_readings_wall_clock_and_run_time() -> None:
+    before = time.time()
+    watch = Stopwatch(2.0)
+    reading = time.perf_counter()
+    wall, run = watch.at(reading)
+    after = time.time()
+    assert before - 0.01 <= wall <= after + 0.01
+    assert 2.0 <= run <= 2.0 + (after - before) + 0.01
+    later_wall, later_run = watch.at(reading + 1.5)
+    assert later_wall - wall == pytest.approx(1.5)
+    assert later_run - run == pytest.approx(1.5)
+
+
+async def test_each_cycle_is_stamped_in_order_within_the_run() -> None:
+    engine = Engine(budget=Budget(max_cycles=4))
+    engine.register_suggestor(Grower())
+    before = datetime.now(UTC)
+    result = await engine.run()
+    after = datetime.now(UTC)
+    cycles = result.trace.cycles
+    assert len(cycles) == 4
+    starts = [c.started_at for c in cycles if c.started_at is not None]
+    runs = [c.at_seconds for c in cycles if c.at_seconds is not None]
+    assert len(starts) == len(runs) == 4
+    assert all(before <= start <= after for start in starts)
+    assert starts == sorted(starts)
+    assert runs == sorted(runs)
+    first, last = cycles[0], cycles[-1]
+    assert first.started_at is not None
+    assert last.started_at is not None
+    assert first.at_seconds is not None
+    assert last.at_seconds is not None
+    apart = (last.started_at - first.started_at).total_seconds()
+    assert apart == pytest.approx(last.at_seconds - first.at_seconds, abs=1e-5)

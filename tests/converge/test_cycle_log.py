@@ -46,10 +46,17 @@ def _registration() -> Registration:
     return registry.view().registrations[0]
 
 
+class Clock:
+    """Tells a reading's times as the run's stopwatch would: a start at 1e9 s, 0.25 s before."""
+
+    def at(self, reading: float, /) -> tuple[float, float]:
+        return 1.0e9 + reading, 0.25 + reading
+
+
 def _record(log: CycleLog, cycle: int) -> None:
     reg = _registration()
     promoted = [Stamp("seed", 0, "engine", None).promote(fact(S, f"f-{cycle}"), cycle, cycle)]
-    log.record(cycle, frozenset({S}), (reg,), (), promoted, [], [], (), True, (1.0e9, 0.5))
+    log.record(cycle, frozenset({S}), (reg,), (), promoted, [], [], (), True, Clock(), 0.25)
 
 
 def test_a_cycle_is_built_on_its_first_read_and_kept() -> None:
@@ -62,7 +69,7 @@ def test_a_cycle_is_built_on_its_first_read_and_kept() -> None:
     assert first.promoted == ("seeds/f-1",)
     assert first.eligible == ("seed:seeds/seed",)
     assert first.dirty == (S,)
-    assert first.started_at == datetime.fromtimestamp(1.0e9, UTC)
+    assert first.started_at == datetime.fromtimestamp(1.0e9 + 0.25, UTC)
     assert first.at_seconds == 0.5
     assert first.rejected == ()
     assert first.held == ()
@@ -77,7 +84,7 @@ def test_the_log_keeps_its_own_copy_of_the_promoted_facts() -> None:
     reg = _registration()
     promoted = [Stamp("seed", 0, "engine", None).promote(fact(S, "f"), 1, 1)]
     log = CycleLog()
-    log.record(1, frozenset({S}), (reg,), (), promoted, [], [], (), True, None)
+    log.record(1, frozenset({S}), (reg,), (), promoted, [], [], (), True, None, 0.0)
     promoted.clear()  # the merger's list, reused or changed after the cycle
     assert log[0].promoted == ("seeds/f",)
     assert (log[0].started_at, log[0].at_seconds) == (None, None)

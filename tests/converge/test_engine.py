@@ -1,5 +1,6 @@
 """The engine: registration, cycle counts, concurrency, merge order, identity, conflicts, packs."""
 
+import uuid
 from collections.abc import Sequence
 
 import anyio
@@ -462,3 +463,14 @@ async def test_result_repr_is_short_and_raise_for_status_returns_it() -> None:
     assert result.raise_for_status() is result
     assert len(result.run_id) == 32
     assert result.trace.run_id == result.run_id
+
+
+async def test_a_run_is_named_by_a_new_random_uuid() -> None:
+    engine = Engine()
+    ids = [(await engine.run()).run_id for _ in range(3)]
+    assert len(set(ids)) == 3
+    for run_id in ids:
+        parsed = uuid.UUID(hex=run_id)
+        assert parsed.hex == run_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122

@@ -6,7 +6,14 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from converge import AgentEffect, Context, Engine
+from converge import AgentEffect, Context, Engine, RunStarted
+from converge._log import (
+    EventLog,
+    _stdlib_bound,  # pyright: ignore[reportPrivateUsage]
+    _stdlib_level,  # pyright: ignore[reportPrivateUsage]
+    _stdlib_threshold,  # pyright: ignore[reportPrivateUsage]
+    _threshold,  # pyright: ignore[reportPrivateUsage]
+)
 from converge_suggestors import SeedSuggestor
 
 
@@ -78,3 +85,58 @@ def test_unconfigured_run_logs_to_the_stdlib_converge_logger(
     assert "run_started" in messages
     assert "suggestor_failed" in messages
     assert "run_finished" in messages
+
+
+@pytest.mark.parametrize("level", [0, 5, logging.DEBUG, 15, logging.INFO, 25, logging.WARNING, 60])
+@pytest.mark.usefixtures("unconfigured")
+def test_the_threshold_of_an_unbuilt_logger_is_the_built_ones(level: int) -> None:
+    # A run's log builds its structlog logger on the first line it writes; until then its
+    # threshold comes from the level alone, and must be what the logger would have said.
+    stdlib = logging.getLogger("converge")
+    before = stdlib.level
+    stdlib.setLevel(level)
+    try:
+        written = _stdlib_level()
+        assert _stdlib_threshold(written) == _threshold(_stdlib_bound(written, {"run_id": "r"}))
+    finally:
+        stdlib.setLevel(before)
+
+
+@pytest.mark.usefixtures("unconfigured")
+def test_a_level_of_the_applications_own_logs_what_it_lets_through(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = Engine()
+    engine.register_suggestor(Broken())
+    with caplog.at_level(25, logger="converge"):  # between INFO and WARNING
+        result = engine.run_sync()
+    assert result.cycles == 1
+    messages = [record.getMessage() for record in caplog.records if record.name == "converge"]
+    assert messages == ["suggestor_failed"]  # a warning; run_started and run_finished are info
+
+
+@pytest.mark.usefixtures("unconfigured")
+def test_a_run_with_logging_disabled_runs_and_logs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = Engine()
+    engine.register_suggestor(Broken())
+    with caplog.at_level(logging.DEBUG, logger="converge"):
+        logging.disable(logging.CRITICAL)  # inside: at_level lifts a disable in force
+        try:
+            result = engine.run_sync()
+        finally:
+            logging.disable(logging.NOTSET)
+    assert result.cycles == 1
+    assert [record for record in caplog.records if record.name == "converge"] == []
+
+
+@pytest.mark.usefixtures("unconfigured")
+def test_the_log_keeps_the_level_it_was_made_with(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="converge"):
+        log = EventLog(run_id="r")
+    with caplog.at_level(logging.DEBUG, logger="converge"):
+        log.warning("kept", where="here")
+        log.write(RunStarted(run_id="r", cycle=0, suggestors=1, inputs=0, facts=0))
+    messages = [record.getMessage() for record in caplog.records if record.name == "converge"]
+    assert messages == ["kept"]  # run_started is INFO, below the level the log was made with

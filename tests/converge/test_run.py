@@ -56,7 +56,7 @@ class Script:
         self.produced += 1
         return self.batches[self.produced - 1]
 
-    def budget_stop(self, *, facts: int, tokens: int) -> tuple[StopReason, str] | None:
+    def budget_stop(self, facts: int, tokens: int, /) -> tuple[StopReason, str] | None:
         if self.stop_after is not None and self.produced >= self.stop_after:
             return StopReason.TOKEN_BUDGET_EXHAUSTED, f"scripted ({tokens} tokens)"
         return None
