@@ -25,7 +25,7 @@ from ._model import trusted, trusted_builder
 from ._registry import Registration
 from ._trace import Execution, Outcome
 
-__all__ = ["Executions", "Returned", "Slot", "describe_error", "failure"]
+__all__ = ["Executions", "Returned", "Slot", "describe_error", "failure", "records"]
 
 _build_execution: Final = trusted_builder(Execution)
 
@@ -175,12 +175,20 @@ def _ok(returned: Returned) -> Execution:
     )
 
 
+def records(calls: Sequence[Execution | Returned]) -> tuple[Execution, ...]:
+    """The records of `calls`: an `Execution` as it is, what a returned call left built into
+    its `Execution`."""
+    return tuple([_ok(c) if type(c) is tuple else cast("Execution", c) for c in calls])
+
+
 @final
 class Executions(Sequence[Execution]):
     """A cycle's executions in suggestor id order, each call's record built on the first read.
 
     `calls` are the records of the calls that failed (`accepts` included) and what each call
-    that returned an effect left for its record (`Slot.returned`), in id order.
+    that returned an effect left for its record (`Slot.returned`), in id order. A cycle's
+    log keeps what it holds (`kept`), not the object itself: one container less per cycle
+    for every collection to walk.
     """
 
     __slots__ = ("_built", "_calls")
@@ -192,12 +200,15 @@ class Executions(Sequence[Execution]):
     def _all(self) -> tuple[Execution, ...]:
         built = self._built
         if built is None:
-            built = tuple(
-                [_ok(c) if type(c) is tuple else cast("Execution", c) for c in self._calls]
-            )
-            self._built = built
+            built = self._built = records(self._calls)
             self._calls = ()  # what the records were built from is no longer needed
         return built
+
+    @property
+    def kept(self) -> Sequence[Execution | Returned]:
+        """The records, once built; until then, what they are built from (`records`)."""
+        built = self._built
+        return self._calls if built is None else built
 
     def __len__(self) -> int:
         built = self._built

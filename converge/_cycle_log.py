@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, final, overload
 
+from ._calls import Executions, Returned, records
 from ._fact import Fact
 from ._hitl import GateRequest
 from ._invariant import Violation
@@ -46,7 +47,7 @@ PendingCycle = tuple[
     int,
     frozenset[AnyKey],
     Sequence[_Named],
-    Sequence[Execution],
+    Sequence[Execution | Returned],
     Sequence[Fact],
     Sequence[Rejection],
     Sequence[GateRequest],
@@ -82,7 +83,7 @@ def _built(pending: PendingCycle) -> CycleTrace:
             "cycle": cycle,
             "dirty": in_key_order(dirty),
             "eligible": tuple([reg.name for reg in eligible]),
-            "executions": tuple(executions),
+            "executions": records(executions),
             "promoted": tuple([fact.ref for fact in promoted]),
             "rejected": tuple(rejected),
             "held": tuple([request.gate_id for request in held]),
@@ -120,17 +121,17 @@ class CycleLog(Sequence[CycleTrace]):
         """Add the next cycle, its trace to be built when first read.
 
         The sequences are kept as they are (nothing changes them once the cycle is over),
-        but an empty one is kept as `()` and the promoted facts as a tuple: a list the
-        cycle no longer needs is freed now. `started` is the `perf_counter()` reading taken
-        when the cycle started, which `clock` turns into its times when the trace is built
-        (no times without a clock).
+        but an empty one is kept as `()`, the promoted facts as a tuple (a list the cycle
+        no longer needs is freed now), and `Executions` by what it holds. `started` is the
+        `perf_counter()` reading taken when the cycle started, which `clock` turns into its
+        times when the trace is built (no times without a clock).
         """
         self._entries.append(
             (
                 cycle,
                 dirty,
                 eligible,
-                executions,
+                executions.kept if type(executions) is Executions else executions,
                 tuple(promoted) if promoted else (),
                 rejected or (),
                 held or (),

@@ -19,7 +19,7 @@ from converge import (
     ProposedFact,
     SuggestorId,
 )
-from converge._calls import Executions, Slot, failure
+from converge._calls import Executions, Slot, failure, records
 from converge._registry import Registration
 
 H = ContextKey.HYPOTHESES
@@ -99,6 +99,34 @@ def test_executions_keep_id_order_and_read_as_a_sequence() -> None:
     assert calls[0:1] == (calls[0],)
     assert calls[0] is calls[0]  # built once
     assert len(calls) == 2
+
+
+def test_executions_keep_what_they_hold_until_read_then_the_records() -> None:
+    refused = failure(registration(1, "b"), "failed", 0.0, ValueError("no"), phase="accepts")
+    ran = Slot(registration(0, "a"))
+    ran.succeeded(AgentEffect.empty(), 1.0, 1.25, record_effect=False)
+    assert ran.returned is not None
+    calls = Executions([ran.returned, refused])
+    assert list(calls.kept) == [ran.returned, refused]  # nothing built yet
+    built = records(calls.kept)
+    assert [(c.suggestor, c.outcome) for c in built] == [("a", "ok"), ("b", "failed")]
+    assert built[1] is refused
+    first = calls[0]  # a read builds them all, once
+    assert calls.kept == (first, refused)
+    assert records(calls.kept) == (first, refused)
+    assert records(calls.kept)[0] is first
+
+
+def test_a_cycles_log_keeps_no_executions_object() -> None:
+    """A cycle's log keeps the calls, not the `Executions` around them (one container less
+    a cycle for the collector to walk), and builds the same records from them."""
+    engine = Engine()
+    engine.register_suggestor(Slow(0.0))
+    result = engine.run_sync(inputs=[SEED])
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is Executions]
+    [call] = [e for cycle in result.trace.cycles for e in cycle.executions]
+    assert (call.suggestor, call.outcome, call.proposals) == ("slow", "ok", 1)
 
 
 def test_a_cycles_log_does_not_keep_the_effects_alive() -> None:
