@@ -1,7 +1,7 @@
 """`CycleLog`: a run's cycle traces, each built the first time something reads it.
 
 A cycle hands the log what it produced (its tuples, and the lists of the cycle's merger,
-which nothing changes once the cycle is over), kept as one tuple (`PendingCycle`). The
+which nothing changes once the cycle is over), kept in one flat tuple (`PendingCycle`). The
 `CycleTrace`, with its `"key/id"` references, names and ordered keys, is built the first
 time anything reads that cycle (a save, a pause, a human's decisions, the result's `trace`)
 and kept in its place, so every later read returns the same object. A run whose trace
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Protocol, final, overload
+from typing import Final, Protocol, cast, final, overload
 
 from ._calls import Executions, Returned, records
 from ._fact import Fact
@@ -43,48 +43,47 @@ class _Named(Protocol):
         ...
 
 
-PendingCycle = tuple[
+PendingCycle = tuple[object, ...]
+"""One cycle's record before its trace is built, references only, in one flat tuple: a
+cycle keeps one container alive for its record, not one per sequence in it (each container
+kept is walked by every collection of its generation: W1 keeps 5 a cycle with its fact,
+not 8, and runs one young collection instead of two). In order, the fixed part (`_Head`):
+the cycle, its dirty keys, its rejections, its held requests, its violations, whether it
+merged, the clock and its reading when the cycle started, how many suggestors were eligible
+and how many calls were made; then the eligible registrations, the calls (an `Execution`,
+or what a call that returned left for its record, `Returned`) and the promoted facts."""
+
+_Head = tuple[
     int,
     frozenset[AnyKey],
-    Sequence[_Named],
-    Sequence[Execution | Returned],
-    Sequence[Fact],
     Sequence[Rejection],
     Sequence[GateRequest],
     tuple[Violation, ...],
     bool,
     _Clock | None,
     float,
+    int,
+    int,
 ]
-"""One cycle's record before its trace is built, references only, in `CycleLog.record`'s
-order: one tuple, so a cycle keeps as few containers alive as it can (each one kept is
-walked by every collection of its generation)."""
+_HEAD: Final = 10
+"""How many fields the fixed part of a `PendingCycle` has."""
 
 
 def _built(pending: PendingCycle) -> CycleTrace:
     """The trace of a cycle's record."""
-    (
-        cycle,
-        dirty,
-        eligible,
-        executions,
-        promoted,
-        rejected,
-        held,
-        violations,
-        merged,
-        clock,
-        read,
-    ) = pending
+    head = cast("_Head", pending[:_HEAD])
+    cycle, dirty, rejected, held, violations, merged, clock, read, eligible, calls = head
+    calls_at = _HEAD + eligible
+    facts_at = calls_at + calls
     at, run = (None, None) if clock is None else clock.at(read)
     return trusted(
         CycleTrace,
         {
             "cycle": cycle,
             "dirty": in_key_order(dirty),
-            "eligible": tuple([reg.name for reg in eligible]),
-            "executions": records(executions),
-            "promoted": tuple([fact.ref for fact in promoted]),
+            "eligible": tuple([cast("_Named", reg).name for reg in pending[_HEAD:calls_at]]),
+            "executions": records(cast("tuple[Execution | Returned]", pending[calls_at:facts_at])),
+            "promoted": tuple([cast("Fact", fact).ref for fact in pending[facts_at:]]),
             "rejected": tuple(rejected),
             "held": tuple([request.gate_id for request in held]),
             "violations": violations,
@@ -120,25 +119,29 @@ class CycleLog(Sequence[CycleTrace]):
     ) -> None:
         """Add the next cycle, its trace to be built when first read.
 
-        The sequences are kept as they are (nothing changes them once the cycle is over),
-        but an empty one is kept as `()`, the promoted facts as a tuple (a list the cycle
-        no longer needs is freed now), and `Executions` by what it holds. `started` is the
+        The eligible registrations, the calls (`Executions` by what it holds) and the
+        promoted facts are copied into the record's one tuple; the other sequences are kept
+        as they are (nothing changes them once the cycle is over), an empty one as `()`.
+        `started` is the
         `perf_counter()` reading taken when the cycle started, which `clock` turns into its
         times when the trace is built (no times without a clock).
         """
+        calls = executions.kept if type(executions) is Executions else executions
         self._entries.append(
             (
                 cycle,
                 dirty,
-                eligible,
-                executions.kept if type(executions) is Executions else executions,
-                tuple(promoted) if promoted else (),
                 rejected or (),
                 held or (),
                 violations,
                 merged,
                 clock,
                 started,
+                len(eligible),
+                len(calls),
+                *eligible,
+                *calls,
+                *promoted,
             )
         )
 

@@ -3,6 +3,8 @@
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import pytest
+
 from converge import (
     AgentEffect,
     Context,
@@ -12,6 +14,7 @@ from converge import (
     ProposedFact,
     RunTrace,
 )
+from converge._calls import Executions, Slot, failure
 from converge._cycle_log import CycleLog
 from converge._registry import Registration, Registry
 from converge._seal import Stamp
@@ -88,6 +91,36 @@ def test_the_log_keeps_its_own_copy_of_the_promoted_facts() -> None:
     promoted.clear()  # the merger's list, reused or changed after the cycle
     assert log[0].promoted == ("seeds/f",)
     assert (log[0].started_at, log[0].at_seconds) == (None, None)
+
+
+@pytest.mark.parametrize(("eligible", "refused", "facts"), [(0, 0, 0), (1, 0, 1), (2, 1, 3)])
+def test_a_cycles_record_reads_back_every_part_in_order(
+    eligible: int, refused: int, facts: int
+) -> None:
+    # The record is one flat tuple; its parts (eligible, calls, facts) must come back whole,
+    # in order, and apart, however many of each there are.
+    registry = Registry()
+    for index in range(3):
+        registry.add(SeedSuggestor(f"s{index}", "x"), None)
+    regs = registry.view().registrations
+    ran = [Slot(reg) for reg in regs[:eligible]]
+    for slot in ran:
+        slot.succeeded(AgentEffect.empty(), 1.0, 1.5, record_effect=False)
+    failed = [
+        failure(reg, "failed", 0.0, ValueError("no"), phase="accepts") for reg in regs[2:][:refused]
+    ]
+    calls = Executions([*(slot.returned for slot in ran if slot.returned is not None), *failed])
+    stamp = Stamp("s0", 0, "engine", None)
+    promoted = [stamp.promote(fact(S, f"f-{n}"), 1, n + 1) for n in range(facts)]
+    log = CycleLog()
+    log.record(1, frozenset({S}), regs[:eligible], calls, promoted, [], [], (), True, None, 0.0)
+    trace = log[0]
+    assert trace.eligible == tuple(reg.name for reg in regs[:eligible])
+    assert [(e.suggestor, e.outcome, e.phase) for e in trace.executions] == [
+        *((reg.name, "ok", "execute") for reg in regs[:eligible]),
+        *((reg.name, "failed", "accepts") for reg in regs[2:][:refused]),
+    ]
+    assert trace.promoted == tuple(f"seeds/f-{n}" for n in range(facts))
 
 
 def test_replacing_the_last_cycle_keeps_the_others() -> None:
