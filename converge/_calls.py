@@ -4,18 +4,18 @@ A call that failed or timed out gets its record the moment it ends (`failure`: i
 traceback are of that moment). A call that returned an effect leaves what its record says
 (`Returned`: the duration, the proposal count, the tokens and the metadata, read when it
 returned; the effect itself only when effects are recorded), and the record is built the
-first time something reads it (`Slot.execution`, or the cycle's `Executions`): a run whose
-trace nobody reads, with no observer at debug level and no failure to retry, never builds
-one. That is about 1 µs per call (benchmark W4: 3 % of a one-fact cycle's instructions;
+first time something reads it (`Slot.execution`, or `records` of the cycle's calls): a run
+whose trace nobody reads, with no observer at debug level and no failure to retry, never
+builds one. That is about 1 µs per call (benchmark W4: 3 % of a one-fact cycle's instructions;
 W2: 500 calls in one cycle).
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from time import perf_counter
-from typing import Final, Literal, cast, final, overload
+from typing import Final, Literal, cast, final
 
 from pydantic import JsonValue
 
@@ -25,7 +25,7 @@ from ._model import trusted, trusted_builder
 from ._registry import Registration
 from ._trace import Execution, Outcome
 
-__all__ = ["Executions", "Returned", "Slot", "describe_error", "failure", "records"]
+__all__ = ["Returned", "Slot", "describe_error", "failure", "records"]
 
 _build_execution: Final = trusted_builder(Execution)
 
@@ -179,50 +179,3 @@ def records(calls: Sequence[Execution | Returned]) -> tuple[Execution, ...]:
     """The records of `calls`: an `Execution` as it is, what a returned call left built into
     its `Execution`."""
     return tuple([_ok(c) if type(c) is tuple else cast("Execution", c) for c in calls])
-
-
-@final
-class Executions(Sequence[Execution]):
-    """A cycle's executions in suggestor id order, each call's record built on the first read.
-
-    `calls` are the records of the calls that failed (`accepts` included) and what each call
-    that returned an effect left for its record (`Slot.returned`), in id order. A cycle's
-    log keeps what it holds (`kept`), not the object itself: one container less per cycle
-    for every collection to walk.
-    """
-
-    __slots__ = ("_built", "_calls")
-
-    def __init__(self, calls: Sequence[Execution | Returned]) -> None:
-        self._calls = calls
-        self._built: tuple[Execution, ...] | None = None
-
-    def _all(self) -> tuple[Execution, ...]:
-        built = self._built
-        if built is None:
-            built = self._built = records(self._calls)
-            self._calls = ()  # what the records were built from is no longer needed
-        return built
-
-    @property
-    def kept(self) -> Sequence[Execution | Returned]:
-        """The records, once built; until then, what they are built from (`records`)."""
-        built = self._built
-        return self._calls if built is None else built
-
-    def __len__(self) -> int:
-        built = self._built
-        return len(self._calls) if built is None else len(built)
-
-    @overload
-    def __getitem__(self, index: int) -> Execution: ...
-    @overload
-    def __getitem__(self, index: slice) -> tuple[Execution, ...]: ...
-    def __getitem__(self, index: int | slice) -> Execution | tuple[Execution, ...]:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[Execution]:
-        return iter(self._all())
-
-    def __repr__(self) -> str:
-        return f"Executions({list(self._all())!r})"

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Final, Protocol, cast, final, overload
 
-from ._calls import Executions, Returned, records
+from ._calls import Returned, records
 from ._fact import Fact
 from ._hitl import GateRequest
 from ._invariant import Violation
@@ -108,7 +108,7 @@ class CycleLog(Sequence[CycleTrace]):
         cycle: int,
         dirty: frozenset[AnyKey],
         eligible: Sequence[_Named],
-        executions: Sequence[Execution],
+        calls: Sequence[Execution | Returned],
         promoted: Sequence[Fact],
         rejected: Sequence[Rejection],
         held: Sequence[GateRequest],
@@ -119,14 +119,12 @@ class CycleLog(Sequence[CycleTrace]):
     ) -> None:
         """Add the next cycle, its trace to be built when first read.
 
-        The eligible registrations, the calls (`Executions` by what it holds) and the
+        The eligible registrations, the calls (`Execution`s, or `Returned`) and the
         promoted facts are copied into the record's one tuple; the other sequences are kept
         as they are (nothing changes them once the cycle is over), an empty one as `()`.
-        `started` is the
-        `perf_counter()` reading taken when the cycle started, which `clock` turns into its
-        times when the trace is built (no times without a clock).
+        `started` is the `perf_counter()` reading taken when the cycle started, which
+        `clock` turns into its times when the trace is built (no times without a clock).
         """
-        calls = executions.kept if type(executions) is Executions else executions
         self._entries.append(
             (
                 cycle,

@@ -16,7 +16,7 @@ from typing import final
 import anyio
 
 from ._budget import Stopwatch, time_detail
-from ._calls import Executions, Returned, Slot, failure
+from ._calls import Returned, Slot, failure, records
 from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
@@ -128,13 +128,13 @@ class LiveEffects:
                 tokens += slot.execution.tokens
                 if slot.held is not None:
                     self._events.suggestor_blocked(cycle, slot.reg.name, slot.held)
-        executions = _executions(refused, slots, started, cancelled=timed_out)
+        calls = _calls(refused, slots, started, cancelled=timed_out)
         if failed or self._retries.pending:
-            executions = self._retried(cycle, executions)
+            calls = self._retried(cycle, records(calls))
         if timed_out:
             stop = StopReason.TIME_BUDGET_EXHAUSTED, self._time_detail()
-            return Batch(tuple(eligible), executions, (), tokens, stop, True)
-        return Batch(tuple(eligible), executions, tuple(effects), tokens, None, failed)
+            return Batch(tuple(eligible), calls, (), tokens, stop, True)
+        return Batch(tuple(eligible), calls, tuple(effects), tokens, None, failed)
 
     def budget_stop(self, facts: int, tokens: int, /) -> tuple[StopReason, str] | None:
         """The fact, token or time budget the run has exceeded, measured now; `None` if none."""
@@ -226,13 +226,13 @@ class LiveEffects:
         return eligible, refused
 
 
-def _executions(
+def _calls(
     refused: list[Execution], slots: Sequence[Slot], started: float, *, cancelled: bool
-) -> Executions:
-    """The cycle's executions in id order; a slot the time budget cancelled is `timed_out`.
+) -> list[Execution | Returned]:
+    """The cycle's calls in id order; a slot the time budget cancelled is `timed_out`.
 
     A call that returned an effect leaves what its record says (`Slot.returned`), built into
-    an `Execution` when something reads it.
+    an `Execution` when something reads it (`records`).
     """
     calls: list[Execution | Returned] = list(refused)
     for slot in slots:
@@ -245,7 +245,7 @@ def _executions(
             calls.append(cut)
     if refused:
         calls.sort(key=_suggestor_id)
-    return Executions(calls)
+    return calls
 
 
 def _suggestor_id(call: Execution | Returned) -> int:

@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from ._budget import Stopwatch
+from ._calls import records
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
@@ -363,7 +364,7 @@ class RunLoop:
             violations = (*merger.violations, *semantic)
         events = self.events
         if events.debug or (events.warn and _noteworthy(batch, merger, violations)):
-            events.executions(cycle, batch.executions)
+            events.executions(cycle, records(batch.calls))
             events.merged(cycle, promoted, rejected, held, violations)
             facts = len(self._state.snapshot)
             events.cycle_finished(
@@ -373,7 +374,7 @@ class RunLoop:
             cycle,
             dirty,
             batch.eligible,
-            batch.executions,
+            batch.calls,
             promoted,
             rejected,
             held,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, final
 
+from ._calls import Returned
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
 from ._hitl import GateDecision, GateRequest
@@ -30,8 +31,10 @@ class Batch:
 
     eligible: tuple[Registration, ...]
     """The suggestors that executed (their `accepts` said yes), in id order."""
-    executions: Sequence[Execution]
-    """Every call recorded for the trace, failed `accepts` included."""
+    calls: Sequence[Execution | Returned]
+    """Every call recorded for the trace, failed `accepts` included, in id order: its
+    `Execution`, or what a call that returned an effect left for it (`Returned`), built
+    into its `Execution` when something reads it (`_calls.records`)."""
     effects: tuple[tuple[Registration, AgentEffect], ...]
     """The effects to merge, in id order."""
     tokens: int

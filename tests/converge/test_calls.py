@@ -19,7 +19,7 @@ from converge import (
     ProposedFact,
     SuggestorId,
 )
-from converge._calls import Executions, Slot, failure, records
+from converge._calls import Slot, failure, records
 from converge._registry import Registration
 
 H = ContextKey.HYPOTHESES
@@ -84,49 +84,20 @@ def test_a_slots_record_is_built_once_and_kept() -> None:
     assert (execution.duration_ms, execution.proposals, execution.effect) == (250.0, 1, None)
 
 
-def test_executions_keep_id_order_and_read_as_a_sequence() -> None:
+def test_records_keep_the_order_and_build_what_a_returned_call_left() -> None:
     refused = failure(registration(1, "b"), "failed", 0.0, ValueError("no"), phase="accepts")
     ran = Slot(registration(0, "a"))
     effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
     ran.succeeded(effect, 1.0, 1.5, record_effect=True)
     assert ran.returned is not None
-    calls = Executions([ran.returned, refused])
-    assert len(calls) == 2
-    assert [call.suggestor for call in calls] == ["a", "b"]
-    assert (calls[0].duration_ms, calls[0].proposals, calls[0].effect) == (500.0, 1, effect)
-    assert calls[1] is refused
-    assert calls[-1] is refused
-    assert calls[0:1] == (calls[0],)
-    assert calls[0] is calls[0]  # built once
-    assert len(calls) == 2
-
-
-def test_executions_keep_what_they_hold_until_read_then_the_records() -> None:
-    refused = failure(registration(1, "b"), "failed", 0.0, ValueError("no"), phase="accepts")
-    ran = Slot(registration(0, "a"))
-    ran.succeeded(AgentEffect.empty(), 1.0, 1.25, record_effect=False)
-    assert ran.returned is not None
-    calls = Executions([ran.returned, refused])
-    assert list(calls.kept) == [ran.returned, refused]  # nothing built yet
-    built = records(calls.kept)
-    assert [(c.suggestor, c.outcome) for c in built] == [("a", "ok"), ("b", "failed")]
-    assert built[1] is refused
-    first = calls[0]  # a read builds them all, once
-    assert calls.kept == (first, refused)
-    assert records(calls.kept) == (first, refused)
-    assert records(calls.kept)[0] is first
-
-
-def test_a_cycles_log_keeps_no_executions_object() -> None:
-    """A cycle's log keeps the calls, not the `Executions` around them (one container less
-    a cycle for the collector to walk), and builds the same records from them."""
-    engine = Engine()
-    engine.register_suggestor(Slow(0.0))
-    result = engine.run_sync(inputs=[SEED])
-    gc.collect()
-    assert not [o for o in gc.get_objects() if type(o) is Executions]
-    [call] = [e for cycle in result.trace.cycles for e in cycle.executions]
-    assert (call.suggestor, call.outcome, call.proposals) == ("slow", "ok", 1)
+    built = records([ran.returned, refused])
+    assert [call.suggestor for call in built] == ["a", "b"]
+    assert (built[0].outcome, built[0].phase, built[0].attempt) == ("ok", "execute", 1)
+    assert (built[0].duration_ms, built[0].proposals, built[0].effect) == (500.0, 1, effect)
+    assert built[1] is refused  # a record already built is kept as it is
+    assert records(built) == built
+    assert records(built)[0] is built[0]
+    assert records([]) == ()
 
 
 def test_a_cycles_log_does_not_keep_the_effects_alive() -> None:

@@ -1,5 +1,6 @@
 """The cycle log: each cycle's trace is built on its first read, kept, and never changes."""
 
+import gc
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -14,7 +15,7 @@ from converge import (
     ProposedFact,
     RunTrace,
 )
-from converge._calls import Executions, Slot, failure
+from converge._calls import Slot, failure
 from converge._cycle_log import CycleLog
 from converge._registry import Registration, Registry
 from converge._seal import Stamp
@@ -109,7 +110,7 @@ def test_a_cycles_record_reads_back_every_part_in_order(
     failed = [
         failure(reg, "failed", 0.0, ValueError("no"), phase="accepts") for reg in regs[2:][:refused]
     ]
-    calls = Executions([*(slot.returned for slot in ran if slot.returned is not None), *failed])
+    calls = [*(slot.returned for slot in ran if slot.returned is not None), *failed]
     stamp = Stamp("s0", 0, "engine", None)
     promoted = [stamp.promote(fact(S, f"f-{n}"), 1, n + 1) for n in range(facts)]
     log = CycleLog()
@@ -121,6 +122,31 @@ def test_a_cycles_record_reads_back_every_part_in_order(
         *((reg.name, "failed", "accepts") for reg in regs[2:][:refused]),
     ]
     assert trace.promoted == tuple(f"seeds/f-{n}" for n in range(facts))
+
+
+def _kept_by_a_run(cycles: int) -> int:
+    """How many objects the collector tracks that a run of `cycles` cycles leaves behind."""
+    engine = Engine()
+    engine.register_suggestor(Stepper(cycles))
+    engine.run_sync(inputs=[START])  # warm: stamps, caches
+    gc.collect()
+    gc.disable()
+    try:
+        before = {id(o) for o in gc.get_objects()}
+        result = engine.run_sync(inputs=[START])
+        kept = sum(1 for o in gc.get_objects() if id(o) not in before)
+    finally:
+        gc.enable()
+    assert len(result.context) == cycles
+    return kept
+
+
+def test_a_cycle_keeps_five_tracked_objects_with_its_one_fact() -> None:
+    # One tuple for the cycle's record, one for what its call returned, and its fact (the
+    # fact, its fields and its promotion record): each one kept is walked by every young
+    # collection while the run lasts, so the record keeps its sequences in its own tuple.
+    per_cycle = (_kept_by_a_run(40) - _kept_by_a_run(10)) / 30
+    assert per_cycle <= 5
 
 
 def test_replacing_the_last_cycle_keeps_the_others() -> None:
