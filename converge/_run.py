@@ -364,7 +364,8 @@ class RunLoop:
             violations = (*merger.violations, *semantic)
         events = self.events
         if events.debug or (events.warn and _noteworthy(batch, merger, violations)):
-            events.executions(cycle, records(batch.calls))
+            batch.calls = built = records(batch.calls)  # built once: the trace keeps these
+            events.executions(cycle, built)
             events.merged(cycle, promoted, rejected, held, violations)
             facts = len(self._state.snapshot)
             events.cycle_finished(
@@ -428,9 +429,7 @@ class RunLoop:
 
 def _run_trace(fields: dict[str, object], cycles: CycleLog, count: int) -> RunTrace:
     """The run's trace, with its first `count` cycles: built on the result's first read."""
-    built = dict(fields)
-    built["cycles"] = cycles[:count]
-    return trusted(RunTrace, built)
+    return trusted(RunTrace, {**fields, "cycles": cycles[:count]})
 
 
 def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:
