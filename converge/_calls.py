@@ -6,8 +6,8 @@ traceback are of that moment). A call that returned an effect leaves what its re
 returned; the effect itself only when effects are recorded), and the record is built the
 first time something reads it (`Slot.execution`, or `records` of the cycle's calls): a run
 whose trace nobody reads, with no observer at debug level and no failure to retry, never
-builds one. That is about 1 µs per call (benchmark W4: 3 % of a one-fact cycle's instructions;
-W2: 500 calls in one cycle).
+builds one. That is about 1 µs per call (benchmark W4: 3 % of a one-fact cycle's
+instructions; W2: 500 calls in one cycle).
 """
 
 from __future__ import annotations

@@ -47,11 +47,12 @@ PendingCycle = tuple[object, ...]
 """One cycle's record before its trace is built, references only, in one flat tuple: a
 cycle keeps one container alive for its record, not one per sequence in it (each container
 kept is walked by every collection of its generation: W1 keeps 5 a cycle with its fact,
-not 8, and runs one young collection instead of two). In order, the fixed part (`_Head`):
-the cycle, its dirty keys, its rejections, its held requests, its violations, whether it
-merged, the clock and its reading when the cycle started, how many suggestors were eligible
-and how many calls were made; then the eligible registrations, the calls (an `Execution`,
-or what a call that returned left for its record, `Returned`) and the promoted facts."""
+not 9, and runs one young collection a run instead of three). In order, the fixed part
+(`_Head`): the cycle, its dirty keys, its rejections, its held requests, its violations,
+whether it merged, the clock and its reading when the cycle started, how many suggestors
+were eligible and how many calls were made; then the eligible registrations, the calls (an
+`Execution`, or what a call that returned left for its record, `Returned`) and the
+promoted facts."""
 
 _Head = tuple[
     int,

@@ -8,6 +8,7 @@ nothing is printed unless the application enables that logger.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, final
 
 import structlog
@@ -86,23 +87,23 @@ EVENT_LEVELS: Final[dict[str, int]] = {
 events (`fact_promoted`, `proposal_rejected`, `suggestor_finished`) go to observers only."""
 
 
-def _threshold(log: FilteringBoundLogger) -> int:
-    """The lowest level `log` writes (0 when the logger cannot say, so nothing is lost)."""
-    is_enabled_for = getattr(log, "is_enabled_for", None)
-    if is_enabled_for is None:
-        return 0
+def _lowest(writes: Callable[[int], bool]) -> int:
+    """The lowest of the engine's event levels a logger `writes`, or above them all."""
     for level in (logging.DEBUG, logging.INFO, logging.WARNING):
-        if is_enabled_for(level):
+        if writes(level):
             return level
     return logging.CRITICAL + 10
 
 
+def _threshold(log: FilteringBoundLogger) -> int:
+    """The lowest level `log` writes (0 when the logger cannot say, so nothing is lost)."""
+    is_enabled_for = getattr(log, "is_enabled_for", None)
+    return 0 if is_enabled_for is None else _lowest(is_enabled_for)
+
+
 def _stdlib_threshold(level: int) -> int:
     """`_threshold` of the logger `_stdlib_bound(level, ...)` builds, without building it."""
-    for threshold in (logging.DEBUG, logging.INFO, logging.WARNING):
-        if threshold >= level:
-            return threshold
-    return logging.CRITICAL + 10
+    return _lowest(level.__le__)
 
 
 @final
