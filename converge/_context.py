@@ -6,6 +6,13 @@ seal computed for each fact when it was promoted (or restored), all shared with 
 snapshots of its line of history (`_sequence`). Taking a new snapshot costs O(facts added +
 keys); `find`, `has`, `count` and indexing are O(1).
 
+Every built-in key has a store, empty (`EMPTY_FACTS`) until its first fact; a declared key
+has one from its first fact on. The readers index the stores (`stores[key]`) and catch the
+`KeyError` of a declared key without facts, or of a name no key has: on W1's `accepts`
+calls, about 5 ns less a `find` than `stores.get(key)` (a specialised subscript against a
+method call), and a lookup that misses is raised only for a declared key (about 0.1 to 0.25 µs
+more than a `get` that misses).
+
 The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
 a fact object changed below the public API (its `__dict__` written with
 `object.__setattr__`, say, and its `digest` recomputed) changes neither the root nor the
@@ -16,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 from ._canonical import merkle_root
 from ._fact import Fact
-from ._key import AnyKey, KeyLike, in_key_order, key_named
+from ._key import KEYS, AnyKey, KeyLike, in_key_order, key_named
 from ._sequence import EMPTY_FACTS, FactSequence
 
 __all__ = ["Context", "ContextSnapshot"]
@@ -98,7 +105,7 @@ class ContextSnapshot:
     @classmethod
     def empty(cls) -> ContextSnapshot:
         """A context with no facts, at cycle 0."""
-        return cls._make({}, 0, 0, 0)
+        return cls._make(_NO_FACTS, 0, 0, 0)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ContextSnapshot is immutable; cannot set {name!r}")
@@ -116,10 +123,12 @@ class ContextSnapshot:
 
     def has(self, key: KeyLike, /) -> bool:
         """Whether any fact lives under `key` (a name no key has raises `ValueError`)."""
-        if key in self._stores:
-            return True
-        _known(key)
-        return False
+        try:
+            store = self._stores[key]  # pyright: ignore[reportArgumentType]  # a name finds its key
+        except KeyError:
+            _known(key)
+            return False
+        return store._length != 0  # pyright: ignore[reportPrivateUsage]
 
     def get(self, key: KeyLike, /) -> Sequence[Fact]:
         """The facts under `key`, in insertion order (a view, nothing copied; O(1)).
@@ -127,24 +136,27 @@ class ContextSnapshot:
         Raises:
             ValueError: `key` is a name that no built-in or declared key has.
         """
-        store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
-        if store is None:
+        try:
+            store = self._stores[key]  # pyright: ignore[reportArgumentType]  # a name finds its key
+        except KeyError:
             _known(key)
             return EMPTY_FACTS
         return store
 
     def count(self, key: KeyLike, /) -> int:
         """How many facts live under `key` (a name no key has raises `ValueError`)."""
-        store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
-        if store is None:
+        try:
+            store = self._stores[key]  # pyright: ignore[reportArgumentType]  # a name finds its key
+        except KeyError:
             _known(key)
             return 0
         return store._length  # pyright: ignore[reportPrivateUsage]
 
     def find(self, key: KeyLike, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None` (a name no key has raises `ValueError`)."""
-        store = self._stores.get(key)  # pyright: ignore[reportArgumentType]  # a name finds its key
-        if store is None:
+        try:
+            store = self._stores[key]  # pyright: ignore[reportArgumentType]  # a name finds its key
+        except KeyError:
             _known(key)
             return None
         # FactSequence.find, inlined: suggestors call it in every accepts
@@ -185,7 +197,7 @@ class ContextSnapshot:
 
     def keys(self) -> tuple[AnyKey, ...]:
         """The keys that hold facts, in key order."""
-        return in_key_order(self._stores)
+        return tuple([key for key, store in self._stores.items() if store._length])  # pyright: ignore[reportPrivateUsage]
 
     def facts(self) -> tuple[Fact, ...]:
         """Every fact, in key order, then insertion order."""
@@ -241,6 +253,10 @@ class ContextSnapshot:
             stores, self._version + added, cycle, clock, self._size + added
         )
 
+
+_NO_FACTS: Final[dict[AnyKey, FactSequence]] = dict.fromkeys(KEYS, EMPTY_FACTS)
+"""The stores of a snapshot without facts: every built-in key, none of its facts. Never
+changed (`_extend` copies it); an empty snapshot holds it as is."""
 
 _slots = ContextSnapshot.__dict__
 _set_size = _slots["_size"].__set__

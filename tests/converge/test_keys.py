@@ -255,6 +255,32 @@ def test_a_typo_in_a_key_name_is_an_error_not_an_empty_answer() -> None:
     assert ContextSnapshot.empty().count(BIDS) == 0
 
 
+def test_every_reader_answers_alike_for_a_key_without_facts_of_either_kind() -> None:
+    """A built-in key has an empty store from the start, a declared one only from its first
+    fact: `find`, `get`, `count` and `has` answer the same for both, by key or by name, and
+    a typo is an error in each."""
+    seed = ProposedFact(key=ContextKey.SEEDS, id="s", content="seed", provenance="p")
+    seeds_only = Engine().run_sync(inputs=[seed]).context
+    for context in (ContextSnapshot.empty(), seeds_only):
+        for key in (ContextKey.HYPOTHESES, "hypotheses", BIDS, "t-bids"):
+            assert context.find(key, "x") is None
+            assert list(context.get(key)) == []
+            assert context.count(key) == 0
+            assert context.has(key) is False
+        for reader in (context.get, context.count, context.has):
+            with pytest.raises(ValueError, match="unknown context key 't-bid'"):
+                reader("t-bid")
+        with pytest.raises(ValueError, match="unknown context key 't-bid'"):
+            context.find("t-bid", "x")
+    assert seeds_only.keys() == (ContextKey.SEEDS,)
+    assert seeds_only.has("seeds")
+    assert seeds_only.find("seeds", "s") is not None
+    bids_only = Engine().run_sync(inputs=[bid("dune", 1)]).context
+    assert bids_only.keys() == (BIDS,)
+    assert not bids_only.has(ContextKey.SEEDS)
+    assert [f.id for f in bids_only.get("t-bids")] == [f.id for f in bids_only.facts()]
+
+
 # --- stored, paused, resumed, replayed ----------------------------------------------------------
 
 
