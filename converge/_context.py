@@ -6,12 +6,14 @@ seal computed for each fact when it was promoted (or restored), all shared with 
 snapshots of its line of history (`_sequence`). Taking a new snapshot costs O(facts added +
 keys); `find`, `has`, `count` and indexing are O(1).
 
-Every built-in key has a store, empty (`EMPTY_FACTS`) until its first fact; a declared key
-has one from its first fact on. The readers index the stores (`stores[key]`) and catch the
-`KeyError` of a declared key without facts, or of a name no key has: on W1's `accepts`
-calls, about 5 ns less a `find` than `stores.get(key)` (a specialised subscript against a
-method call), and a lookup that misses is raised only for a declared key (about 0.1 to 0.25 µs
-more than a `get` that misses).
+Every key known when a line of snapshots begins (`empty`: the built-in keys and those
+declared so far) has a store from the start, empty (`EMPTY_FACTS`) until its first fact; a
+key declared later has one from its first fact on. The readers index the stores
+(`stores[key]`) and catch the `KeyError` of a key declared after the line began and still
+without facts, or of a name no key has: on W1's `accepts` calls, about 5 ns less a `find`
+than `stores.get(key)` (a specialised subscript against a method call). The `KeyError` costs
+about 0.3 µs, which is why the keys declared so far are there from the start: keys are
+declared when their modules are imported, before any run.
 
 The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
 a fact object changed below the public API (its `__dict__` written with
@@ -23,11 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import Final, Protocol, final
+from typing import Protocol, final
 
 from ._canonical import merkle_root
 from ._fact import Fact
-from ._key import KEYS, AnyKey, KeyLike, in_key_order, key_named
+from ._key import AnyKey, KeyLike, in_key_order, key_named, known_keys
 from ._sequence import EMPTY_FACTS, FactSequence
 
 __all__ = ["Context", "ContextSnapshot"]
@@ -105,7 +107,7 @@ class ContextSnapshot:
     @classmethod
     def empty(cls) -> ContextSnapshot:
         """A context with no facts, at cycle 0."""
-        return cls._make(_NO_FACTS, 0, 0, 0)
+        return cls._make(dict.fromkeys(known_keys(), EMPTY_FACTS), 0, 0, 0)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ContextSnapshot is immutable; cannot set {name!r}")
@@ -253,10 +255,6 @@ class ContextSnapshot:
             stores, self._version + added, cycle, clock, self._size + added
         )
 
-
-_NO_FACTS: Final[dict[AnyKey, FactSequence]] = dict.fromkeys(KEYS, EMPTY_FACTS)
-"""The stores of a snapshot without facts: every built-in key, none of its facts. Never
-changed (`_extend` copies it); an empty snapshot holds it as is."""
 
 _slots = ContextSnapshot.__dict__
 _set_size = _slots["_size"].__set__

@@ -281,6 +281,25 @@ def test_every_reader_answers_alike_for_a_key_without_facts_of_either_kind() -> 
     assert [f.id for f in bids_only.get("t-bids")] == [f.id for f in bids_only.facts()]
 
 
+def test_a_key_declared_after_a_snapshot_began_reads_empty_then_sorts_in_key_order() -> None:
+    """A snapshot has a store for every key known when its line began; a key declared later
+    gets one with its first fact, and the keys stay in key order."""
+    start = ContextSnapshot.empty()
+    late = Key("t-aaa-late", payload=Score)  # declared after `start`; sorts before "t-bids"
+    assert start.find(late, "x") is None
+    assert start.find("t-aaa-late", "x") is None
+    assert list(start.get(late)) == []
+    assert start.count(late) == 0
+    assert start.has(late) is False
+    note = ProposedFact(
+        key=late, id="l", content="late", provenance="p", payload=Score(vendor="a", points=1.0)
+    )
+    context = Engine().run_sync(context=start, inputs=[bid("dune", 1), note]).context
+    assert context.keys() == (late, BIDS)
+    assert context.find(late, "l") is not None
+    assert [f.ref for f in context.facts()] == ["t-aaa-late/l", "t-bids/dune"]
+
+
 # --- stored, paused, resumed, replayed ----------------------------------------------------------
 
 
