@@ -46,9 +46,14 @@ def _leaf(
     `fields` are the fact's own fields (a proposal's, or a fact's), each of its declared type
     exactly (the confidence a `float`). `payload` is the payload's canonical JSON text
     (`None` for no payload); `head` and `tail` are the promotion record's text around its
-    clock and cycle (`_record_text`), both `int`s (`:d` refuses anything else). One f-string
-    writes every field: about 20 % cheaper than a `%`-format of the same text (no argument
-    tuple, no format parsing).
+    clock and cycle (`_record_text`). The clock and cycle must be exact `int`s, which every
+    caller guarantees: the engine's own counters (`Stamp.promote`), a validated record
+    (`seal`; validation gives an exact `int` even for `True` or `"4"`), or a fact whose
+    numbers `fact_digest` has checked. They are written without a format spec: `{clock:d}`
+    would refuse anything else, but it takes the slow formatting path (about 60 ns each,
+    where an exact `int` without a spec goes straight to `str`). One f-string writes every
+    field: about 20 % cheaper than a `%`-format of the same text (no argument tuple, no
+    format parsing).
     """
     quote = _quote
     target = fields["target"]
@@ -60,7 +65,7 @@ def _leaf(
         f'"evidence":[{",".join(map(quote, evidence)) if evidence else ""}],'
         f'"id":{quote(fields["id"])},"key":{quote(fields["key"])},'
         f'"payload":{"null" if payload is None else payload},'
-        f'"promotion":{head}{clock:d},"cycle":{cycle:d}{tail},'
+        f'"promotion":{head}{clock},"cycle":{cycle}{tail},'
         f'"provenance":{quote(fields["provenance"])},'
         f'"target":{"null" if target is None else quote(target)}}}'
     )
