@@ -38,6 +38,11 @@ _BAD_ID_CHARACTER: Final = re.compile(f"[\\s\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]"
 RESERVED_PREFIX: Final = "hitl-rejected:"
 """Ids under `DIAGNOSTIC` with this prefix are the notes human rejections leave."""
 _FIELDS: Final = frozenset(ProposedFact.model_fields)
+# The members the gate compares with every proposal, bound once: on Python 3.11 reading
+# `ContextKey.PROPOSALS` goes through the enum metaclass's `__getattr__` hook (about 0.1 µs
+# each time), where a module constant is one specialised global load.
+_PROPOSALS: Final = ContextKey.PROPOSALS
+_DIAGNOSTIC: Final = ContextKey.DIAGNOSTIC
 
 
 @final
@@ -355,7 +360,7 @@ class Gate:
                 if ident.isascii()
                 else _BAD_ID_CHARACTER.search(ident) is None
             )
-            or (key is ContextKey.DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
+            or (key is _DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
             or len(content) * 4 > max_content
             or payload is not None
         ):
@@ -365,10 +370,10 @@ class Gate:
         if writes is not None and key not in writes:
             return f"not authorised to write {key}"
         target: AnyKey | None = own["target"]
-        if key is ContextKey.PROPOSALS:
+        if key is _PROPOSALS:
             if target is None:
                 return "a proposal under proposals needs a target"
-            if target is ContextKey.PROPOSALS:
+            if target is _PROPOSALS:
                 return "a staged proposal cannot target proposals"
         elif target is not None:
             return f"target is only allowed under proposals, not under {key}"
