@@ -1,6 +1,6 @@
 """W1 to W4 against an earlier commit of converge, the two engines alternated in one process.
 
-    python -m benchmarks.baseline REF [--rounds N] [--only W1,W2,W3,W4]
+    python -m benchmarks.baseline REF [--rounds N] [--only W1,W2,W3,W4] [--project]
 
 On a shared machine one invocation of the suite can run up to three times slower than the
 next, so two invocations, one per commit, compare the hours as much as the commits. This
@@ -19,6 +19,10 @@ each engine's time over it). W1's engine share needs the replay, which reads pri
 of the context that an earlier commit may not have, so it is not here. Each result is
 checked as the suite checks it; `same_root` says whether the two engines sealed the same
 Merkle root (false when the seal's format changed in between, true for the same work).
+
+With `--project` (and `REF` the issue's starting commit, `4387133`), the report also holds
+the performance issue's goals projected onto the issue's own machine: each ratio times the
+issue's figure for that commit (`projection.py`).
 
 The earlier package must import itself only relatively (`from ._x import ...`), as
 converge's modules do: an absolute `import converge` inside it would load the working
@@ -50,6 +54,7 @@ import converge
 
 from . import chain, fanout, growth, wide_idle
 from ._common import Figures, machine, prepare, progress, rounded
+from .projection import ISSUE_START, project
 
 __all__ = ["compare", "extract", "load_package", "main", "rebind"]
 
@@ -318,14 +323,33 @@ def compare(ref: str, rounds: int, only: Sequence[str] = tuple(_MODULES)) -> Fig
                 del sys.modules[name]
 
 
+def _projectable(ref: str) -> None:
+    """Raise `ValueError` unless `ref` is the commit the goals are projected from."""
+    try:
+        commit = _commit(ref)
+    except subprocess.CalledProcessError:
+        commit = ref
+    if not commit.startswith(ISSUE_START):
+        raise ValueError(f"--project compares with {ISSUE_START}, not with {ref}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.baseline", description=__doc__)
     parser.add_argument("ref", help="the earlier commit (any git revision)")
     parser.add_argument("--rounds", type=int, default=30, help="alternations per figure")
     parser.add_argument("--only", default="W1,W2,W3,W4", help="comma-separated workloads")
+    parser.add_argument(
+        "--project",
+        action="store_true",
+        help=f"project the performance issue's goals (REF must be {ISSUE_START})",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.project:
+            _projectable(args.ref)
         report = compare(args.ref, args.rounds, tuple(args.only.split(",")))
+        if args.project:
+            report["projected"] = project(report)
     except ValueError as error:
         print(f"benchmarks.baseline: {error}", file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
 """`benchmarks/baseline.py`: the suite's workloads on an earlier commit, in the same process."""
 
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
@@ -99,3 +101,32 @@ def test_a_workload_the_earlier_package_cannot_build_is_named(tmp_path: Path) ->
         for name in [name for name in sys.modules if name.startswith("converge_lacking_test")]:
             del sys.modules[name]
     assert _leftovers() == []
+
+
+def test_projecting_the_goals_needs_the_issues_starting_commit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert baseline.main(["HEAD", "--project", "--rounds", "1"]) == 2
+    assert "--project compares with 4387133, not with HEAD" in capsys.readouterr().err
+
+
+def test_the_projection_is_added_to_the_comparison_it_comes_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timed = {"ratio": 0.5, "ratio_quartiles": [0.45, 0.55], "baseline": 2.0, "current": 1.0}
+    compared: dict[str, object] = {"ref_commit": "4387133", "W3": {"µs / fact": timed}}
+
+    def commit(ref: str) -> str:
+        return "4387133"
+
+    def compare(ref: str, rounds: int, only: Sequence[str]) -> dict[str, object]:
+        assert (ref, only) == ("4387133", ("W3",))
+        return compared
+
+    monkeypatch.setattr(baseline, "_commit", commit)
+    monkeypatch.setattr(baseline, "compare", compare)
+    assert baseline.main(["4387133", "--project", "--only", "W3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["W3"] == {"µs / fact": timed}
+    assert report["projected"]["W3_us_per_fact"]["projected"] == 5.0  # 0.5 x the issue's 10
+    assert report["projected"]["W3_us_per_fact"]["met"] is False  # 5.5 at the upper quartile

@@ -1,0 +1,122 @@
+"""The performance issue's goals, projected from a comparison with its starting commit.
+
+The goals of issue #17 are absolute figures, set on the machine that measured the issue's
+starting commit, `4387133`. Another host runs everything faster or slower, so the suite's
+own figures there say nothing about the goals: a faster host would show a goal as met that
+the issue's machine would not. What carries over is the ratio to `4387133`, timed in the
+same process (`benchmarks.baseline`, the two engines alternated so that noise hits both).
+A goal's projection is that ratio times the issue's own figure for `4387133`:
+
+    python -m benchmarks.baseline 4387133 --rounds 100 --project
+
+A goal counts as met only when the upper quartile of the per-round ratios projects within
+its limit (W2, which has no per-round ratio over its floor, uses the ratio of the medians).
+W1's engine share is not projected: it needs the replay, which reads private parts of the
+context that `4387133` does not have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, cast, final
+
+from ._common import Figures, rounded
+
+__all__ = ["GOALS", "ISSUE_START", "Goal", "project"]
+
+ISSUE_START: Final = "4387133"
+"""The commit the issue measured its starting figures on."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """One goal of the issue, as `benchmarks.baseline` measures its figure."""
+
+    name: str
+    """The name the suite's `goals` block gives it."""
+    workload: str
+    figure: str
+    """The figure's name in the workload's part of the comparison."""
+    at_start: float
+    """The issue's figure for `4387133` on its own machine."""
+    limit: float
+
+
+GOALS: Final = (
+    Goal("W1_total_us_per_cycle", "W1", "total µs / cycle", 82.5, 60.0),
+    Goal("W2_engine_over_floor_ms", "W2", "over the anyio floor ms", 7.6, 2.0),
+    Goal("W3_us_per_fact", "W3", "µs / fact", 10.0, 5.0),
+    Goal("W4_us_per_cycle_1000", "W4", "µs / cycle, 1000 registered", 33.5, 25.0),
+)
+NOT_PROJECTED: Final = {
+    "W1_engine_us_per_cycle": (
+        "not projected: the engine's share needs the replay, which reads private parts of "
+        "the context that 4387133 does not have"
+    ),
+}
+
+
+def project(report: Figures) -> Figures:
+    """The goals `report` (a `benchmarks.baseline` comparison) measures, projected.
+
+    Each goal whose workload the comparison timed is projected onto the issue's machine;
+    the goals of the workloads it did not time are left out.
+
+    Raises:
+        ValueError: `report` compares with another commit than the issue's starting one, or
+            a workload's part lacks the figure its goal needs.
+    """
+    commit = str(report.get("ref_commit", ""))
+    if not commit.startswith(ISSUE_START):
+        raise ValueError(
+            f"the goals can only be projected from a comparison with {ISSUE_START}, the "
+            f"issue's starting commit, not with {commit or 'an unnamed commit'}"
+        )
+    projected: Figures = {}
+    for goal in GOALS:
+        if goal.workload in report:
+            projected[goal.name] = _projected(goal, _part(report, goal.workload, goal.figure))
+    projected.update(NOT_PROJECTED)
+    return projected
+
+
+def _part(figures: Figures, *path: str) -> Figures:
+    """The set of figures at `path` in `figures` (a comparison as `compare` gives it)."""
+    found = figures
+    for name in path:
+        value = found.get(name)
+        if not isinstance(value, dict):
+            raise ValueError(f"the comparison has no figures {' / '.join(path)!r} to project")
+        found = cast("Figures", value)
+    return found
+
+
+def _number(figures: Figures, name: str, goal: Goal) -> float:
+    value = figures.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{goal.workload}'s {goal.figure!r} has no number {name!r}")
+    return float(value)
+
+
+def _projected(goal: Goal, figure: Figures) -> Figures:
+    """The projection of one figure: per-round ratios where the comparison has them."""
+    if "ratio" in figure:
+        ratio = _number(figure, "ratio", goal)
+        quartiles = figure.get("ratio_quartiles")
+        if not isinstance(quartiles, list) or len(cast("list[object]", quartiles)) != 2:
+            raise ValueError(f"{goal.workload}'s {goal.figure!r} has no ratio quartiles")
+        low, high = (float(cast("float", value)) for value in cast("list[object]", quartiles))
+    else:  # W2: the ratio of the two medians over the floor
+        baseline = _number(figure, "baseline", goal)
+        if baseline <= 0:
+            raise ValueError(f"{goal.workload}'s {goal.figure!r} is not positive at {ISSUE_START}")
+        ratio = low = high = _number(figure, "current", goal) / baseline
+    return {
+        "ratio": rounded(ratio, 3),
+        "at_start": goal.at_start,
+        "projected": rounded(ratio * goal.at_start, 2),
+        "projected_quartiles": [rounded(low * goal.at_start, 2), rounded(high * goal.at_start, 2)],
+        "limit": goal.limit,
+        "met": high * goal.at_start <= goal.limit,
+    }
