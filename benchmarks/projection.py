@@ -22,10 +22,25 @@ from typing import Final, cast, final
 
 from ._common import Figures, rounded
 
-__all__ = ["GOALS", "ISSUE_START", "Goal", "project"]
+__all__ = ["GOALS", "ISSUE_GOALS", "ISSUE_START", "NOT_PROJECTED", "Goal", "project"]
 
 ISSUE_START: Final = "4387133"
 """The commit the issue measured its starting figures on."""
+
+ISSUE_GOALS: Final = (
+    ("W1_engine_us_per_cycle", "W1", "engine_us_per_cycle", 15.0),
+    ("W1_total_us_per_cycle", "W1", "us_per_cycle", 60.0),
+    ("W2_engine_over_floor_ms", "W2", "engine_over_floor_ms", 2.0),
+    ("W3_us_per_fact", "W3", "us_per_fact", 5.0),
+    ("W3_ratio_last10_first10", "W3", "ratio_last10_first10", 1.1),
+    ("W3_peak_traced_mib", "W3", "peak_traced_reading_trace_mib", 10.0),  # the trace read too
+    ("W4_us_per_cycle_1000", "W4", "us_per_cycle.1000", 25.0),
+    ("W4_ratio_1000_to_1", "W4", "ratio_1000_to_1", 1.1),
+)
+"""The issue's goals as `(name, workload, figure, limit)`, for the suite's `goals` block
+(a figure in a nested object is named by its path, `"us_per_cycle.1000"`); the goals
+projected below take their limits from here."""
+_LIMITS: Final = {name: limit for name, _, _, limit in ISSUE_GOALS}
 
 
 @final
@@ -43,12 +58,17 @@ class Goal:
     limit: float
 
 
+def _goal(name: str, workload: str, figure: str, at_start: float) -> Goal:
+    return Goal(name, workload, figure, at_start, _LIMITS[name])
+
+
 GOALS: Final = (
-    Goal("W1_total_us_per_cycle", "W1", "total µs / cycle", 82.5, 60.0),
-    Goal("W2_engine_over_floor_ms", "W2", "over the anyio floor ms", 7.6, 2.0),
-    Goal("W3_us_per_fact", "W3", "µs / fact", 10.0, 5.0),
-    Goal("W4_us_per_cycle_1000", "W4", "µs / cycle, 1000 registered", 33.5, 25.0),
+    _goal("W1_total_us_per_cycle", "W1", "total µs / cycle", 82.5),
+    _goal("W2_engine_over_floor_ms", "W2", "over the anyio floor ms", 7.6),
+    _goal("W3_us_per_fact", "W3", "µs / fact", 10.0),
+    _goal("W4_us_per_cycle_1000", "W4", "µs / cycle, 1000 registered", 33.5),
 )
+"""The goals a comparison with `ISSUE_START` projects."""
 NOT_PROJECTED: Final = {
     "W1_engine_us_per_cycle": (
         "not projected: the engine's share needs the replay, which reads private parts of "

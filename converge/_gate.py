@@ -146,7 +146,7 @@ def _id_reason(policy: PromotionPolicy, key: AnyKey, ident: str, gate: GateKind)
                 f"(U+{ord(character):04X})"
             )
         return f"id {ident!r} contains whitespace or control characters"
-    if key is ContextKey.DIAGNOSTIC and gate != "human" and ident.startswith(RESERVED_PREFIX):
+    if key is _DIAGNOSTIC and gate != "human" and ident.startswith(RESERVED_PREFIX):
         return (
             f"{key}/{ident} is reserved: only the human gate writes {key}/{RESERVED_PREFIX}* notes"
         )
