@@ -132,9 +132,13 @@ def _kept_by_a_run(cycles: int) -> int:
     gc.collect()
     gc.disable()
     try:
-        before = {id(o) for o in gc.get_objects()}
+        # `alive` holds every object tracked before the run, so none of them is freed during
+        # it and no new object can take its address: an id seen before is the same object.
+        alive = gc.get_objects()
+        before = {id(o) for o in alive}
         result = engine.run_sync(inputs=[START])
         kept = sum(1 for o in gc.get_objects() if id(o) not in before)
+        del alive
     finally:
         gc.enable()
     assert len(result.context) == cycles
