@@ -22,7 +22,7 @@ from typing import Any, Final, final
 from pydantic import JsonValue
 
 from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
-from ._fact import Fact, FactFields, GateKind, PromotionRecord
+from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues
 from ._model import trusted_builder
 from ._proposal import ProposedFact
 
@@ -30,12 +30,10 @@ __all__ = ["Stamp", "fact_digest", "seal"]
 
 _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
 _sha256 = hashlib.sha256
-_new = object.__new__
 _new_fields = dict.__new__
 _fill_fields: Final = dict[str, object].update
 _FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
 _build_fact: Final = trusted_builder(Fact)
-_build_record: Final = trusted_builder(PromotionRecord)
 
 
 def _leaf(
@@ -92,21 +90,17 @@ def fact_digest(fact: Fact) -> str:
     Raises:
         TypeError: A field is not of its declared type (the fact was changed below the API).
         ValueError: A text field cannot be encoded (the same).
+        KeyError: A field is missing (the same).
     """
-    promotion = fact.promotion
-    numbers = (promotion.clock, promotion.cycle, promotion.suggestor_id)
-    if type(fact.confidence) is not float or any(type(number) is not int for number in numbers):
+    own = fact.__dict__
+    cycle, suggestor, suggestor_id, clock, gate, approved_by = own["promotion"]
+    numbers = (clock, cycle, suggestor_id)
+    if type(own["confidence"]) is not float or any(type(number) is not int for number in numbers):
         raise TypeError(f"fact {fact.ref} holds a field of another type than declared")
-    payload = fact.payload
+    payload = own["payload"]
     text = None if payload is None else canonical_json(payload).decode("utf-8")
-    fields = {name: getattr(fact, name) for name in _LEAF_FIELDS}
-    head, tail = _record_text(
-        promotion.approved_by, promotion.gate, promotion.suggestor, promotion.suggestor_id
-    )
-    return _leaf(fields, text, head, promotion.clock, promotion.cycle, tail)
-
-
-_LEAF_FIELDS: Final = ("confidence", "content", "evidence", "id", "key", "target", "provenance")
+    head, tail = _record_text(approved_by, gate, suggestor, suggestor_id)
+    return _leaf(own, text, head, clock, cycle, tail)
 
 
 def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:
@@ -118,9 +112,9 @@ def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:
     return payload, payload_json(payload)
 
 
-def _fact(own: Mapping[str, Any], payload: object, promotion: PromotionRecord, digest: str) -> Fact:
+def _fact(own: Mapping[str, Any], payload: object, promotion: PromotionValues, digest: str) -> Fact:
     """The fact itself: the proposal's fields (`own`, its `__dict__`), the frozen payload,
-    the record, the digest."""
+    the record's values, the digest."""
     fields = _new_fields(FactFields)
     _fill_fields(
         fields,
@@ -155,21 +149,15 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
         record["approved_by"], record["gate"], record["suggestor"], record["suggestor_id"]
     )
     digest = _leaf(own, text, head, record["clock"], record["cycle"], tail)
-    return _fact(own, payload, promotion, digest)
-
-
-@final
-class _RecordFields:
-    """Builds a `PromotionRecord`'s `__dict__`: an instance dict of a plain class shares its
-    key table with every other one (a split table), about 130 bytes less per fact than a dict
-    of its own (a copy of one does not share it). Fields are always set in the model's order."""
-
-    cycle: int
-    suggestor: str
-    suggestor_id: int
-    clock: int
-    gate: GateKind
-    approved_by: str | None
+    values: PromotionValues = (
+        record["cycle"],
+        record["suggestor"],
+        record["suggestor_id"],
+        record["clock"],
+        record["gate"],
+        record["approved_by"],
+    )
+    return _fact(own, payload, values, digest)
 
 
 @final
@@ -196,17 +184,11 @@ class Stamp:
         Raises:
             ValueError: A field cannot be hashed (a proposal that skipped validation).
         """
-        holder = _new(_RecordFields)  # its __dict__ is the record's fields, in the model's order
-        holder.cycle = cycle
-        holder.suggestor = self.suggestor
-        holder.suggestor_id = self.suggestor_id
-        holder.clock = clock
-        holder.gate = self.gate
-        holder.approved_by = self.approved_by
         own = proposal.__dict__  # read once: a model's attributes are slower to load
         payload = own["payload"]
         text = None
         if payload is not None:
             payload, text = _frozen_payload(payload)
         digest = _leaf(own, text, self._head, clock, cycle, self._tail)
-        return _fact(own, payload, _build_record(holder.__dict__), digest)
+        values = (cycle, self.suggestor, self.suggestor_id, clock, self.gate, self.approved_by)
+        return _fact(own, payload, values, digest)

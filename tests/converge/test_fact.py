@@ -7,7 +7,17 @@ from collections.abc import Callable
 import pytest
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
-from converge import AgentEffect, ContextKey, Engine, Fact, ProposedFact, suggestor, verify
+from converge import (
+    AgentEffect,
+    ContextKey,
+    Engine,
+    Fact,
+    FactRecord,
+    PromotionRecord,
+    ProposedFact,
+    suggestor,
+    verify,
+)
 
 
 def promoted_fact(payload: JsonValue = None) -> Fact:
@@ -143,3 +153,16 @@ def test_fact_dump_round_trips_through_json() -> None:
     data = fact.model_dump(mode="json")
     assert data["promotion"]["gate"] == "input"
     assert data["digest"] == fact.digest
+
+
+def test_every_route_that_lists_a_facts_fields_gives_its_promotion_record() -> None:
+    fact = promoted_fact({"x": [1]})
+    record = fact.promotion
+    assert isinstance(record, PromotionRecord)
+    assert (record.cycle, record.suggestor, record.clock, record.gate) == (0, "input", 1, "input")
+    assert dict(fact)["promotion"] == record
+    assert list(dict(fact)) == list(Fact.model_fields)
+    assert fact.model_dump()["promotion"] == record.model_dump()
+    assert fact.model_dump_json() == FactRecord.of(fact).model_dump_json()
+    assert FactRecord.of(fact).promotion == record
+    assert "promotion" in Fact.model_fields

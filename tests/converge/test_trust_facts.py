@@ -29,6 +29,7 @@ from converge import (
     HitlPolicy,
     IntegrityProof,
     InvalidCheckpointError,
+    PromotionRecord,
     ProposedFact,
     RunRecord,
     StoreError,
@@ -155,9 +156,41 @@ def test_verify_refuses_a_field_given_another_type_of_the_same_json(
     # 1 for 1.0 or 1.0 for 1 writes the same canonical JSON: only the type changed
     result = Engine().run_sync(inputs=[seed()])
     fact = result.context.facts()[0]
-    target = vars(fact) if where == "fact" else vars(fact.promotion)
-    assert target[name] == value
-    dict[str, Any].__setitem__(target, name, value)
+    if where == "fact":
+        assert vars(fact)[name] == value
+        dict[str, Any].__setitem__(vars(fact), name, value)
+    else:  # the fact keeps its record's values as a tuple, in the model's field order
+        values = list(vars(fact)["promotion"])
+        index = list(PromotionRecord.model_fields).index(name)
+        assert values[index] == value
+        values[index] = value
+        dict[str, Any].__setitem__(vars(fact), "promotion", tuple(values))
+    assert not verify(result.context, result.integrity)
+
+
+def test_a_promotion_record_read_from_a_fact_is_a_copy_that_cannot_change_it() -> None:
+    result = Engine().run_sync(inputs=[seed()])
+    fact = result.context.facts()[0]
+    record = fact.promotion
+    dict[str, Any].__setitem__(vars(record), "clock", 99)
+    assert fact.promotion.clock == 1
+    assert fact.promotion == fact.promotion
+    assert fact.promotion is not fact.promotion
+    assert verify(result.context, result.integrity)
+
+
+@pytest.mark.parametrize("values", [(0, "input", -1, 1, "input"), None, "0,input,-1,1,input,"])
+def test_verify_refuses_a_fact_whose_kept_promotion_values_were_replaced(values: object) -> None:
+    result = Engine().run_sync(inputs=[seed()])
+    fact = result.context.facts()[0]
+    dict[str, Any].__setitem__(vars(fact), "promotion", values)
+    assert not verify(result.context, result.integrity)
+
+
+def test_verify_refuses_a_fact_with_a_field_deleted_below_the_api() -> None:
+    result = Engine().run_sync(inputs=[seed()])
+    fact = result.context.facts()[0]
+    dict[str, Any].__delitem__(vars(fact), "content")
     assert not verify(result.context, result.integrity)
 
 
