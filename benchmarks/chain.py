@@ -53,7 +53,7 @@ LINKS: Final = 200
 _KEY: Final = ContextKey.SEEDS
 START: Final = ProposedFact(key=_KEY, id="start", content="start the chain", provenance="bench")
 
-Step = tuple[list[Fact], list[str], int, int]
+Step = tuple[list[Fact], list[bytes], int, int]
 """What one cycle's snapshot holds beyond the one before: the facts, their leaf digests, the
 snapshot's cycle and clock (`ContextSnapshot._extend`'s arguments)."""
 

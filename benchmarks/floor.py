@@ -60,7 +60,7 @@ class _Promoter:
         snapshot = self.snapshot
         clock = self._clock
         facts: list[Fact] = []
-        leaves: list[str] = []
+        leaves: list[bytes] = []
         seen: set[tuple[AnyKey, str]] = set()
         for stamp, proposal in proposals:
             clock += 1

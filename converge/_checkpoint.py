@@ -139,7 +139,7 @@ def restore_snapshot(
         ValueError: The first check that failed, naming the fact's index and reference.
     """
     facts: list[Fact] = []
-    leaves: list[str] = []  # the digests just recomputed, read before anyone else holds a fact
+    leaves: list[bytes] = []  # the digests just recomputed, read before anyone else holds a fact
     seen: set[tuple[AnyKey, str]] = set()
     last_key = (-1, "")
     for index, record in enumerate(records):
@@ -153,7 +153,7 @@ def restore_snapshot(
         last_key = order
         seen.add((fact.key, fact.id))
         facts.append(fact)
-        leaves.append(fact.digest)
+        leaves.append(fact.__dict__["digest"])
     snapshot = ContextSnapshot.empty()._extend(facts, leaves, cycle, clock)  # pyright: ignore[reportPrivateUsage]
     root = snapshot.merkle_root()
     if root != merkle_root:

@@ -215,11 +215,11 @@ class ContextSnapshot:
         if root is None:
             stores = self._stores
             leaves = chain.from_iterable(stores[key].leaves() for key in self.keys())
-            root = merkle_root(map(bytes.fromhex, leaves))
+            root = merkle_root(leaves)
             _set_root(self, root)
         return root
 
-    def _sealed(self) -> Iterator[tuple[Fact, str]]:
+    def _sealed(self) -> Iterator[tuple[Fact, bytes]]:
         """Every fact with the leaf digest the engine kept for it, in `facts()` order."""
         stores = self._stores
         for key in self.keys():
@@ -235,7 +235,7 @@ class ContextSnapshot:
         return ContextSnapshot._make(self._stores, self._version, cycle, self._clock, self._size)
 
     def _extend(
-        self, facts: Sequence[Fact], leaves: Sequence[str], cycle: int, clock: int
+        self, facts: Sequence[Fact], leaves: Sequence[bytes], cycle: int, clock: int
     ) -> ContextSnapshot:
         """A new snapshot with `facts` appended (ids must be new); shares everything else.
 
@@ -272,8 +272,8 @@ def _known(key: KeyLike) -> None:
 
 
 def _by_key(
-    facts: Sequence[Fact], leaves: Sequence[str]
-) -> Sequence[tuple[AnyKey, Sequence[Fact], Sequence[str]]]:
+    facts: Sequence[Fact], leaves: Sequence[bytes]
+) -> Sequence[tuple[AnyKey, Sequence[Fact], Sequence[bytes]]]:
     """The facts and their leaves grouped by key, in order (one key, the usual case, as is)."""
     first = facts[0].key
     for fact in facts:
@@ -281,7 +281,7 @@ def _by_key(
             break
     else:
         return ((first, facts, leaves),)
-    grouped: dict[AnyKey, tuple[list[Fact], list[str]]] = {}
+    grouped: dict[AnyKey, tuple[list[Fact], list[bytes]]] = {}
     for fact, leaf in zip(facts, leaves, strict=True):
         group = grouped.get(fact.key)
         if group is None:

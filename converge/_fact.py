@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Generator
-from typing import Any, ClassVar, Final, Literal, NoReturn, Self, TypeVar, final
+from typing import Any, ClassVar, Final, Literal, NoReturn, Self, TypeVar, cast, final
 
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue, field_serializer
 from pydantic_core import CoreSchema
@@ -27,7 +27,7 @@ from pydantic_core import CoreSchema
 from ._key import KeyField
 from ._model import FrozenModel, trusted_builder
 
-__all__ = ["Fact", "FactFields", "GateKind", "PromotionRecord", "PromotionValues"]
+__all__ = ["Fact", "FactFields", "GateKind", "PromotionRecord", "PromotionValues", "hex_digest"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 GateKind = Literal["engine", "human", "input"]
@@ -72,6 +72,14 @@ _RECORD_FIELDS: Final = ("cycle", "suggestor", "suggestor_id", "clock", "gate", 
 if _RECORD_FIELDS != tuple(PromotionRecord.model_fields):  # pragma: no cover - a model edit
     raise RuntimeError("PromotionValues no longer follows PromotionRecord's fields")
 _build_record: Final = trusted_builder(PromotionRecord)
+
+
+def hex_digest(digest: bytes) -> str:
+    """A kept leaf digest as the fact's `digest` reads it: 64 hex digits. A fact keeps 32
+    bytes (65 bytes of memory against 113 for the text, and the Merkle root hashes them as
+    they are); anything else, which only a change below the API puts there, is given back
+    unchanged, so a changed fact still reads and dumps, and fails `verify`."""
+    return digest.hex() if type(digest) is bytes else cast("str", digest)
 
 
 def record_of(values: PromotionValues) -> PromotionRecord:
@@ -150,7 +158,8 @@ class Fact(BaseModel, frozen=True):
     """How and when it was promoted: a record built on each read from the values the fact
     keeps (equal every time, not the same object)."""
     digest: str
-    """Hex leaf hash of its canonical JSON (see the integrity proof)."""
+    """Hex leaf hash of its canonical JSON (see the integrity proof); the fact keeps its 32
+    bytes and writes them out in hex when read."""
 
     def __new__(cls, *_args: object, **_kwargs: object) -> Self:
         """Refused: `model_construct` and pydantic's copies all build facts through here."""
@@ -216,16 +225,24 @@ class Fact(BaseModel, frozen=True):
     def _dump_promotion(self, values: PromotionValues) -> PromotionRecord:
         return record_of(values)
 
+    @field_serializer("digest")
+    def _dump_digest(self, digest: bytes) -> str:
+        return hex_digest(digest)
+
     def __iter__(self) -> Generator[tuple[str, object], None, None]:
         """`(name, value)` of every field, as the attributes read (`dict(fact)`)."""
         for name, value in self.__dict__.items():
-            yield name, (record_of(value) if name == "promotion" else value)
+            if name == "promotion":
+                value = record_of(value)
+            elif name == "digest":
+                value = hex_digest(value)
+            yield name, value
 
     def __repr_args__(self) -> Generator[tuple[str | None, object], None, None]:
         yield from self
 
     def __hash__(self) -> int:
-        return hash((self.key, self.id, self.digest))
+        return hash((self.key, self.id, self.__dict__["digest"]))
 
     def __repr__(self) -> str:
         return (
@@ -266,9 +283,15 @@ def _promotion(fact: Fact) -> PromotionRecord:
     return record_of(fact.__dict__["promotion"])
 
 
-# The fact keeps its record as `PromotionValues` under the field's name; the attribute (a data
-# descriptor, found before the instance's `__dict__`) builds the record when it is read.
+def _digest(fact: Fact) -> str:
+    return hex_digest(fact.__dict__["digest"])
+
+
+# The fact keeps its record as `PromotionValues` and its digest as 32 bytes, under the fields'
+# names; the attributes (data descriptors, found before the instance's `__dict__`) give the
+# record and the hex text when read.
 type.__setattr__(Fact, "promotion", property(_promotion, doc="How and when it was promoted."))
+type.__setattr__(Fact, "digest", property(_digest, doc="Hex leaf hash of its canonical JSON."))
 
 
 def _short(text: str, limit: int = 40) -> str:

@@ -53,7 +53,7 @@ def verify(snapshot: ContextSnapshot, proof: IntegrityProof) -> bool:
             digest = fact_digest(fact)
         except (ValueError, TypeError, KeyError):  # changed below the API: unhashable, or gone
             return False
-        if digest != leaf or fact.digest != leaf:
+        if digest != leaf or fact.__dict__.get("digest") != leaf:
             return False
-        leaves.append(bytes.fromhex(leaf))
+        leaves.append(leaf)
     return merkle_root(leaves) == proof.merkle_root

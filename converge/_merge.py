@@ -114,7 +114,7 @@ class Merger:
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
         """The promoted facts not yet in `_base`, by slot."""
-        self._leaves: list[str] = []
+        self._leaves: list[bytes] = []
         """The leaf digest of each promoted fact, as the seal took it."""
         self._folded = 0
         """How many of `promoted` are in `_base` already."""

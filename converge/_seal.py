@@ -38,8 +38,8 @@ _build_fact: Final = trusted_builder(Fact)
 
 def _leaf(
     fields: Mapping[str, Any], payload: str | None, head: str, clock: int, cycle: int, tail: str
-) -> str:
-    """The hex leaf digest of a fact, from its fields and its promotion record's text.
+) -> bytes:
+    """The leaf digest of a fact (32 bytes), from its fields and its promotion record's text.
 
     `fields` are the fact's own fields (a proposal's, or a fact's), each of its declared type
     exactly (the confidence a `float`). `payload` is the payload's canonical JSON text
@@ -67,7 +67,7 @@ def _leaf(
         f'"provenance":{quote(fields["provenance"])},'
         f'"target":{"null" if target is None else quote(target)}}}'
     )
-    return _sha256(record.encode("utf-8")).hexdigest()
+    return _sha256(record.encode("utf-8")).digest()
 
 
 def _record_text(
@@ -84,7 +84,7 @@ def _record_text(
     return head, tail
 
 
-def fact_digest(fact: Fact) -> str:
+def fact_digest(fact: Fact) -> bytes:
     """Recompute a fact's leaf digest from its fields, nothing cached (what `verify` does).
 
     Raises:
@@ -112,7 +112,9 @@ def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:
     return payload, payload_json(payload)
 
 
-def _fact(own: Mapping[str, Any], payload: object, promotion: PromotionValues, digest: str) -> Fact:
+def _fact(
+    own: Mapping[str, Any], payload: object, promotion: PromotionValues, digest: bytes
+) -> Fact:
     """The fact itself: the proposal's fields (`own`, its `__dict__`), the frozen payload,
     the record's values, the digest."""
     fields = _new_fields(FactFields)

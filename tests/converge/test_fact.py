@@ -166,3 +166,13 @@ def test_every_route_that_lists_a_facts_fields_gives_its_promotion_record() -> N
     assert fact.model_dump_json() == FactRecord.of(fact).model_dump_json()
     assert FactRecord.of(fact).promotion == record
     assert "promotion" in Fact.model_fields
+
+
+def test_a_fact_keeps_its_digest_as_bytes_and_reads_it_as_hex() -> None:
+    fact = promoted_fact({"x": [1]})
+    kept = vars(fact)["digest"]
+    assert type(kept) is bytes
+    assert len(kept) == 32
+    assert fact.digest == kept.hex() == dict(fact)["digest"] == fact.model_dump()["digest"]
+    assert fact.model_dump(mode="json")["digest"] == fact.digest
+    assert "digest" in Fact.model_fields

@@ -22,10 +22,10 @@ def _ids(context: ContextSnapshot) -> list[str]:
     return [fact.id for fact in context.get(S)]
 
 
-def _facts(count: int) -> tuple[list[Fact], list[str]]:
+def _facts(count: int) -> tuple[list[Fact], list[bytes]]:
     context = _grown(ContextSnapshot.empty(), *(_proposal(f"f{n}") for n in range(count)))
     facts = list(context.get(S))
-    return facts, [fact.digest for fact in facts]
+    return facts, [bytes.fromhex(fact.digest) for fact in facts]
 
 
 def test_two_runs_from_one_snapshot_each_see_only_their_own_facts() -> None:
@@ -140,7 +140,7 @@ def test_threads_extending_one_sequence_at_once_each_get_their_own_line() -> Non
         assert sequence is not None
         own = facts[1 + worker]
         assert list(sequence) == [facts[0], own]
-        assert list(sequence.leaves()) == [leaves[0], own.digest]
+        assert list(sequence.leaves()) == [leaves[0], bytes.fromhex(own.digest)]
         assert sequence.find(own.id) is own
         assert all(sequence.find(f.id) is None for f in facts[1:] if f is not own)
 

@@ -63,10 +63,11 @@ def public_digest(fact: Fact) -> str:
 
 
 def rewrite(fact: Fact, **changes: object) -> None:
-    """The attack past every public route: rewrite the fields, then recompute the digest."""
+    """The attack past every public route: rewrite the fields, then recompute the digest
+    (kept as its 32 bytes, as the fact keeps it)."""
     fields = vars(fact)
     dict[str, Any].update(fields, changes)
-    dict[str, Any].__setitem__(fields, "digest", public_digest(fact))
+    dict[str, Any].__setitem__(fields, "digest", bytes.fromhex(public_digest(fact)))
 
 
 # --- A: the base-class routes raise, or build nothing that is a fact of a context -----------
