@@ -72,6 +72,8 @@ _RECORD_FIELDS: Final = ("cycle", "suggestor", "suggestor_id", "clock", "gate", 
 if _RECORD_FIELDS != tuple(PromotionRecord.model_fields):  # pragma: no cover - a model edit
     raise RuntimeError("PromotionValues no longer follows PromotionRecord's fields")
 _build_record: Final = trusted_builder(PromotionRecord)
+_BROKEN: Final[PromotionValues] = (-1, "", -1, -1, "engine", None)
+"""The values around a broken record's cycle (`record_of`)."""
 
 
 def hex_digest(digest: bytes) -> str:
@@ -83,8 +85,17 @@ def hex_digest(digest: bytes) -> str:
 
 
 def record_of(values: PromotionValues) -> PromotionRecord:
-    """The `PromotionRecord` of a fact's kept promotion values (what `fact.promotion` reads)."""
-    cycle, suggestor, suggestor_id, clock, gate, approved_by = values
+    """The `PromotionRecord` of a fact's kept promotion values (what `fact.promotion` reads).
+
+    Values that are not six, which only a change below the API puts there, come back as the
+    record's cycle, unvalidated: the fact still reads, dumps and pauses, and it fails `verify`
+    and every restore (its record no longer validates, nor matches its digest).
+    """
+    try:
+        cycle, suggestor, suggestor_id, clock, gate, approved_by = values
+    except (TypeError, ValueError):
+        cycle, suggestor, suggestor_id, clock, gate, approved_by = _BROKEN
+        cycle = values
     return _build_record(
         {
             "cycle": cycle,

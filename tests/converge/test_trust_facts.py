@@ -264,6 +264,48 @@ async def test_a_fact_rewritten_before_a_pause_does_not_resume_from_the_signed_c
         await engine.resume(paused.checkpoint, [decision])
 
 
+class PromotionBreaker:
+    """In cycle 1, replaces the seed fact's kept promotion values with `values`."""
+
+    name = "breaker"
+    dependencies = (SEEDS,)
+
+    def __init__(self, values: object) -> None:
+        self.values = values
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return not ctx.has(ContextKey.HYPOTHESES)
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        goal = ctx.find(SEEDS, "goal")
+        assert goal is not None
+        dict[str, Any].__setitem__(vars(goal), "promotion", self.values)
+        return AgentEffect.with_proposal(
+            ProposedFact(key=ContextKey.HYPOTHESES, id="h", content="Later.", provenance=self.name)
+        )
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic's, dumping the broken record
+@pytest.mark.parametrize("values", [None, (1, 2), 5])
+async def test_a_fact_whose_promotion_was_broken_still_pauses_and_then_does_not_resume(
+    values: object,
+) -> None:
+    # The run must still stop as designed and hand back its checkpoint, not raise from
+    # reading the broken record; the checkpoint must then be refused.
+    engine = Engine(hitl=HitlPolicy(confidence_below=0.5), signing_key=SIGNING_KEY)
+    engine.register_suggestor(Gated())
+    engine.register_suggestor(PromotionBreaker(values))
+    paused = await engine.run(inputs=[seed()])
+    assert paused.checkpoint is not None
+    assert not verify(paused.context, paused.integrity)
+    goal = paused.context.find(SEEDS, "goal")
+    assert goal is not None
+    assert goal.promotion.cycle == values  # read back as it is, unvalidated
+    decision = GateDecision.approve(paused.pending[0].gate_id, by="jane")
+    with pytest.raises(InvalidCheckpointError):
+        await engine.resume(paused.checkpoint, [decision])
+
+
 # --- B: payloads are frozen at validation and shared, never copied ---------------------------
 
 
