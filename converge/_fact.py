@@ -27,7 +27,15 @@ from pydantic_core import CoreSchema
 from ._key import KeyField
 from ._model import FrozenModel, trusted_builder
 
-__all__ = ["Fact", "FactFields", "GateKind", "PromotionRecord", "PromotionValues", "hex_digest"]
+__all__ = [
+    "Fact",
+    "FactFields",
+    "GateKind",
+    "PromotionRecord",
+    "PromotionValues",
+    "hex_digest",
+    "values_of",
+]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 GateKind = Literal["engine", "human", "input"]
@@ -82,6 +90,12 @@ def hex_digest(digest: bytes) -> str:
     they are); anything else, which only a change below the API puts there, is given back
     unchanged, so a changed fact still reads and dumps, and fails `verify`."""
     return digest.hex() if type(digest) is bytes else cast("str", digest)
+
+
+def values_of(record: PromotionRecord) -> PromotionValues:
+    """The values a fact keeps of `record` (the inverse of `record_of`)."""
+    fields = record.__dict__
+    return cast("PromotionValues", tuple(fields[name] for name in _RECORD_FIELDS))
 
 
 def record_of(values: PromotionValues) -> PromotionRecord:

@@ -22,7 +22,7 @@ from typing import Any, Final, final
 from pydantic import JsonValue
 
 from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
-from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues
+from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues, values_of
 from ._model import trusted_builder
 from ._proposal import ProposedFact
 
@@ -139,7 +139,8 @@ def _fact(
 def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
     """Build the fact of a proposal with a promotion record it already has (the restore).
 
-    The fact shares the proposal's frozen payload; `fact.digest` is the leaf the context keeps.
+    The fact shares the proposal's frozen payload; the digest it keeps (32 bytes, which
+    `fact.digest` reads as hex) is the leaf the context keeps.
 
     Raises:
         ValueError: A field cannot be hashed (a proposal that skipped validation).
@@ -151,15 +152,7 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
         record["approved_by"], record["gate"], record["suggestor"], record["suggestor_id"]
     )
     digest = _leaf(own, text, head, record["clock"], record["cycle"], tail)
-    values: PromotionValues = (
-        record["cycle"],
-        record["suggestor"],
-        record["suggestor_id"],
-        record["clock"],
-        record["gate"],
-        record["approved_by"],
-    )
-    return _fact(own, payload, values, digest)
+    return _fact(own, payload, values_of(promotion), digest)
 
 
 @final
