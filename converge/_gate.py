@@ -214,8 +214,12 @@ def _shown(value: object, limit: int = 60) -> str:
 
 def admit(proposal: object) -> ProposedFact | str:
     """`proposal` as validation left it, or validated again; or why it does not validate."""
-    if type(proposal) is ProposedFact and _intact(proposal.__dict__):
-        return proposal
+    # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
+    # differently (a valid id to the checks, another to the seal): validated again, once.
+    if type(proposal) is ProposedFact:
+        own = cast("object", proposal.__dict__)  # typeshed says a mapping proxy: it is a dict
+        if type(own) is dict and _intact(cast("dict[str, Any]", own)):
+            return proposal
     if not isinstance(proposal, ProposedFact):
         return f"invalid proposal: not a ProposedFact but a {type(proposal).__name__}"
     fields = {name: value for name, value in proposal.__dict__.items() if name in _FIELDS}

@@ -182,6 +182,30 @@ def test_an_unvalidated_copy_of_a_text_subclass_is_decided_as_plain_text() -> No
     assert verify(result.context, result.integrity)
 
 
+class Shifting(dict[str, object]):
+    """A proposal's `__dict__` that answers its id's later reads with a forbidden one."""
+
+    reads = 0
+
+    def __getitem__(self, name: str) -> object:
+        value = dict[str, object].__getitem__(self, name)
+        if name != "id":
+            return value
+        self.reads += 1
+        return value if self.reads <= 1 else "bad id\u202e"
+
+
+def test_a_proposal_whose_fields_answer_each_read_differently_is_decided_once() -> None:
+    """A `__dict__` replaced by a `dict` subclass cannot show the checks one id and the seal
+    another: the gate validates such a proposal again, from one reading of its fields."""
+    shifty = good("fine-once")
+    object.__setattr__(shifty, "__dict__", Shifting(shifty.__dict__))
+    result = run_emitting(shifty)
+    assert sorted(fact.id for fact in result.context.get(H)) == ["fine", "fine-once"]
+    assert result.rejections == ()
+    assert verify(result.context, result.integrity)
+
+
 def test_an_effect_validates_on_model_construct_and_model_copy() -> None:
     with pytest.raises(ValidationError):
         AgentEffect.model_construct(proposals=7)
