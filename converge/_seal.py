@@ -23,7 +23,7 @@ from pydantic import JsonValue
 
 from ._canonical import FrozenDict, FrozenList, canonical_json, freeze_json, payload_json
 from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues, values_of
-from ._model import trusted_builder
+from ._model import dict_builder
 from ._proposal import ProposedFact
 
 __all__ = ["Stamp", "fact_digest", "seal"]
@@ -33,7 +33,7 @@ _sha256 = hashlib.sha256
 _new_fields = dict.__new__
 _fill_fields: Final = dict[str, object].update
 _FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
-_build_fact: Final = trusted_builder(Fact)
+_build_fact: Final = dict_builder(Fact)
 
 
 def _leaf(

@@ -176,3 +176,30 @@ def test_a_fact_keeps_its_digest_as_bytes_and_reads_it_as_hex() -> None:
     assert fact.digest == kept.hex() == dict(fact)["digest"] == fact.model_dump()["digest"]
     assert fact.model_dump(mode="json")["digest"] == fact.digest
     assert "digest" in Fact.model_fields
+
+
+@pytest.mark.parametrize(
+    ("slot", "value"),
+    [
+        ("__pydantic_fields_set__", {"content"}),
+        ("__pydantic_extra__", {"forged": 1}),
+        ("__pydantic_private__", {"_forged": 1}),
+    ],
+)
+def test_pydantics_state_of_a_fact_is_its_class_and_cannot_be_written(
+    slot: str, value: object
+) -> None:
+    """Every fact has every field set, no extra field and no private attribute: the class
+    answers for all three, and not even `object.__setattr__` writes a fact's own."""
+    fact, other = promoted_fact({"x": [1]}), promoted_fact({"x": [1]})
+    assert fact.model_fields_set == set(Fact.model_fields)
+    assert fact.model_extra is None
+    assert fact.__pydantic_private__ is None
+    assert fact.model_dump(exclude_unset=True) == fact.model_dump()
+    assert fact == other
+    with pytest.raises(AttributeError):
+        object.__setattr__(fact, slot, value)
+    with pytest.raises(TypeError):
+        fact.model_fields_set.add("forged")
+    assert fact.model_dump() == other.model_dump()
+    assert list(vars(fact)) == list(Fact.model_fields)
