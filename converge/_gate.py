@@ -217,8 +217,8 @@ def admit(proposal: object) -> ProposedFact | str:
     # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
     # differently (a valid id to the checks, another to the seal): validated again, once.
     if type(proposal) is ProposedFact:
-        own = cast("object", proposal.__dict__)  # typeshed says a mapping proxy: it is a dict
-        if type(own) is dict and _intact(cast("dict[str, Any]", own)):
+        own = proposal.__dict__  # typeshed says a mapping proxy; it is a dict, or a subclass
+        if type(own) is dict and _intact(own):  # pyright: ignore[reportUnnecessaryComparison]
             return proposal
     if not isinstance(proposal, ProposedFact):
         return f"invalid proposal: not a ProposedFact but a {type(proposal).__name__}"
