@@ -95,10 +95,9 @@ def _level_root(level: Sequence[bytes]) -> bytes:
     """The root of a non-empty list of nodes, level by level."""
     sha256 = hashlib.sha256
     while len(level) > 1:
-        paired = [
-            sha256(_NODE + level[index] + level[index + 1]).digest()
-            for index in range(0, len(level) - 1, 2)
-        ]
+        nodes = iter(level)  # zipped with itself: adjacent pairs, an odd last node left out
+        pairs = zip(nodes, nodes, strict=False)
+        paired = [sha256(_NODE + left + right).digest() for left, right in pairs]
         if len(level) % 2:
             paired.append(level[-1])
         level = paired
