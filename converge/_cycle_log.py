@@ -77,14 +77,15 @@ def _built(pending: PendingCycle) -> CycleTrace:
     calls_at = _HEAD + eligible
     facts_at = calls_at + calls
     at, run = (None, None) if clock is None else clock.at(read)
+    eligible_regs = cast("Sequence[_Named]", pending[_HEAD:calls_at])  # one cast, not one each
     return trusted(
         CycleTrace,
         {
             "cycle": cycle,
             "dirty": in_key_order(dirty),
-            "eligible": tuple([cast("_Named", reg).name for reg in pending[_HEAD:calls_at]]),
+            "eligible": tuple([reg.name for reg in eligible_regs]),
             "executions": records(cast("tuple[Execution | Returned]", pending[calls_at:facts_at])),
-            "promoted": tuple([cast("Fact", fact).ref for fact in pending[facts_at:]]),
+            "promoted": tuple([fact.ref for fact in cast("Sequence[Fact]", pending[facts_at:])]),
             "rejected": tuple(rejected),
             "held": tuple([request.gate_id for request in held]),
             "violations": violations,

@@ -160,7 +160,7 @@ def _intact(fields: Mapping[str, Any]) -> bool:
         ident = fields["id"]
         confidence = fields["confidence"]
         target = fields["target"]
-        evidence: object = fields["evidence"]
+        evidence: tuple[object, ...] = fields["evidence"]  # its type checked below
         payload: object = fields["payload"]
         kind = type(payload)
         return (
@@ -172,7 +172,7 @@ def _intact(fields: Mapping[str, Any]) -> bool:
             and 0.0 <= confidence <= 1.0
             and (target is None or type(target) is ContextKey or type(target) is Key)
             and type(evidence) is tuple
-            and (not evidence or all(type(ref) is str for ref in cast("tuple[object]", evidence)))
+            and (not evidence or all(type(ref) is str for ref in evidence))
             and (
                 payload is None
                 or kind is FrozenDict
