@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue, fie
 from pydantic_core import CoreSchema
 
 from ._key import KeyField
-from ._model import FrozenModel, trusted_builder
+from ._model import FrozenModel, share_state, trusted_builder
 
 __all__ = [
     "Fact",
@@ -302,6 +302,7 @@ class _SealedValidator:
 
 
 type.__setattr__(Fact, "__pydantic_validator__", _SealedValidator())
+share_state(Fact)  # a fact is its `__dict__` alone: the seal writes no other slot
 
 
 def _promotion(fact: Fact) -> PromotionRecord:

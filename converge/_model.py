@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, NoReturn, TypeVar, final
+from typing import Any, ClassVar, Final, NoReturn, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["FrozenModel", "dict_builder", "trusted", "trusted_builder"]
+__all__ = ["FrozenModel", "set_dict", "share_state", "trusted", "trusted_builder"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -116,21 +116,23 @@ def _constant(value: object) -> property:
     return property(lambda _record: value, doc="The same for every record of the class.")
 
 
-def dict_builder(cls: type[ModelT]) -> Callable[[dict[str, object]], ModelT]:
-    """`trusted` for a class no route but this builder ever makes a record of (`Fact`): a
-    record gets its `__dict__` and nothing else.
+set_dict: Final = _set_dict
+"""Write a model's `__dict__` slot (through its descriptor, no lookup by name). With
+`object.__new__`, all a record of a class `share_state` prepared needs."""
+
+
+def share_state(cls: type[BaseModel]) -> None:
+    """Make `cls` answer for pydantic's per-record state, so a record of it is built with its
+    `__dict__` alone (`object.__new__`, then `set_dict`).
 
     pydantic keeps three slots on every record besides its `__dict__`: the names of the fields
-    set, the extra fields and the private attributes. A record this builds has every field
-    set, no extra field and no private attribute, so `cls` answers for all three, through
-    read-only properties that shadow the slots (installed here): three slot writes fewer per
-    record, and none can be written later either (`object.__setattr__` finds the property).
-    Only for a class whose validation, construction and copies are all refused: pydantic's
+    set, the extra fields and the private attributes. For a class whose every record has
+    every field set, no extra field and no private attribute, `cls` answers for all three,
+    through read-only properties that shadow the slots: three slot writes fewer per record,
+    and none can be written later either (`object.__setattr__` finds the property). Only for
+    a class whose validation, construction and copies are all refused (`Fact`): pydantic's
     own routes would write the slots through the properties, and fail.
     """
-    build = _builders.get(cls)
-    if build is not None:
-        return build
     shared = {
         "__pydantic_fields_set__": _names(cls.model_fields),
         "__pydantic_extra__": None,
@@ -138,11 +140,3 @@ def dict_builder(cls: type[ModelT]) -> Callable[[dict[str, object]], ModelT]:
     }
     for name, value in shared.items():
         type.__setattr__(cls, name, _constant(value))
-
-    def build_dict(fields: dict[str, object]) -> ModelT:
-        instance = _new(cls)
-        _set_dict(instance, fields)
-        return instance
-
-    _builders[cls] = build_dict
-    return build_dict
