@@ -26,7 +26,7 @@ from ._canonical import payload_json
 from ._context import ContextSnapshot
 from ._effect import Refusal
 from ._fact import Fact
-from ._gate import Gate, check_hashable, stand_in, unhashable
+from ._gate import Gate, admit, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import AnyKey
@@ -204,7 +204,7 @@ class Merger:
         """Reject, restate (`None`), conflict, hold or promote one proposal."""
         gate = self._gate
         suggestor = stamp.suggestor
-        admitted = gate.admit(proposal)
+        admitted = admit(proposal)  # not `gate.admit`: a staticmethod read off an instance
         if isinstance(admitted, str):
             return self._rejection(stand_in(proposal), suggestor, admitted)
         proposal = admitted
