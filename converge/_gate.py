@@ -4,11 +4,12 @@
 (one cycle, one gate kind: the engine's, the input gate or a human's) and promotes what
 passes, stamping each fact with its `PromotionRecord`.
 
-The gate trusts nothing it receives. `Gate.admit` takes a proposal as validation left it
-(every field of its declared type, the confidence in [0, 1], the payload frozen, the id in
-NFC) and validates anything else again: `model_copy(update=...)`, `model_construct` and
-pydantic's base-class routes skip validation, and what they build fails these checks. What
-validates is decided as the validated copy; what does not is refused with the field named.
+The gate trusts nothing it receives. `admit` takes a proposal as validation left it
+(its fields in a plain `dict`, every field of its declared type, the confidence in [0, 1],
+the payload frozen, the id in NFC) and validates anything else again:
+`model_copy(update=...)`, `model_construct` and pydantic's base-class routes skip
+validation, and what they build fails these checks. What validates is decided as the
+validated copy; what does not is refused with the field named.
 """
 
 from __future__ import annotations
@@ -338,10 +339,6 @@ class Gate:
     def refused(self) -> frozenset[tuple[AnyKey, str]]:
         """The slots a human rejected in this run: proposals for them are refused."""
         return self._refused
-
-    admit = staticmethod(admit)
-    """The proposal to decide on (`proposal` itself when validation left it as it is, else a
-    validated copy), or the reason it does not validate."""
 
     def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
         """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`: the

@@ -204,7 +204,7 @@ class Merger:
         """Reject, restate (`None`), conflict, hold or promote one proposal."""
         gate = self._gate
         suggestor = stamp.suggestor
-        admitted = admit(proposal)  # not `gate.admit`: a staticmethod read off an instance
+        admitted = admit(proposal)
         if isinstance(admitted, str):
             return self._rejection(stand_in(proposal), suggestor, admitted)
         proposal = admitted
