@@ -28,6 +28,7 @@ __all__ = [
     "prepare",
     "progress",
     "quartiles",
+    "read_proof",
     "rounded",
     "traced_memory",
     "warm_run",
@@ -75,6 +76,23 @@ def rounded(value: float, digits: int = 2) -> float:
 def prepare() -> None:
     """Start a timed run from a clean heap, so one run's garbage is not charged to the next."""
     gc.collect()
+
+
+def read_proof(result: ConvergeResult) -> float:
+    """Seconds of the first read of `result.integrity`, which builds the proof.
+
+    The proof is the Merkle tree over the run's leaves: a run whose proof nobody reads
+    never pays it.
+
+    Raises:
+        RuntimeError: The proof does not count the run's facts (it was not the run's).
+    """
+    started = time.perf_counter()
+    proof = result.integrity
+    seconds = time.perf_counter() - started
+    if proof.fact_count != len(result.context):
+        raise RuntimeError(f"the proof counts {proof.fact_count} facts, not {len(result.context)}")
+    return seconds
 
 
 async def warm_run(

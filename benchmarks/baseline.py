@@ -1,6 +1,7 @@
 """W1 to W4 against an earlier commit of converge, the two engines alternated in one process.
 
     python -m benchmarks.baseline REF [--rounds N] [--only W1,W2,W3,W4] [--project]
+                                      [--read-proof]
 
 On a shared machine one invocation of the suite can run up to three times slower than the
 next, so two invocations, one per commit, compare the hours as much as the commits. This
@@ -19,6 +20,10 @@ each engine's time over it). W1's engine share needs the replay, which reads pri
 of the context that an earlier commit may not have, so it is not here. Each result is
 checked as the suite checks it; `same_root` says whether the two engines sealed the same
 Merkle root (false when the seal's format changed in between, true for the same work).
+
+A run's integrity proof is built on the first read of `result.integrity`, after the run,
+as its trace is; an engine before that change built it in the run. `--read-proof` times
+each run with that first read, so both engines' figures include the Merkle tree.
 
 With `--project` (and `REF` the issue's starting commit, `4387133`), the report also holds
 the performance issue's goals projected onto the issue's own machine: each ratio times the
@@ -43,6 +48,7 @@ import tarfile
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 from types import ModuleType
@@ -170,18 +176,19 @@ def _per_fact(seconds: float, cycles: int) -> float:
     return seconds * 1e6 / growth.TOTAL
 
 
-def _runs(workload: str, module: ModuleType) -> dict[str, Once]:
+def _runs(workload: str, module: ModuleType, read_proof: bool) -> dict[str, Once]:
     """The timed runs of `workload` built from `module` (the suite's, or a rebound copy)."""
+    timed = partial(_timed, read_proof=read_proof)
     if workload == "W1":
         engine, _ = module.build_engine()
-        return {"total µs / cycle": _timed(engine, [module.START], module.check, _per_cycle)}
+        return {"total µs / cycle": timed(engine, [module.START], module.check, _per_cycle)}
     if workload == "W2":
-        return {"wall ms": _timed(module.build_engine(), [], module.check, _wall_ms)}
+        return {"wall ms": timed(module.build_engine(), [], module.check, _wall_ms)}
     if workload == "W3":
         engine, _ = module.build_engine()
-        return {"µs / fact": _timed(engine, [], module.check, _per_fact)}
+        return {"µs / fact": timed(engine, [], module.check, _per_fact)}
     return {
-        f"µs / cycle, {size} registered": _timed(
+        f"µs / cycle, {size} registered": timed(
             module.build_engine(size), [module.START], module.check, _per_cycle
         )
         for size in (1, 1000)
@@ -193,16 +200,22 @@ def _timed(
     inputs: Sequence[converge.ProposedFact],
     check: Callable[[converge.ConvergeResult], int],
     figure: Callable[[float, int], float],
+    *,
+    read_proof: bool,
 ) -> Once:
     """One run of `engine` from a clean heap: `figure(seconds, cycles)` and its root.
 
-    `check` raises if the run did not run as designed, and counts its cycles.
+    `check` raises if the run did not run as designed, and counts its cycles. With
+    `read_proof`, the time includes the first read of the result's integrity proof (built
+    then since `ConvergeResult.integrity` became lazy; an earlier engine built it in the run).
     """
 
     async def once() -> tuple[float, str]:
         prepare()
         started = perf_counter()
         result = await engine.run(inputs=inputs)
+        if read_proof:
+            _ = result.integrity  # built on this first read
         seconds = perf_counter() - started
         return figure(seconds, check(result)), result.integrity.merkle_root
 
@@ -262,16 +275,18 @@ async def _alternate(
     return series
 
 
-async def _workload(workload: str, package: ModuleType, rounds: int) -> Figures:
+async def _workload(
+    workload: str, package: ModuleType, rounds: int, read_proof: bool = False
+) -> Figures:
     module = _MODULES[workload]
     try:
-        baseline = _runs(workload, rebind(module, package))
+        baseline = _runs(workload, rebind(module, package), read_proof)
     except (ImportError, AttributeError, TypeError) as error:
         raise ValueError(
             f"{workload} cannot be built on the earlier converge "
             f"({type(error).__name__}: {error}): it lacks what the workload uses"
         ) from error
-    current = _runs(workload, module)
+    current = _runs(workload, module, read_proof)
     if workload == "W2":  # the floor, timed in every round beside both engines
         baseline["anyio floor ms"] = current["anyio floor ms"] = _anyio_floor
     series = await _alternate(baseline, current, rounds)
@@ -293,8 +308,12 @@ def _over(walls: Sequence[float], floors: Sequence[float]) -> float:
     return statistics.median([wall - floor for wall, floor in zip(walls, floors, strict=True)])
 
 
-def compare(ref: str, rounds: int, only: Sequence[str] = tuple(_MODULES)) -> Figures:
+def compare(
+    ref: str, rounds: int, only: Sequence[str] = tuple(_MODULES), *, read_proof: bool = False
+) -> Figures:
     """Time `only` on converge at `ref` and on the working tree, `rounds` alternations each.
+
+    With `read_proof`, each timed run includes the first read of its integrity proof.
 
     Raises:
         ValueError: `ref` cannot be read, its package cannot be loaded beside this one, or a
@@ -310,11 +329,12 @@ def compare(ref: str, rounds: int, only: Sequence[str] = tuple(_MODULES)) -> Fig
         try:
             report: Figures = {"suite": "baseline", "ref": ref, "ref_commit": _commit(ref)}
             report["rounds"] = rounds
+            report["proof read"] = read_proof
             report["machine"] = machine()
             for workload in only:
                 progress(f"{workload}: {rounds} alternations against {ref}")
                 report[workload] = anyio.run(
-                    _workload, workload, package, rounds, backend="asyncio"
+                    _workload, workload, package, rounds, read_proof, backend="asyncio"
                 )
             return report
         finally:
@@ -343,11 +363,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help=f"project the performance issue's goals (REF must be {ISSUE_START})",
     )
+    parser.add_argument(
+        "--read-proof",
+        action="store_true",
+        help="time each run with the first read of its integrity proof (built on that read)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.project:
             _projectable(args.ref)
-        report = compare(args.ref, args.rounds, tuple(args.only.split(",")))
+        only = tuple(args.only.split(","))
+        report = compare(args.ref, args.rounds, only, read_proof=args.read_proof)
         if args.project:
             report["projected"] = project(report)
     except ValueError as error:

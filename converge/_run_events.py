@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Final, final
 
+from ._context import ContextSnapshot
 from ._events import (
     CycleFinished,
     CycleStarted,
@@ -279,10 +280,16 @@ class RunEvents:
             )
 
     def run_finished(
-        self, cycle: int, stop_reason: StopReason, detail: str, proof: IntegrityProof, tokens: int
+        self,
+        cycle: int,
+        stop_reason: StopReason,
+        detail: str,
+        snapshot: ContextSnapshot,
+        tokens: int,
     ) -> None:
         self._finished = True
         if self.info:
+            proof = IntegrityProof.of(snapshot)  # only when someone listens: it hashes the tree
             self._emit(
                 RunFinished(
                     run_id=self._run_id,

@@ -53,6 +53,7 @@ def test_a_rebound_workload_is_built_from_the_earlier_package(tmp_path: Path) ->
 def test_compare_times_both_engines_on_the_same_work() -> None:
     report = baseline.compare("HEAD", rounds=2, only=("W1", "W4"))
     assert report["rounds"] == 2
+    assert report["proof read"] is False
     assert len(str(report["ref_commit"])) >= 7
     figure = _figures(_figures(report, "W1"), "total µs / cycle")
     assert figure["same_root"] is True  # the same code seals the same facts
@@ -65,6 +66,14 @@ def test_compare_times_both_engines_on_the_same_work() -> None:
         "µs / cycle, 1000 registered",
     }
     assert _leftovers() == []  # neither package nor rebound module stays loaded
+
+
+def test_compare_with_the_proof_read_times_and_checks_the_same_runs() -> None:
+    report = baseline.compare("HEAD", rounds=2, only=("W4",), read_proof=True)
+    assert report["proof read"] is True
+    figure = _figures(_figures(report, "W4"), "µs / cycle, 1 registered")
+    assert figure["same_root"] is True
+    assert _leftovers() == []
 
 
 def test_a_package_that_imports_converge_absolutely_is_refused(tmp_path: Path) -> None:
@@ -119,13 +128,15 @@ def test_the_projection_is_added_to_the_comparison_it_comes_from(
     def commit(ref: str) -> str:
         return "4387133"
 
-    def compare(ref: str, rounds: int, only: Sequence[str]) -> dict[str, object]:
-        assert (ref, only) == ("4387133", ("W3",))
+    def compare(
+        ref: str, rounds: int, only: Sequence[str], *, read_proof: bool
+    ) -> dict[str, object]:
+        assert (ref, only, read_proof) == ("4387133", ("W3",), True)
         return compared
 
     monkeypatch.setattr(baseline, "_commit", commit)
     monkeypatch.setattr(baseline, "compare", compare)
-    assert baseline.main(["4387133", "--project", "--only", "W3"]) == 0
+    assert baseline.main(["4387133", "--project", "--only", "W3", "--read-proof"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["W3"] == {"µs / fact": timed}
     assert report["projected"]["W3_us_per_fact"]["projected"] == 5.0  # 0.5 x the 10

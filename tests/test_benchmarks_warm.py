@@ -1,13 +1,14 @@
-"""`benchmarks._common.warm_run` and the cold start W1 and W4 report beside their figures."""
+"""`benchmarks._common.warm_run` and the cold start W1 and W4 report beside their figures;
+`read_proof` and the proof's first read W1, W2 and W3 report beside theirs."""
 
 import gc
 from typing import cast
 
 import pytest
 
-from benchmarks import wide_idle
-from benchmarks._common import Settings, warm_run
-from converge import ConvergeResult
+from benchmarks import fanout, wide_idle
+from benchmarks._common import Settings, read_proof, warm_run
+from converge import ConvergeResult, verify
 
 
 async def test_a_warm_run_is_timed_checked_and_starts_from_collected_young_garbage() -> None:
@@ -54,3 +55,21 @@ def test_w4_reports_its_warm_figures_and_the_cold_start_per_run() -> None:
     assert set(warm) == set(cold) == {str(size) for size in wide_idle.SIZES}
     assert all(value > 0 for value in warm.values())
     assert all(isinstance(value, float) for value in cold.values())
+
+
+async def test_reading_the_proof_is_timed_once_and_gives_the_runs_own_proof() -> None:
+    result = await wide_idle.build_engine(1).run(inputs=[wide_idle.START])
+    seconds = read_proof(result)
+    assert seconds > 0
+    proof = result.integrity
+    assert read_proof(result) < seconds  # kept: the second read builds nothing
+    assert result.integrity is proof
+    assert proof.fact_count == len(result.context)
+    assert verify(result.context, proof)
+
+
+def test_w2_reports_the_proofs_first_read_beside_its_wall_time() -> None:
+    figures = fanout.measure(Settings(runs=2, warmups=0, quick=True))
+    proof = figures["proof_read_ms"]
+    assert isinstance(proof, float)
+    assert 0 < proof < cast("float", figures["wall_ms"])

@@ -459,7 +459,9 @@ def test_run_sync_runs_on_trio() -> None:
 
 async def test_result_repr_is_short_and_raise_for_status_returns_it() -> None:
     result = await Engine().run()
-    assert repr(result).startswith("ConvergeResult(stop_reason='converged', cycles=1, facts=0")
+    assert repr(result) == (
+        f"ConvergeResult(stop_reason='converged', cycles=1, facts=0, run_id={result.run_id[:12]!r})"
+    )
     assert result.raise_for_status() is result
     assert len(result.run_id) == 32
     assert result.trace.run_id == result.run_id

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import unicodedata
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import given
@@ -345,3 +346,55 @@ def test_suggestor_names_that_claim_to_equal_each_other_seal_their_own_names() -
     assert len(result.context) == 12
     assert all(type(name) is str for name in names.values())
     assert verify(result.context, result.integrity)
+
+
+def _expected_proof(context: ContextSnapshot) -> tuple[str, int, int]:
+    """Root, clock and count of `context`, recomputed from each fact's fields alone."""
+    facts = context.facts()
+    leaves = [bytes.fromhex(_independent_digest(fact)) for fact in facts]
+    clock = max((fact.promotion.clock for fact in facts), default=0)
+    return merkle_root(leaves), clock, len(facts)
+
+
+def test_a_proof_first_read_after_its_context_was_continued_twice_is_still_its_own() -> None:
+    # The proof is built on its first read, from the leaves the context kept: two runs that
+    # continue from the same context (the second forks the line the first extended) must not
+    # change what the first run's proof, or its trace's final root, says.
+    grower = ProposesOnce(
+        "grower", [proposal(ContextKey.HYPOTHESES, f"h{i}", "x") for i in range(5)]
+    )
+    engine = Engine()
+    engine.register_suggestor(grower)
+    first = engine.run_sync(inputs=[proposal(ContextKey.SEEDS, "s", "seed")])
+    grower.proposals = (proposal(ContextKey.HYPOTHESES, "later", "one"),)
+    one = engine.run_sync(first.context)
+    grower.proposals = (proposal(ContextKey.HYPOTHESES, "fork", "two"),)
+    two = engine.run_sync(first.context)
+    assert len(one.context) == len(two.context) == len(first.context) + 1
+    for result in (first, one, two):
+        proof = result.integrity
+        assert (proof.merkle_root, proof.clock, proof.fact_count) == _expected_proof(result.context)
+        assert result.trace.final_root == proof.merkle_root
+        assert verify(result.context, proof)
+    assert first.integrity is first.integrity  # built once, then kept
+
+
+def test_a_run_whose_proof_nobody_reads_does_not_hash_its_merkle_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import converge._context
+
+    roots: list[int] = []
+
+    def counted(leaves: Iterable[bytes]) -> str:
+        kept = list(leaves)
+        roots.append(len(kept))
+        return merkle_root(kept)
+
+    monkeypatch.setattr(converge._context, "merkle_root", counted)
+    inputs = [proposal(ContextKey.SEEDS, f"s{i}", "seed") for i in range(3)]
+    result = Engine().run_sync(inputs=inputs)
+    assert roots == [0]  # the empty starting context's root, the trace's initial root
+    assert result.integrity.fact_count == 3
+    assert result.trace.final_root == result.integrity.merkle_root
+    assert roots == [0, 3]  # built on the first read, once, for the proof and the trace
