@@ -398,3 +398,28 @@ def test_a_run_whose_proof_nobody_reads_does_not_hash_its_merkle_tree(
     assert result.integrity.fact_count == 3
     assert result.trace.final_root == result.integrity.merkle_root
     assert roots == [0, 3]  # built on the first read, once, for the proof and the trace
+
+
+def _forge(context: ContextSnapshot, ident: str) -> None:
+    """Below the API: rewrite a fact's content, and its digest and kept leaf to match."""
+    store = context._stores[ContextKey.SEEDS]  # pyright: ignore[reportPrivateUsage]
+    fact = store[[f.id for f in store].index(ident)]
+    dict[str, object].__setitem__(vars(fact), "content", "forged")
+    digest = fact_digest(fact)
+    dict[str, object].__setitem__(vars(fact), "digest", digest)
+    leaves = store._leaves  # pyright: ignore[reportPrivateUsage]
+    leaves[leaves.index(next(leaf for f, leaf in context._sealed() if f is fact))] = digest  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_proof_read_at_the_runs_end_still_catches_a_fact_forged_with_its_leaf_later() -> None:
+    # The proof commits to the leaves as they are when it is first read (documented):
+    # read at the run's end, it catches a fact and its kept leaf rewritten together later.
+    inputs = [proposal(ContextKey.SEEDS, f"s{i}", "seed") for i in range(3)]
+    early = Engine().run_sync(inputs=inputs)
+    proof = early.integrity
+    _forge(early.context, "s1")
+    assert early.context.find(ContextKey.SEEDS, "s1").content == "forged"  # pyright: ignore[reportOptionalMemberAccess]
+    assert not verify(early.context, proof)
+    late = Engine().run_sync(inputs=inputs)
+    _forge(late.context, "s1")
+    assert verify(late.context, late.integrity)  # the limit: a first read after the forgery
