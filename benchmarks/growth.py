@@ -47,6 +47,8 @@ __all__ = ["GcClock", "Grower", "Window", "build_engine", "check", "measure"]
 PER_CYCLE: Final = 100
 TOTAL: Final = 10_000
 WINDOW: Final = 10
+_NEXT: Final = ProposedFact(key=ContextKey.SEEDS, id="next", content="one more", provenance="w3")
+"""The one input of the run that continues from each W3 run's context."""
 _KEY: Final = ContextKey.HYPOTHESES
 
 
@@ -176,6 +178,25 @@ async def _run(engine: Engine, grower: Grower, clock: GcClock) -> tuple[Converge
         gc.callbacks.remove(clock)
 
 
+async def _continued(result: ConvergeResult) -> float:
+    """Seconds of a run that continues from `result`'s context, from a clean heap.
+
+    One input and no suggestor, the context's proof not read: what a run costs on a context
+    of 10,000 facts beyond its own work.
+
+    Raises:
+        RuntimeError: The run did not converge with the one more fact.
+    """
+    follow = Engine(budget=Budget(max_facts=20_000))
+    prepare()
+    started = perf_counter()
+    after = await follow.run(result.context, inputs=[_NEXT])
+    seconds = perf_counter() - started
+    if not after.converged or len(after.context) != TOTAL + 1:
+        raise RuntimeError(f"W3's continued run did not run as designed: {after!r}")
+    return seconds
+
+
 def _ratio(last: Sequence[float], first: Sequence[float]) -> float:
     """The median over runs of one run's last-10 figure over its first-10 figure."""
     return rounded(median([late / early for late, early in zip(last, first, strict=True)]), 3)
@@ -215,10 +236,12 @@ async def _measure(settings: Settings) -> Figures:
     floors: list[float] = []
     gated: list[float] = []
     proofs: list[float] = []
+    continued: list[float] = []
     for _ in range(settings.runs):  # each run paired with the floors: drift hits them all
         result, seconds = await _run(engine, grower, clock)
         runs.append(seconds)
         cycles = check(result)
+        continued.append(await _continued(result))
         proofs.append(read_proof(result))
         del result  # neither the next run nor the floor carries this one's 10,000 facts
         executes = len(grower.started)  # the cycle after the last execute finds nothing to do
@@ -242,6 +265,7 @@ async def _measure(settings: Settings) -> Figures:
         "run_ms": rounded(median(runs) * 1e3, 3),
         "us_per_fact": rounded(median(runs) * 1e6 / TOTAL, 3),
         "proof_read_us_per_fact": rounded(median(proofs) * 1e6 / TOTAL, 3),
+        "continued_run_ms": rounded(median(continued) * 1e3, 3),
         "us_per_fact_with_proof_read": rounded(
             median([run + proof for run, proof in zip(runs, proofs, strict=True)]) * 1e6 / TOTAL,
             3,

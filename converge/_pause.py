@@ -152,7 +152,7 @@ def resume_state(
     state = RunState(
         run_id=checkpoint.run_id,
         snapshot=snapshot,
-        initial_root=checkpoint.initial_root,
+        origin=checkpoint.initial_root,
         inputs=checkpoint.inputs,
         cycle=checkpoint.cycle,
         dirty=frozenset(checkpoint.dirty),

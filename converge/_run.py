@@ -22,7 +22,6 @@ from ._calls import records
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
 from ._context import ContextSnapshot
-from ._cycle_log import CycleLog
 from ._fact import Fact, GateKind
 from ._gate import Gate
 from ._hitl import GateDecision, GateRequest
@@ -31,16 +30,15 @@ from ._key import AnyKey, ContextKey
 from ._live import LiveEffects
 from ._log import EventLog
 from ._merge import ConflictMode, Merger
-from ._model import trusted
 from ._pause import checkpoint_of
 from ._proposal import ProposedFact
 from ._registry import RegistryView
 from ._result import Conflict, ConvergeResult
 from ._run_events import RunEvents
 from ._source import Batch, EffectSource
-from ._state import RunState
+from ._state import RunState, run_trace
 from ._stop import StopReason
-from ._trace import Rejection, RunTrace
+from ._trace import Rejection
 
 if TYPE_CHECKING:
     from ._durable import CycleSaver
@@ -398,15 +396,17 @@ class RunLoop:
         fields: dict[str, object] = {
             "run_id": state.run_id,
             "inputs": state.inputs,
-            "initial_root": state.initial_root,
-            "cycles": (),  # read from the log when the trace is built
+            "initial_root": "",  # these three are filled in when the trace is built
+            "cycles": (),
             "decisions": tuple(state.decisions),
             "input_violations": state.input_violations,
             "stop_reason": reason,
             "detail": detail,
+            "final_root": "",
             "continuations": state.continuations,
         }
-        trace = partial(_run_trace, fields, state.cycles, len(state.cycles), snapshot)
+        ends = (state.origin, snapshot)
+        trace = partial(run_trace, fields, state.cycles, len(state.cycles), ends)
         self.events.run_finished(state.cycle, reason, detail, snapshot, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
@@ -422,15 +422,6 @@ class RunLoop:
             pending=pending,
             checkpoint=checkpoint,
         )
-
-
-def _run_trace(
-    fields: dict[str, object], cycles: CycleLog, count: int, snapshot: ContextSnapshot
-) -> RunTrace:
-    """The run's trace, with its first `count` cycles and the root of its last `snapshot`:
-    built on the result's first read."""
-    final_root = snapshot.merkle_root()
-    return trusted(RunTrace, {**fields, "cycles": cycles[:count], "final_root": final_root})
 
 
 def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:

@@ -1,7 +1,7 @@
 """`RunState`: what a run carries from cycle to cycle, and across a pause.
 
 Only the run loop (`_run.RunLoop`) changes a `RunState`; `_pause` turns one into a
-`Checkpoint` and back.
+`Checkpoint` and back, and `run_trace` builds the trace of a run's result from it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from ._cycle_log import CycleLog
 from ._hitl import GateDecision
 from ._invariant import Violation
 from ._key import AnyKey
+from ._model import trusted
 from ._proposal import ProposedFact
-from ._trace import Continuation, Rejection
+from ._trace import Continuation, Rejection, RunTrace
 
-__all__ = ["RunState"]
+__all__ = ["Origin", "RunState", "root_of", "run_trace"]
 
 
 @final
@@ -28,7 +29,8 @@ class RunState:
 
     run_id: str
     snapshot: ContextSnapshot
-    initial_root: str
+    origin: Origin
+    """The context the run started from, or its Merkle root (`initial_root`)."""
     inputs: tuple[ProposedFact, ...]
     cycle: int = 0
     dirty: frozenset[AnyKey] = frozenset()
@@ -43,6 +45,13 @@ class RunState:
     input_violations: tuple[Violation, ...] = ()
     continuations: tuple[Continuation, ...] = ()
 
+    @property
+    def initial_root(self) -> str:
+        """The Merkle root of the context the run started from, hashed on the first read."""
+        root = root_of(self.origin)
+        self.origin = root
+        return root
+
     @classmethod
     def start(
         cls,
@@ -51,9 +60,24 @@ class RunState:
         *,
         run_id: str | None = None,
     ) -> RunState:
-        """The state of a run that has not started, from `context` at cycle 0."""
+        """The state of a run that has not started, from `context` at cycle 0.
+
+        `context` itself is kept as the origin, not its copy at cycle 0: its root, once
+        hashed (by this run, or by a read of the proof of the run that made it), is kept
+        on it.
+        """
         snapshot = context._at_cycle(0)  # pyright: ignore[reportPrivateUsage]
-        return cls(run_id or new_run_id(), snapshot, context.merkle_root(), inputs)
+        return cls(run_id or new_run_id(), snapshot, context, inputs)
+
+
+Origin = ContextSnapshot | str
+"""Where a run started: the context itself, or its Merkle root (a run restored from a
+checkpoint or a journal knows only the root)."""
+
+
+def root_of(origin: Origin) -> str:
+    """The Merkle root of a run's origin: hashed now if not known (a context keeps its own)."""
+    return origin if isinstance(origin, str) else origin.merkle_root()
 
 
 def new_run_id() -> str:
@@ -68,3 +92,13 @@ def new_run_id() -> str:
     raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
     raw[8] = raw[8] & 0x3F | 0x80  # the variant, RFC 4122
     return raw.hex()
+
+
+def run_trace(
+    fields: dict[str, object], cycles: CycleLog, count: int, ends: tuple[Origin, ContextSnapshot]
+) -> RunTrace:
+    """The run's trace, built on the result's first read: `fields`, the first `count` of its
+    `cycles`, and the roots of where it started and of its last snapshot (`ends`)."""
+    origin, last = ends
+    roots = {"initial_root": root_of(origin), "final_root": last.merkle_root()}
+    return trusted(RunTrace, {**fields, "cycles": cycles[:count], **roots})

@@ -379,7 +379,7 @@ def test_a_proof_first_read_after_its_context_was_continued_twice_is_still_its_o
     assert first.integrity is first.integrity  # built once, then kept
 
 
-def test_a_run_whose_proof_nobody_reads_does_not_hash_its_merkle_tree(
+def test_runs_whose_proofs_nobody_reads_hash_no_merkle_tree_not_even_when_continued(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import converge._context
@@ -392,12 +392,21 @@ def test_a_run_whose_proof_nobody_reads_does_not_hash_its_merkle_tree(
         return merkle_root(kept)
 
     monkeypatch.setattr(converge._context, "merkle_root", counted)
-    inputs = [proposal(ContextKey.SEEDS, f"s{i}", "seed") for i in range(3)]
-    result = Engine().run_sync(inputs=inputs)
-    assert roots == [0]  # the empty starting context's root, the trace's initial root
-    assert result.integrity.fact_count == 3
-    assert result.trace.final_root == result.integrity.merkle_root
-    assert roots == [0, 3]  # built on the first read, once, for the proof and the trace
+    engine = Engine()
+    first = engine.run_sync(inputs=[proposal(ContextKey.SEEDS, f"s{i}", "seed") for i in range(3)])
+    more = [proposal(ContextKey.SEEDS, f"t{i}", "more") for i in range(2)]
+    second = engine.run_sync(first.context, inputs=more)
+    third = engine.run_sync(second.context, inputs=[proposal(ContextKey.SEEDS, "u", "last")])
+    assert roots == []  # three runs, two of them continued: no tree hashed yet
+    assert third.trace.initial_root == second.integrity.merkle_root
+    assert roots == [5, 6]  # the third's origin (the second's context) and its last snapshot
+    assert third.integrity.merkle_root == third.trace.final_root
+    assert second.trace.initial_root == first.integrity.merkle_root
+    assert first.trace.initial_root == EMPTY_ROOT
+    assert roots == [5, 6, 3, 0]  # each context's root hashed once, on its first read
+    for result in (first, second, third):
+        proof = result.integrity
+        assert (proof.merkle_root, proof.clock, proof.fact_count) == _expected_proof(result.context)
 
 
 def _forge(context: ContextSnapshot, ident: str) -> None:
