@@ -407,13 +407,13 @@ class RunLoop:
         }
         ends = (state.origin, snapshot)
         trace = partial(run_trace, fields, state.cycles, len(state.cycles), ends)
-        self.events.run_finished(state.cycle, reason, detail, snapshot, state.tokens)
+        proof = self.events.run_finished(state.cycle, reason, detail, snapshot, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
             cycles=state.cycle,
             context=snapshot,
-            _integrity=None,  # built on the first read of `integrity`
+            _integrity=proof,  # else built on the first read of `integrity`
             _trace=trace,
             rejections=tuple(state.rejections),
             tokens=state.tokens,

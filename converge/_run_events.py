@@ -286,8 +286,11 @@ class RunEvents:
         detail: str,
         snapshot: ContextSnapshot,
         tokens: int,
-    ) -> None:
+    ) -> IntegrityProof | None:
+        """Narrate the run's end; the proof of `snapshot` if this built it (someone listens
+        at info level), for the result to keep, else `None` (nobody has read it yet)."""
         self._finished = True
+        proof = None
         if self.info:
             proof = IntegrityProof.of(snapshot)  # only when someone listens: it hashes the tree
             self._emit(
@@ -301,3 +304,4 @@ class RunEvents:
                     tokens=tokens,
                 )
             )
+        return proof
