@@ -36,7 +36,7 @@ LATE = "time budget exhausted: execute() returned after the run's deadline"
 class Executor:
     """Calls `execute` on each eligible suggestor, at most `max_concurrency` at once."""
 
-    __slots__ = ("_limiter", "_mode", "_record", "_timeout")
+    __slots__ = ("_limiter", "_mode", "_record", "_timeout", "_unlimited")
 
     def __init__(
         self,
@@ -50,6 +50,22 @@ class Executor:
         self._limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
         self._timeout = timeout
         self._mode = mode
+        self._unlimited = max_concurrency is None and timeout is None and mode == "isolate"
+
+    def begin(
+        self, slots: Sequence[Slot], snapshot: ContextSnapshot, deadline: float | None = None
+    ) -> Coroutine[Any, Any, None] | None:
+        """`run`, started in the caller's frame: `None` when every call is done (the slots
+        filled), else the coroutine that finishes them, to await.
+
+        A lone suggestor with no limit at all (no limiter, timeout or deadline, and failures
+        isolated) runs here up to its first suspension, with no coroutine of the executor's
+        around it: most cycles of a chain have one eligible suggestor, whose `execute`
+        returns without awaiting.
+        """
+        if self._unlimited and deadline is None and len(slots) == 1:
+            return self._start(slots[0], snapshot)
+        return self.run(slots, snapshot, deadline)
 
     async def run(
         self, slots: Sequence[Slot], snapshot: ContextSnapshot, deadline: float | None = None
@@ -88,8 +104,12 @@ class Executor:
     async def _call(
         self, slot: Slot, snapshot: ContextSnapshot, deadline: float | None, lone: bool = False
     ) -> None:
-        reg = slot.reg
         timeout = self._timeout
+        if lone and timeout is None and deadline is None:
+            pending = self._start(slot, snapshot)
+            if pending is not None:
+                await pending
+            return
         started = perf_counter()
         limit = inf if timeout is None else started + timeout
         if deadline is not None and deadline < limit:
@@ -97,12 +117,10 @@ class Executor:
         cancelled = False
         effect: object = None
         try:
-            call: Awaitable[object] = reg.suggestor.execute(snapshot)
+            call: Awaitable[object] = slot.reg.suggestor.execute(snapshot)
             if limit < inf:  # time its steps, to tell whether it held the event loop
                 call = _Driven(_steps_of(call), slot, limit)
-            if lone and limit == inf:
-                effect = await _lone(slot, call, started)
-            elif lone or timeout is not None:
+            if lone or timeout is not None:
                 effect, cancelled = await self._scoped(slot, call, started)
             else:
                 # A task of the cycle's group: whoever cancels it does so through a cancel
@@ -115,29 +133,74 @@ class Executor:
             if slot.execution is not None:
                 return
         except Exception as error:  # isolated: recorded, never swallowed silently
-            slot.execution = failure(reg, "failed", started, error)
-            slot.error = error
+            _failed(slot, started, error)
             return
         finished = perf_counter()
         if limit < inf and self._late(slot, started, finished, cancelled, deadline):
             return
+        self._settle(slot, effect, started, finished)
+
+    def _start(self, slot: Slot, snapshot: ContextSnapshot) -> Coroutine[Any, Any, None] | None:
+        """Call a lone suggestor with no time limit, up to its first suspension, in the
+        caller's frame; `None` when the call is done, else the coroutine awaiting the rest.
+
+        A call that finishes without awaiting cannot have been cancelled. One that awaits
+        goes on through `_Driven`, which notes a native cancellation of the task (asyncio's
+        `Task.cancel`, which leaves no trace a cancel scope could show).
+        """
+        started = perf_counter()
+        try:
+            call = slot.reg.suggestor.execute(snapshot)
+            # `_steps_of`, inlined: this path is every cycle's with one eligible suggestor
+            steps: _Steps = call if type(call) is _COROUTINE else call.__await__()
+        except Exception as error:  # isolated: recorded, never swallowed silently
+            _failed(slot, started, error)
+            return None
+        try:
+            first = steps.send(None)
+        except StopIteration as stop:
+            effect: object = stop.value
+        except Exception as error:
+            _failed(slot, started, error)
+            return None
+        except anyio.get_cancelled_exc_class() as error:
+            return _cancelled(slot, started, error)
+        else:
+            return self._resume(slot, _Driven(steps, slot, inf, first), started)
+        self._settle(slot, effect, started, perf_counter())
+        return None
+
+    async def _resume(self, slot: Slot, driven: _Driven, started: float) -> None:
+        """Await the rest of a call `_start` began."""
+        try:
+            effect = await driven
+        except anyio.get_cancelled_exc_class() as error:
+            if driven.cancelled_natively:
+                raise
+            await _cancelled(slot, started, error)
+            return
+        except Exception as error:
+            _failed(slot, started, error)
+            return
+        self._settle(slot, effect, started, perf_counter())
+
+    def _settle(self, slot: Slot, effect: object, started: float, finished: float) -> None:
+        """Fill the slot with the effect a call returned in time, checked, or its failure."""
+        name = slot.reg.name
         if not isinstance(effect, AgentEffect):
             error = TypeError(
-                f"execute() of {reg.name!r} returned {type(effect).__name__}, expected AgentEffect"
+                f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
             )
-            slot.execution = failure(reg, "failed", started, error)
-            slot.error = error
-            return
-        if type(effect.proposals) is not tuple or type(effect.tokens) is not int:
+            _failed(slot, started, error)
+        elif type(effect.proposals) is not tuple or type(effect.tokens) is not int:
             error = TypeError(  # an AgentEffect built around validation (model_construct)
-                f"execute() of {reg.name!r} returned an AgentEffect that skipped validation "
+                f"execute() of {name!r} returned an AgentEffect that skipped validation "
                 f"(proposals: {type(effect.proposals).__name__}, "
                 f"tokens: {type(effect.tokens).__name__})"
             )
-            slot.execution = failure(reg, "failed", started, error)
-            slot.error = error
-            return
-        slot.succeeded(effect, started, finished, self._record)
+            _failed(slot, started, error)
+        else:
+            slot.succeeded(effect, started, finished, self._record)
 
     async def _scoped(
         self, slot: Slot, call: Awaitable[object], started: float
@@ -194,30 +257,11 @@ class Executor:
         return False
 
 
-async def _lone(slot: Slot, call: Awaitable[object], started: float) -> object:
-    """Await a call with no time limit in the caller's own task.
-
-    The first step runs here: a call that finishes without awaiting cannot have been
-    cancelled. One that awaits goes on through `_Driven`, which notes a native cancellation of
-    the task (asyncio's `Task.cancel`, which leaves no trace a cancel scope could show).
-    """
-    # `_steps_of`, inlined: this path is every cycle's with one eligible suggestor
-    steps: _Steps = call if type(call) is _COROUTINE else call.__await__()
-    driven: _Driven | None = None
-    try:
-        try:
-            first = steps.send(None)
-        except StopIteration as stop:
-            value: object = stop.value
-            return value
-        driven = _Driven(steps, slot, inf, first)
-        return await driven
-    except anyio.get_cancelled_exc_class() as error:
-        if driven is not None and driven.cancelled_natively:
-            raise
-        await _raise_if_cancelled(error)
-        _stray(slot, started, error)
-        return None
+async def _cancelled(slot: Slot, started: float, error: BaseException) -> None:
+    """A cancellation exception out of a lone call: the task's, or a failure if nothing is
+    cancelling it."""
+    await _raise_if_cancelled(error)
+    _stray(slot, started, error)
 
 
 async def _raise_if_cancelled(error: BaseException) -> None:
@@ -307,6 +351,12 @@ class _Driven:
             else:
                 done, value = self._step(steps.send, sent)
         return value
+
+
+def _failed(slot: Slot, started: float, error: Exception) -> None:
+    """Record a call that raised (or returned what is not an effect) as a failure."""
+    slot.execution = failure(slot.reg, "failed", started, error)
+    slot.error = error
 
 
 def _stray(slot: Slot, started: float, error: BaseException) -> None:

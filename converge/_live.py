@@ -107,7 +107,9 @@ class LiveEffects:
         started = perf_counter()
         remaining = self._remaining()
         if remaining is None:
-            await self._executor.run(slots, snapshot)
+            pending = self._executor.begin(slots, snapshot)
+            if pending is not None:  # a lone call done without awaiting needs no coroutine
+                await pending
             timed_out = False
         elif remaining > 0.0:
             with anyio.move_on_after(remaining) as scope:

@@ -199,6 +199,79 @@ async def test_an_awaitable_that_is_not_a_coroutine_is_awaited_like_one(
     assert all(slot.effect is None for slot in stray)
 
 
+# --- begin: a lone call without limits, started in the caller's frame --------------------------
+
+
+@pytest.mark.parametrize("awaitable", ["coroutine", "other"])
+@pytest.mark.parametrize("pauses", [0, 2])
+async def test_begin_finishes_a_lone_call_that_does_not_suspend_before_returning(
+    awaitable: str, pauses: int
+) -> None:
+    effect = AgentEffect.with_proposal(fact(H, "x"))
+    if awaitable == "coroutine":
+        [slot] = slots_for(
+            Scripted("lone", proposing("x", delay=0.01) if pauses else returning(effect))
+        )
+    else:
+        [slot] = awaiting_slots(1, effect, pauses)
+    pending = executor().begin([slot], ContextSnapshot.empty())
+    if not pauses:
+        assert pending is None  # done here: no coroutine to await
+    else:
+        assert pending is not None
+        assert slot.execution is None  # suspended at its first await: the rest is pending
+        await pending
+    assert outcomes([slot]) == ["ok"]
+    assert slot.effect is not None
+    assert slot.effect.proposals[0].id == "x"
+
+
+@pytest.mark.parametrize("pauses", [0, 2])
+async def test_begin_isolates_a_lone_failure_whenever_it_is_raised(pauses: int) -> None:
+    boom = RuntimeError("boom")
+    [slot] = awaiting_slots(1, boom, pauses)
+    pending = executor().begin([slot], ContextSnapshot.empty())
+    assert (pending is None) == (not pauses)
+    if pending is not None:
+        await pending
+    assert outcomes([slot]) == ["failed"]
+    assert slot.error is boom
+    [wrong] = slots_for(Scripted("wrong", returning("not an effect")))
+    assert executor().begin([wrong], ContextSnapshot.empty()) is None
+    assert wrong.execution is not None
+    assert (
+        wrong.execution.error
+        == "TypeError: execute() of 'wrong' returned str, expected AgentEffect"
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "max_concurrency", "mode", "deadline", "count"),
+    [
+        (5.0, None, "isolate", None, 1),
+        (None, 1, "isolate", None, 1),
+        (None, None, "raise", None, 1),
+        (None, None, "isolate", 1e12, 1),
+        (None, None, "isolate", None, 2),
+    ],
+)
+async def test_begin_leaves_every_other_cycle_to_run(
+    limit: float | None,
+    max_concurrency: int | None,
+    mode: ErrorMode,
+    deadline: float | None,
+    count: int,
+) -> None:
+    # a limit, a deadline, raise mode or a second slot: nothing starts before the await
+    slots = awaiting_slots(count, AgentEffect(), 0)
+    made = executor(timeout=limit, max_concurrency=max_concurrency, mode=mode)
+    pending = made.begin(slots, ContextSnapshot.empty(), deadline)
+    assert pending is not None
+    assert outcomes(slots) == [None] * count
+    await pending
+    assert outcomes(slots) == ["ok"] * count
+
+
 async def test_no_slots_is_a_no_op_in_both_modes() -> None:
     await executor().run([], ContextSnapshot.empty())
     await executor(mode="raise", max_concurrency=1).run([], ContextSnapshot.empty())
