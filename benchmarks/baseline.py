@@ -17,9 +17,11 @@ which machine noise hits alike.
 The figures are whole runs, divided as the suite divides them: per cycle (W1, W4), per
 promoted fact (W3), the wall time (W2, with the anyio floor timed in the same round, and
 each engine's time over it). W1's engine share needs the replay, which reads private parts
-of the context that an earlier commit may not have, so it is not here. Each result is
-checked as the suite checks it; `same_root` says whether the two engines sealed the same
-Merkle root (false when the seal's format changed in between, true for the same work).
+of the context that an earlier commit may not have: the current engine's share (its run
+less the replay of its user code, timed after it) stands beside the baseline's whole cycle,
+so its ratio is the current engine's share as a part of the baseline's cycle. Each result
+is checked as the suite checks it; `same_root` says whether the two engines sealed the
+same Merkle root (false when the seal's format changed in between, true for the same work).
 
 A run's integrity proof is built on the first read of `result.integrity`, after the run,
 as its trace is; an engine before that change built it in the run. `--read-proof` times
@@ -60,7 +62,7 @@ import converge
 
 from . import chain, fanout, growth, wide_idle
 from ._common import Figures, machine, prepare, progress, rounded
-from .projection import ISSUE_START, project
+from .projection import ISSUE_START, W1_ENGINE, W1_TOTAL, project
 
 __all__ = ["compare", "extract", "load_package", "main", "rebind"]
 
@@ -109,7 +111,9 @@ def load_package(root: Path, name: str = PACKAGE) -> ModuleType:
 
     Raises:
         ValueError: A module of the package imports `converge` absolutely (named with its
-            line), which would load the working tree's package inside the earlier one.
+            line), which would load the working tree's package inside the earlier one; or
+            it imports a module this environment lacks (a dependency the earlier commit
+            had, such as `immutables` at 4387133), named with the command that installs it.
     """
     for path in sorted(root.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
@@ -129,6 +133,16 @@ def load_package(root: Path, name: str = PACKAGE) -> ModuleType:
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
+    except ModuleNotFoundError as error:
+        del sys.modules[name]
+        if error.name is None or error.name.partition(".")[0] == name:
+            raise
+        missing = error.name.partition(".")[0]
+        raise ValueError(
+            f"the package in {root} imports {missing!r}, which this environment lacks "
+            f"(a dependency of that commit): install it with "
+            f"`{sys.executable} -m pip install {missing}` and run again"
+        ) from error
     except BaseException:
         del sys.modules[name]
         raise
@@ -181,7 +195,7 @@ def _runs(workload: str, module: ModuleType, read_proof: bool) -> dict[str, Once
     timed = partial(_timed, read_proof=read_proof)
     if workload == "W1":
         engine, _ = module.build_engine()
-        return {"total µs / cycle": timed(engine, [module.START], module.check, _per_cycle)}
+        return {W1_TOTAL: timed(engine, [module.START], module.check, _per_cycle)}
     if workload == "W2":
         return {"wall ms": timed(module.build_engine(), [], module.check, _wall_ms)}
     if workload == "W3":
@@ -218,6 +232,16 @@ def _timed(
             _ = result.integrity  # built on this first read
         seconds = perf_counter() - started
         return figure(seconds, check(result)), result.integrity.merkle_root
+
+    return once
+
+
+def _engine_share(run: Once, user: Callable[[], Awaitable[float]]) -> Once:
+    """`run` (W1's µs per cycle) less the replay of its user code: the engine's share."""
+
+    async def once() -> tuple[float, str]:
+        total, root = await run()
+        return total - await user(), root
 
     return once
 
@@ -287,6 +311,9 @@ async def _workload(
             f"({type(error).__name__}: {error}): it lacks what the workload uses"
         ) from error
     current = _runs(workload, module, read_proof)
+    if workload == "W1":  # the current engine's share, beside the baseline's whole cycle
+        baseline[W1_ENGINE] = baseline[W1_TOTAL]
+        current[W1_ENGINE] = _engine_share(current[W1_TOTAL], await chain.user_timer())
     if workload == "W2":  # the floor, timed in every round beside both engines
         baseline["anyio floor ms"] = current["anyio floor ms"] = _anyio_floor
     series = await _alternate(baseline, current, rounds)

@@ -15,7 +15,7 @@ snapshot its line has grown past).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from time import perf_counter
 from typing import Final, final
@@ -48,7 +48,7 @@ from ._common import (
 )
 from .floor import cycle_floor
 
-__all__ = ["START", "ChainLink", "Step", "build_engine", "check", "measure"]
+__all__ = ["START", "ChainLink", "Step", "build_engine", "check", "measure", "user_timer"]
 
 LINKS: Final = 200
 _KEY: Final = ContextKey.SEEDS
@@ -134,6 +134,25 @@ async def _replay(
     for index, snapshot in zip(executed, snapshots, strict=False):
         await links[index].execute(snapshot)
     return accepts, perf_counter() - started
+
+
+async def user_timer() -> Callable[[], Awaitable[float]]:
+    """A timer of a W1 run's user code, in µs per cycle, from a clean heap on each await.
+
+    The user code is the run's `accepts` and `execute` calls, replayed as `measure` replays
+    them. The run is recorded once, on this package's engine; a run's engine share is its time
+    per cycle minus the replay's.
+    """
+    _, links = build_engine()
+    steps = await _record()
+    per_cycle = 1e6 / len(steps)
+
+    async def timed() -> float:
+        prepare()
+        accepts, execute = await _replay(links, steps, range(LINKS))
+        return (accepts + execute) * per_cycle
+
+    return timed
 
 
 async def _record() -> list[Step]:

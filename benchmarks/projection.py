@@ -11,8 +11,12 @@ A goal's projection is that ratio times the issue's own figure for `4387133`:
 
 A goal counts as met only when the upper quartile of the per-round ratios projects within
 its limit (W2, which has no per-round ratio over its floor, uses the ratio of the medians).
-W1's engine share is not projected: it needs the replay, which reads private parts of the
-context that `4387133` does not have.
+
+W1's engine share needs the replay of the run's user code, which reads private parts of the
+context that `4387133` does not have. Its ratio is the current engine's share over
+`4387133`'s whole cycle, round by round, so it is projected onto the issue's whole cycle at
+the start (82.5 µs): the machine's pace is taken from the whole cycle, which both engines
+run, and the share from the current engine alone.
 """
 
 from __future__ import annotations
@@ -22,10 +26,15 @@ from typing import Final, cast, final
 
 from ._common import Figures, rounded
 
-__all__ = ["GOALS", "ISSUE_GOALS", "ISSUE_START", "NOT_PROJECTED", "Goal", "project"]
+__all__ = ["GOALS", "ISSUE_GOALS", "ISSUE_START", "W1_ENGINE", "W1_TOTAL", "Goal", "project"]
 
 ISSUE_START: Final = "4387133"
 """The commit the issue measured its starting figures on."""
+
+W1_TOTAL: Final = "total µs / cycle"
+W1_ENGINE: Final = "engine µs / cycle (baseline: its total)"
+"""W1's engine share in a comparison: the current run less its replayed user code, beside
+the baseline's whole cycle (the earlier package cannot replay its own)."""
 
 ISSUE_GOALS: Final = (
     ("W1_engine_us_per_cycle", "W1", "engine_us_per_cycle", 15.0),
@@ -63,18 +72,13 @@ def _goal(name: str, workload: str, figure: str, at_start: float) -> Goal:
 
 
 GOALS: Final = (
-    _goal("W1_total_us_per_cycle", "W1", "total µs / cycle", 82.5),
+    _goal("W1_total_us_per_cycle", "W1", W1_TOTAL, 82.5),
+    _goal("W1_engine_us_per_cycle", "W1", W1_ENGINE, 82.5),
     _goal("W2_engine_over_floor_ms", "W2", "over the anyio floor ms", 7.6),
     _goal("W3_us_per_fact", "W3", "µs / fact", 10.0),
     _goal("W4_us_per_cycle_1000", "W4", "µs / cycle, 1000 registered", 33.5),
 )
 """The goals a comparison with `ISSUE_START` projects."""
-NOT_PROJECTED: Final = {
-    "W1_engine_us_per_cycle": (
-        "not projected: the engine's share needs the replay, which reads private parts of "
-        "the context that 4387133 does not have"
-    ),
-}
 
 
 def project(report: Figures) -> Figures:
@@ -97,7 +101,6 @@ def project(report: Figures) -> Figures:
     for goal in GOALS:
         if goal.workload in report:
             projected[goal.name] = _projected(goal, _part(report, goal.workload, goal.figure))
-    projected.update(NOT_PROJECTED)
     return projected
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import converge
 from benchmarks import baseline, chain
+from benchmarks.projection import W1_ENGINE
 
 _REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -50,6 +51,19 @@ def test_a_rebound_workload_is_built_from_the_earlier_package(tmp_path: Path) ->
             del sys.modules[name]
 
 
+def test_a_dependency_the_earlier_package_lacks_is_named_with_its_install(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "converge"
+    root.mkdir()
+    (root / "__init__.py").write_text("from ._context import Context\n", encoding="utf-8")
+    (root / "_context.py").write_text("import lost_dependency_xyz\nContext = 1\n")
+    with pytest.raises(ValueError, match="imports 'lost_dependency_xyz'") as raised:
+        baseline.load_package(root, "converge_missing_test")
+    assert "-m pip install lost_dependency_xyz" in str(raised.value)
+    assert not [name for name in sys.modules if name.startswith("converge_missing_test")]
+
+
 def test_compare_times_both_engines_on_the_same_work() -> None:
     report = baseline.compare("HEAD", rounds=2, only=("W1", "W4"))
     assert report["rounds"] == 2
@@ -61,6 +75,23 @@ def test_compare_times_both_engines_on_the_same_work() -> None:
         timed = figure[engine]
         assert isinstance(timed, float)
         assert timed > 0
+    # the engine's share: the current run less its replayed user code, a part of the cycle
+    share = _figures(_figures(report, "W1"), W1_ENGINE)
+    assert share["same_root"] is True
+    pace, cycle, engine, whole = (
+        share["baseline"],
+        figure["baseline"],
+        share["current"],
+        figure["current"],
+    )
+    assert isinstance(pace, float)
+    assert isinstance(cycle, float)
+    assert isinstance(engine, float)
+    assert isinstance(whole, float)
+    assert 0.5 < pace / cycle < 2  # the baseline's whole cycle again, timed beside the share
+    assert 0 < engine < whole
+    assert isinstance(share["ratio"], float)
+    assert 0 < share["ratio"] < 1
     assert set(_figures(report, "W4")) == {
         "µs / cycle, 1 registered",
         "µs / cycle, 1000 registered",

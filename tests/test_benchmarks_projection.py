@@ -5,7 +5,7 @@ from typing import cast
 import pytest
 
 from benchmarks._common import Figures
-from benchmarks.projection import GOALS, ISSUE_START, NOT_PROJECTED, project
+from benchmarks.projection import ISSUE_START, W1_ENGINE, W1_TOTAL, project
 
 
 def _ratio(ratio: float, low: float, high: float) -> Figures:
@@ -28,7 +28,7 @@ def _goal(projected: Figures, name: str) -> Figures:
 
 
 def test_a_ratio_is_projected_onto_the_issues_figure_for_its_starting_commit() -> None:
-    report = _report(W1={"total µs / cycle": _ratio(0.7, 0.69, 0.71)})
+    report = _report(W1={W1_TOTAL: _ratio(0.7, 0.69, 0.71), W1_ENGINE: _ratio(0.3, 0.3, 0.3)})
     goal = _goal(project(report), "W1_total_us_per_cycle")
     assert goal["projected"] == pytest.approx(57.75)  # 0.7 x 82.5
     assert goal["projected_quartiles"] == pytest.approx([56.93, 58.58], abs=0.01)
@@ -38,7 +38,7 @@ def test_a_ratio_is_projected_onto_the_issues_figure_for_its_starting_commit() -
 
 def test_a_goal_is_met_only_when_the_upper_quartile_projects_within_its_limit() -> None:
     # the median projects to 59.4 (within 60), the upper quartile to 61.9 (over it)
-    report = _report(W1={"total µs / cycle": _ratio(0.72, 0.70, 0.75)})
+    report = _report(W1={W1_TOTAL: _ratio(0.72, 0.70, 0.75), W1_ENGINE: _ratio(0.3, 0.3, 0.3)})
     goal = _goal(project(report), "W1_total_us_per_cycle")
     assert goal["projected"] == pytest.approx(59.4)
     assert goal["met"] is False
@@ -52,12 +52,24 @@ def test_w2_is_projected_from_the_ratio_of_its_medians_over_the_floor() -> None:
     assert goal["met"] is True
 
 
-def test_only_the_measured_workloads_are_projected_and_the_engine_share_never() -> None:
+def test_only_the_measured_workloads_are_projected() -> None:
     projected = project(_report(W3={"µs / fact": _ratio(0.6, 0.58, 0.62)}))
-    assert set(projected) == {"W3_us_per_fact", *NOT_PROJECTED}
+    assert set(projected) == {"W3_us_per_fact"}
     assert _goal(projected, "W3_us_per_fact")["met"] is False  # 6.2 against 5
-    assert "replay" in str(projected["W1_engine_us_per_cycle"])
-    assert {goal.name for goal in GOALS}.isdisjoint(NOT_PROJECTED)
+
+
+def test_w1s_engine_share_is_projected_as_a_part_of_the_issues_whole_cycle() -> None:
+    # the current engine's share is 0.2 of 4387133's whole cycle, round by round
+    report = _report(W1={W1_TOTAL: _ratio(0.6, 0.59, 0.61), W1_ENGINE: _ratio(0.2, 0.19, 0.21)})
+    projected = project(report)
+    assert set(projected) == {"W1_total_us_per_cycle", "W1_engine_us_per_cycle"}
+    engine = _goal(projected, "W1_engine_us_per_cycle")
+    assert engine["at_start"] == 82.5  # the whole cycle's, not the engine's 38.1
+    assert engine["projected"] == pytest.approx(16.5)
+    assert engine["limit"] == 15.0
+    assert engine["met"] is False
+    report = _report(W1={W1_TOTAL: _ratio(0.6, 0.59, 0.61), W1_ENGINE: _ratio(0.17, 0.16, 0.18)})
+    assert _goal(project(report), "W1_engine_us_per_cycle")["met"] is True  # 14.85
 
 
 def test_a_comparison_with_another_commit_is_refused() -> None:
@@ -70,6 +82,7 @@ def test_a_comparison_with_another_commit_is_refused() -> None:
     ("part", "message"),
     [
         ({"W1": {}}, "no figures 'W1 / total µs / cycle'"),
+        ({"W1": {W1_TOTAL: _ratio(0.6, 0.59, 0.61)}}, r"no figures 'W1 / engine µs / cycle \(b"),
         ({"W4": {"µs / cycle, 1000 registered": {"ratio": 0.6}}}, "no ratio quartiles"),
         ({"W3": {"µs / fact": {"ratio": "0.6", "ratio_quartiles": [0.5, 0.7]}}}, "no number"),
         ({"W2": {"over the anyio floor ms": {"baseline": 0.0, "current": 1.0}}}, "not positive"),
