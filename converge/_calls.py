@@ -25,7 +25,7 @@ from ._model import trusted, trusted_builder
 from ._registry import Registration
 from ._trace import Execution, Outcome
 
-__all__ = ["Returned", "Slot", "describe_error", "failure", "records"]
+__all__ = ["Returned", "Slot", "describe_error", "failure", "records", "returned"]
 
 _build_execution: Final = trusted_builder(Execution)
 
@@ -141,17 +141,38 @@ class Slot:
         self, effect: AgentEffect, started: float, finished: float, record_effect: bool
     ) -> None:
         """The call returned `effect` between `started` and `finished` (`perf_counter()`);
-        its record keeps the effect if `record_effect`.
-
-        What the record says of the effect (how many proposals, the tokens, the metadata) is
-        read now, as the executor checked it: an effect changed below the API afterwards
-        does not change its call's record.
-        """
-        duration = (finished - started) * 1000.0
-        kept = effect if record_effect else None
-        count = len(effect.proposals)
-        self.returned = (self.reg, duration, count, effect.tokens, effect.metadata, kept)
+        its record keeps the effect if `record_effect` (`returned`)."""
+        self.returned = returned(self.reg, effect, started, finished, record_effect)
         self.effect = effect
+
+    def failed(self, started: float, error: Exception) -> None:
+        """The call raised `error` (or returned what is not an effect): a failure."""
+        self._execution = failure(self.reg, "failed", started, error)
+        self.error = error
+
+    def stray(self, started: float, error: BaseException) -> None:
+        """The call raised a cancellation exception that nothing requested: a failure."""
+        reg = self.reg
+        text = f"{describe_error(error)}, raised while nothing was cancelling the call"
+        self._execution = failure(reg, "failed", started, error, text=text)
+        wrapped = RuntimeError(f"execute() of {reg.name!r}: {text}")
+        wrapped.__cause__ = error
+        self.error = wrapped
+
+
+def returned(
+    reg: Registration, effect: AgentEffect, started: float, finished: float, record_effect: bool
+) -> Returned:
+    """What the record of a call that returned `effect` between `started` and `finished`
+    (`perf_counter()` readings) says; it keeps the effect itself if `record_effect`.
+
+    What it says of the effect (how many proposals, the tokens, the metadata) is read now,
+    as the executor checked it: an effect changed below the API afterwards does not change
+    its call's record.
+    """
+    kept = effect if record_effect else None
+    duration = (finished - started) * 1000.0
+    return (reg, duration, len(effect.proposals), effect.tokens, effect.metadata, kept)
 
 
 def _ok(returned: Returned) -> Execution:

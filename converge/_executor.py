@@ -7,6 +7,9 @@ Only a cancellation somebody requested is a cancellation: a suggestor that raise
 backend's cancellation exception while nothing is cancelling its call has failed. A result
 that comes back after its time limit (the suggestor blocked the event loop, or swallowed its
 cancellation) is a timeout, and its effect is dropped.
+
+A cycle's lone suggestor with no time limit is not called here: `LiveEffects` awaits it
+directly, and the run's `CancelWatch` tells its stray cancellation from the run's.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from math import inf
 from time import perf_counter
 from types import CoroutineType
-from typing import Any, Final, Literal, final
+from typing import Any, Literal, final
 
 import anyio
 import anyio.lowlevel
 
-from ._calls import Slot, describe_error, failure
+from ._calls import Slot, failure
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
+from ._watch import raise_if_cancelled
 
 __all__ = ["LATE", "ErrorMode", "Executor"]
 
@@ -36,7 +40,7 @@ LATE = "time budget exhausted: execute() returned after the run's deadline"
 class Executor:
     """Calls `execute` on each eligible suggestor, at most `max_concurrency` at once."""
 
-    __slots__ = ("_limiter", "_mode", "_record", "_timeout", "_unlimited")
+    __slots__ = ("_limiter", "_mode", "_record", "_timeout")
 
     def __init__(
         self,
@@ -50,22 +54,6 @@ class Executor:
         self._limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
         self._timeout = timeout
         self._mode = mode
-        self._unlimited = max_concurrency is None and timeout is None and mode == "isolate"
-
-    def begin(
-        self, slots: Sequence[Slot], snapshot: ContextSnapshot, deadline: float | None = None
-    ) -> Coroutine[Any, Any, None] | None:
-        """`run`, started in the caller's frame: `None` when every call is done (the slots
-        filled), else the coroutine that finishes them, to await.
-
-        A lone suggestor with no limit at all (no limiter, timeout or deadline, and failures
-        isolated) runs here up to its first suspension, with no coroutine of the executor's
-        around it: most cycles of a chain have one eligible suggestor, whose `execute`
-        returns without awaiting.
-        """
-        if self._unlimited and deadline is None and len(slots) == 1:
-            return self._start(slots[0], snapshot)
-        return self.run(slots, snapshot, deadline)
 
     async def run(
         self, slots: Sequence[Slot], snapshot: ContextSnapshot, deadline: float | None = None
@@ -105,11 +93,6 @@ class Executor:
         self, slot: Slot, snapshot: ContextSnapshot, deadline: float | None, lone: bool = False
     ) -> None:
         timeout = self._timeout
-        if lone and timeout is None and deadline is None:
-            pending = self._start(slot, snapshot)
-            if pending is not None:
-                await pending
-            return
         started = perf_counter()
         limit = inf if timeout is None else started + timeout
         if deadline is not None and deadline < limit:
@@ -128,77 +111,33 @@ class Executor:
                 try:
                     effect = await call
                 except anyio.get_cancelled_exc_class() as error:
-                    await _raise_if_cancelled(error)
-                    _stray(slot, started, error)
+                    await raise_if_cancelled(error)
+                    slot.stray(started, error)
             if slot.execution is not None:
                 return
         except Exception as error:  # isolated: recorded, never swallowed silently
-            _failed(slot, started, error)
+            slot.failed(started, error)
             return
         finished = perf_counter()
         if limit < inf and self._late(slot, started, finished, cancelled, deadline):
             return
-        self._settle(slot, effect, started, finished)
+        self.settle(slot, effect, started, finished)
 
-    def _start(self, slot: Slot, snapshot: ContextSnapshot) -> Coroutine[Any, Any, None] | None:
-        """Call a lone suggestor with no time limit, up to its first suspension, in the
-        caller's frame; `None` when the call is done, else the coroutine awaiting the rest.
-
-        A call that finishes without awaiting cannot have been cancelled. One that awaits
-        goes on through `_Driven`, which notes a native cancellation of the task (asyncio's
-        `Task.cancel`, which leaves no trace a cancel scope could show).
-        """
-        started = perf_counter()
-        try:
-            call = slot.reg.suggestor.execute(snapshot)
-            # `_steps_of`, inlined: this path is every cycle's with one eligible suggestor
-            steps: _Steps = call if type(call) is _COROUTINE else call.__await__()
-        except Exception as error:  # isolated: recorded, never swallowed silently
-            _failed(slot, started, error)
-            return None
-        try:
-            first = steps.send(None)
-        except StopIteration as stop:
-            effect: object = stop.value
-        except Exception as error:
-            _failed(slot, started, error)
-            return None
-        except anyio.get_cancelled_exc_class() as error:
-            return _cancelled(slot, started, error)
-        else:
-            return self._resume(slot, _Driven(steps, slot, inf, first), started)
-        self._settle(slot, effect, started, perf_counter())
-        return None
-
-    async def _resume(self, slot: Slot, driven: _Driven, started: float) -> None:
-        """Await the rest of a call `_start` began."""
-        try:
-            effect = await driven
-        except anyio.get_cancelled_exc_class() as error:
-            if driven.cancelled_natively:
-                raise
-            await _cancelled(slot, started, error)
-            return
-        except Exception as error:
-            _failed(slot, started, error)
-            return
-        self._settle(slot, effect, started, perf_counter())
-
-    def _settle(self, slot: Slot, effect: object, started: float, finished: float) -> None:
+    def settle(self, slot: Slot, effect: object, started: float, finished: float) -> None:
         """Fill the slot with the effect a call returned in time, checked, or its failure."""
         name = slot.reg.name
         if not isinstance(effect, AgentEffect):
             error = TypeError(
                 f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
             )
-            _failed(slot, started, error)
+            slot.failed(started, error)
         elif type(effect.proposals) is not tuple or type(effect.tokens) is not int:
             error = TypeError(  # an AgentEffect built around validation (model_construct)
                 f"execute() of {name!r} returned an AgentEffect that skipped validation "
                 f"(proposals: {type(effect.proposals).__name__}, "
                 f"tokens: {type(effect.tokens).__name__})"
             )
-            _failed(slot, started, error)
+            slot.failed(started, error)
         else:
             slot.succeeded(effect, started, finished, self._record)
 
@@ -226,7 +165,7 @@ class Executor:
                 await anyio.lowlevel.checkpoint()
                 raise
         if stray is not None:
-            _stray(slot, started, stray)
+            slot.stray(started, stray)
         elif scope.cancelled_caught:
             error = TimeoutError(f"no effect within {timeout} s")
             slot.execution = failure(slot.reg, "timed_out", started, error)
@@ -257,21 +196,6 @@ class Executor:
         return False
 
 
-async def _cancelled(slot: Slot, started: float, error: BaseException) -> None:
-    """A cancellation exception out of a lone call: the task's, or a failure if nothing is
-    cancelling it."""
-    await _raise_if_cancelled(error)
-    _stray(slot, started, error)
-
-
-async def _raise_if_cancelled(error: BaseException) -> None:
-    """Raise the task's cancellation if a cancel scope is cancelling it; else return."""
-    if anyio.get_current_task().has_pending_cancellation():
-        await anyio.lowlevel.checkpoint()  # raises the scope's own cancellation
-        raise error
-
-
-_UNSTARTED: Final = object()
 _Steps = Generator[Any, Any, object] | Coroutine[Any, Any, object]
 """A call's steps: its `__await__` iterator, or the coroutine itself."""
 _COROUTINE: type[Coroutine[Any, Any, object]] = CoroutineType
@@ -287,57 +211,35 @@ def _steps_of(call: Awaitable[object]) -> _Steps:
 
 @final
 class _Driven:
-    """Awaits a call's steps as `await` would, noting what happens between them.
+    """Awaits a call's steps as `await` would, timing each against `limit`.
 
-    `cancelled_natively` is set when the event loop threw a cancellation into the call while
-    no cancel scope of the task was cancelled: asyncio's own `Task.cancel` (trio and cancel
-    scopes leave a pending cancellation that `has_pending_cancellation` sees).
-
-    With a `limit` (a `perf_counter()` time), each step is timed: one still running when the
-    limit passed held the event loop, so nothing could cancel it; its length goes to
-    `slot.held`.
+    A step still running when the limit (a `perf_counter()` time) passed held the event
+    loop, so nothing could cancel it; its length goes to `slot.held`.
     """
 
-    __slots__ = ("_first", "_limit", "_slot", "_steps", "cancelled_natively")
+    __slots__ = ("_limit", "_slot", "_steps")
 
-    def __init__(
-        self,
-        steps: _Steps,
-        slot: Slot,
-        limit: float,
-        first: object = _UNSTARTED,
-    ) -> None:
+    def __init__(self, steps: _Steps, slot: Slot, limit: float) -> None:
         self._steps = steps
         self._slot = slot
         self._limit = limit
-        self._first = first
-        self.cancelled_natively = False
 
     def _step(self, step: Callable[[Any], Any], value: object) -> tuple[bool, object]:
         """Run one step: `(True, result)` when the call returned, `(False, yielded)` if not."""
-        limit = self._limit
-        begun = perf_counter() if limit < inf else 0.0
+        begun = perf_counter()
         try:
             return False, step(value)
         except StopIteration as stop:
             result: object = stop.value
             return True, result
         finally:
-            if limit < inf:
-                ended = perf_counter()
-                if begun <= limit < ended:
-                    self._slot.held = ended - begun
-
-    def _thrown(self) -> None:
-        if not anyio.get_current_task().has_pending_cancellation():
-            self.cancelled_natively = True
+            ended = perf_counter()
+            if begun <= self._limit < ended:
+                self._slot.held = ended - begun
 
     def __await__(self) -> Generator[Any, Any, object]:
         steps = self._steps
-        if self._first is _UNSTARTED:
-            done, value = self._step(steps.send, None)
-        else:
-            done, value = False, self._first
+        done, value = self._step(steps.send, None)
         while not done:
             try:
                 sent = yield value
@@ -345,25 +247,7 @@ class _Driven:
                 steps.close()
                 raise
             except BaseException as error:  # thrown in by the event loop
-                if isinstance(error, anyio.get_cancelled_exc_class()):
-                    self._thrown()
                 done, value = self._step(steps.throw, error)
             else:
                 done, value = self._step(steps.send, sent)
         return value
-
-
-def _failed(slot: Slot, started: float, error: Exception) -> None:
-    """Record a call that raised (or returned what is not an effect) as a failure."""
-    slot.execution = failure(slot.reg, "failed", started, error)
-    slot.error = error
-
-
-def _stray(slot: Slot, started: float, error: BaseException) -> None:
-    """Record a cancellation exception that nothing requested as a failure."""
-    reg = slot.reg
-    text = f"{describe_error(error)}, raised while nothing was cancelling the call"
-    slot.execution = failure(reg, "failed", started, error, text=text)
-    wrapped = RuntimeError(f"execute() of {reg.name!r}: {text}")
-    wrapped.__cause__ = error
-    slot.error = wrapped

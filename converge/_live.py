@@ -16,7 +16,7 @@ from typing import final
 import anyio
 
 from ._budget import Stopwatch, time_detail
-from ._calls import Returned, Slot, failure, records
+from ._calls import Returned, Slot, failure, records, returned
 from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
@@ -30,6 +30,7 @@ from ._source import Batch, End
 from ._stop import StopReason
 from ._suggestor import SuggestorId
 from ._trace import CycleTrace, Execution
+from ._watch import CancelWatch, raise_if_cancelled
 
 __all__ = ["LiveEffects"]
 
@@ -39,6 +40,7 @@ class LiveEffects:
     """The `EffectSource` of a live run: check `accepts`, execute the eligible, time it all."""
 
     __slots__ = (
+        "_alone",
         "_budget",
         "_events",
         "_executor",
@@ -47,9 +49,11 @@ class LiveEffects:
         "_max_seconds",
         "_max_tokens",
         "_raise",
+        "_record_effects",
         "_retries",
         "_stopwatch",
         "_view",
+        "_watch",
     )
 
     def __init__(
@@ -58,9 +62,11 @@ class LiveEffects:
         view: RegistryView,
         stopwatch: Stopwatch,
         events: RunEvents,
+        watch: CancelWatch,
         history: Sequence[CycleTrace] = (),
     ) -> None:
         self._view = view
+        self._watch = watch
         self._retries = Retries.replayed(view.own_retries, config.retry, history)
         self._executor = Executor(
             max_concurrency=config.max_concurrency,
@@ -76,6 +82,9 @@ class LiveEffects:
         self._max_seconds = budget.max_seconds
         self._stopwatch = stopwatch
         self._raise = config.on_suggestor_error == "raise"
+        self._record_effects = config.record_effects
+        self._alone = config.suggestor_timeout is None and self._max_seconds is None
+        """Whether a lone eligible suggestor is awaited directly (nothing limits its time)."""
         self._events = events
         if self._max_seconds is not None:
             events.deliver_within(self._remaining)
@@ -96,20 +105,77 @@ class LiveEffects:
     async def produce(
         self, cycle: int, dirty: frozenset[AnyKey], snapshot: ContextSnapshot, /
     ) -> Batch:
-        """Run the eligible candidates of `dirty`, and the retries due, against `snapshot`."""
+        """Run the eligible candidates of `dirty`, and the retries due, against `snapshot`.
+
+        One eligible suggestor without a time limit (no timeout, no time budget) and no
+        failed `accepts` or retry beside it, which is most cycles of a chain, is awaited
+        here directly: no slot, task, scope or wrapper of the executor's around it.
+        """
         candidates = self._view.candidates(dirty)
         if self._retries.pending:
             candidates = await self._with_retries(cycle, candidates)
         eligible, refused = self._eligible(candidates, snapshot)
         if not eligible:
             return Batch((), tuple(refused), (), 0, None, bool(refused))
+        if not self._alone or len(eligible) != 1 or refused or self._retries.pending:
+            return await self._execute(cycle, eligible, refused, snapshot)
+        reg = eligible[0]
+        native = self._watch.native
+        started = perf_counter()
+        try:
+            effect = await reg.suggestor.execute(snapshot)
+        except BaseException as error:
+            slot = await self._failed(reg, error, started, native)
+            return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
+        finished = perf_counter()
+        # The executor's checks (`Executor.settle` names what is wrong): a suggestor's
+        # annotations do not say what it returns.
+        if (
+            not isinstance(effect, AgentEffect)  # pyright: ignore[reportUnnecessaryIsInstance]
+            or type(effect.proposals) is not tuple
+            or type(effect.tokens) is not int
+        ):
+            slot = Slot(reg)
+            self._executor.settle(slot, effect, started, finished)
+            if self._raise and slot.error is not None:
+                raise slot.error
+            return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
+        record = returned(reg, effect, started, finished, self._record_effects)
+        return Batch((reg,), [record], ((reg, effect),), effect.tokens, None, False)
+
+    async def _failed(
+        self, reg: Registration, error: BaseException, started: float, native: int
+    ) -> Slot:
+        """The slot of a lone call that raised `error`: its failure, unless `error` is a
+        cancellation of the run (a cancel scope's, or one thrown in natively since `native`
+        was the watch's count), which is raised again."""
+        slot = Slot(reg)
+        if isinstance(error, anyio.get_cancelled_exc_class()):
+            if self._watch.native != native:
+                raise error
+            await raise_if_cancelled(error)
+            slot.stray(started, error)
+        elif isinstance(error, Exception):
+            slot.failed(started, error)
+        else:  # KeyboardInterrupt, SystemExit: not the suggestor's failure
+            raise error
+        if self._raise and slot.error is not None:
+            raise slot.error
+        return slot
+
+    async def _execute(
+        self,
+        cycle: int,
+        eligible: list[Registration],
+        refused: list[Execution],
+        snapshot: ContextSnapshot,
+    ) -> Batch:
+        """Execute the eligible concurrently through the executor, under the time budget."""
         slots = list(map(Slot, eligible))  # no comprehension: it makes a function each cycle
         started = perf_counter()
         remaining = self._remaining()
         if remaining is None:
-            pending = self._executor.begin(slots, snapshot)
-            if pending is not None:  # a lone call done without awaiting needs no coroutine
-                await pending
+            await self._executor.run(slots, snapshot)
             timed_out = False
         elif remaining > 0.0:
             with anyio.move_on_after(remaining) as scope:
@@ -118,6 +184,19 @@ class LiveEffects:
             timed_out = scope.cancelled_caught or any(slot.late for slot in slots)
         else:
             timed_out = True  # observers spent the time that was left: nothing runs
+        return self._batch(cycle, eligible, refused, slots, started, timed_out=timed_out)
+
+    def _batch(
+        self,
+        cycle: int,
+        eligible: list[Registration],
+        refused: list[Execution],
+        slots: list[Slot],
+        started: float,
+        *,
+        timed_out: bool,
+    ) -> Batch:
+        """The cycle's batch from its filled slots; failures are numbered for retries."""
         tokens = 0
         failed = timed_out or bool(refused)
         effects: list[tuple[Registration, AgentEffect]] = []

@@ -39,6 +39,7 @@ from ._source import Batch, EffectSource
 from ._state import RunState, run_trace
 from ._stop import StopReason
 from ._trace import Rejection
+from ._watch import CancelWatch
 
 if TYPE_CHECKING:
     from ._durable import CycleSaver
@@ -63,6 +64,7 @@ class RunLoop:
         "_state",
         "_stopwatch",
         "_view",
+        "_watch",
         "events",
     )
 
@@ -81,6 +83,8 @@ class RunLoop:
         self._cycle_start = 0.0
         """The cycle's start, a `perf_counter()` reading (`Stopwatch.at` tells its times)."""
         self._gate: Gate | None = None  # the engine's, kept while the human-rejected stay
+        self._watch = CancelWatch()
+        """What tells a suggestor's stray cancellation from a native one of the run."""
         log = EventLog(run_id=state.run_id)
         self.events = RunEvents(state.run_id, config.observers, log)
 
@@ -88,7 +92,9 @@ class RunLoop:
 
     async def start(self, source: EffectSource | None = None) -> ConvergeResult:
         """Merge the inputs at cycle 0, then run cycles from `source` (live by default)."""
-        source = source or LiveEffects(self._config, self._view, self._stopwatch, self.events)
+        source = source or LiveEffects(
+            self._config, self._view, self._stopwatch, self.events, self._watch
+        )
         self._started()
         return await self._drive(source, self._merge_inputs(source))
 
@@ -100,7 +106,9 @@ class RunLoop:
         if pending:
             self._apply_decisions(pending, decisions)
         state = self._state
-        live = LiveEffects(self._config, self._view, self._stopwatch, self.events, state.cycles)
+        live = LiveEffects(
+            self._config, self._view, self._stopwatch, self.events, self._watch, state.cycles
+        )
         return await self._drive(live, None)
 
     # -- the cycle -------------------------------------------------------------------------------
@@ -114,7 +122,8 @@ class RunLoop:
         saver = self._saver
         try:
             if result is None:
-                result = await self._cycles(source)
+                cycles = self._watch.watching(self._cycles(source))
+                result = await cycles
             await self.events.flush()
         except anyio.get_cancelled_exc_class():
             if saver is not None:
