@@ -313,7 +313,7 @@ their promotion record's text from run to run."""
 class Gate:
     """The gate of one merge: checks proposals against the policy and promotes them."""
 
-    __slots__ = ("_kind", "_limits", "_policy", "_refused", "_stamps")
+    __slots__ = ("_kind", "_limits", "_policy", "_stamps", "refused")
 
     def __init__(
         self,
@@ -332,13 +332,10 @@ class Gate:
             policy.max_content_bytes,
         )
         self._kind: GateKind = kind
-        self._refused = refused
+        self.refused = refused
+        """The slots a human rejected in this run: proposals for them are refused. Read,
+        never changed: an engine keeps its gate while its run's set stays the same."""
         self._stamps: Stamps = {} if stamps is None else stamps
-
-    @property
-    def refused(self) -> frozenset[tuple[AnyKey, str]]:
-        """The slots a human rejected in this run: proposals for them are refused."""
-        return self._refused
 
     def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
         """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`: the
@@ -383,7 +380,7 @@ class Gate:
             reason = _model_reason(typed, payload)
             if reason is not None:
                 return reason
-        refused = self._refused
+        refused = self.refused
         if refused and (key, ident) in refused:
             return f"{key}/{ident} was rejected by a human in this run"
         return None

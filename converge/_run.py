@@ -290,24 +290,26 @@ class RunLoop:
         deadline = None
         if policy is not None and policy.timeout is not None:
             deadline = config.clock() + policy.timeout
+        kept = self._gate  # the engine's, while the human-rejected slots stay the same
+        if gate != "engine" or kept is None or kept.refused is not self._state.human_rejected:
+            kept = self._new_gate(gate)
         return Merger(
             snapshot,
             cycle,
-            self._gate_of(gate),
+            kept,
             config.on_conflict if mode is None else mode,
             self._view.structural,
             policy,
             deadline,
         )
 
-    def _gate_of(self, kind: GateKind) -> Gate:
-        """The gate of `kind` for this run's policy, stamps and human-rejected slots."""
+    def _new_gate(self, kind: GateKind) -> Gate:
+        """A gate of `kind` for this run's policy, stamps and human-rejected slots; the
+        engine's is kept for the next cycles (`_merger`)."""
         refused = self._state.human_rejected
-        gate = self._gate
-        if kind != "engine" or gate is None or gate.refused is not refused:
-            gate = Gate(self._config.policy, kind=kind, refused=refused, stamps=self._view.stamps)
-            if kind == "engine":
-                self._gate = gate
+        gate = Gate(self._config.policy, kind=kind, refused=refused, stamps=self._view.stamps)
+        if kind == "engine":
+            self._gate = gate
         return gate
 
     def _fixed_point(self) -> ConvergeResult:
@@ -369,7 +371,9 @@ class RunLoop:
             held = merger.held
             violations = (*merger.violations, *semantic)
         events = self.events
-        if events.debug or (events.warn and _noteworthy(batch, merger, violations)):
+        # above debug level, only failures, holds and violations are worth narrating
+        noteworthy = batch.failed or violations or (merger is not None and merger.held)
+        if events.debug or (events.warn and noteworthy):
             batch.calls = built = records(batch.calls)  # built once: the trace keeps these
             events.executions(cycle, built)
             events.merged(cycle, promoted, rejected, held, violations)
@@ -443,8 +447,3 @@ def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedF
         provenance=f"human:{decision.by}",
         evidence=tuple(proposal.evidence),
     )
-
-
-def _noteworthy(batch: Batch, merger: Merger | None, violations: Sequence[Violation]) -> bool:
-    """Whether a cycle has anything above debug level to narrate: failures, holds, violations."""
-    return batch.failed or bool(violations) or (merger is not None and bool(merger.held))

@@ -53,7 +53,6 @@ class RunEvents:
     """Builds a run's events for whoever wants them: observers on `flush`, the log at once."""
 
     __slots__ = (
-        "_buffer",
         "_finished",
         "_log",
         "_observed",
@@ -62,6 +61,7 @@ class RunEvents:
         "_run_id",
         "debug",
         "info",
+        "pending",
         "warn",
     )
 
@@ -69,7 +69,9 @@ class RunEvents:
         self._run_id = run_id
         self._observers = observers
         self._log = log
-        self._buffer: list[EngineEvent] = []
+        self.pending: list[EngineEvent] = []
+        """The events waiting for the observers (`flush` delivers them); read, never changed,
+        outside this class."""
         self._remaining: Callable[[], float | None] | None = None
         self._finished = False
         self._observed = bool(observers)
@@ -83,23 +85,18 @@ class RunEvents:
 
     def _emit(self, event: EngineEvent) -> None:
         if self._observed:
-            self._buffer.append(event)
+            self.pending.append(event)
         self._log.write(event)
 
     def deliver_within(self, remaining: Callable[[], float | None], /) -> None:
         """Deliver from now on within the seconds `remaining()` gives (the run's time left)."""
         self._remaining = remaining
 
-    @property
-    def pending(self) -> bool:
-        """Whether events wait to be delivered (`flush` has something to do)."""
-        return bool(self._buffer)
-
     async def flush(self) -> None:
         """Deliver what is buffered; the run waits for its observers here, between phases."""
-        if not self._buffer:
+        if not self.pending:
             return
-        events, self._buffer = self._buffer, []
+        events, self.pending = self.pending, []
         remaining = None if self._remaining is None else self._remaining()
         if remaining is None:
             await deliver(self._observers, events, self._failed)
