@@ -120,14 +120,17 @@ class LiveEffects:
         if not self._alone or len(eligible) != 1 or refused or self._retries.pending:
             return await self._execute(cycle, eligible, refused, snapshot)
         reg = eligible[0]
-        native = self._watch.native
+        watch = self._watch
+        resumed, native = watch.resumed, watch.native
         started = perf_counter()
         try:
             effect = await reg.suggestor.execute(snapshot)
         except BaseException as error:
-            slot = await self._failed(reg, error, started, native)
+            slot = await self._failed(reg, error, started, resumed, native)
             return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
         finished = perf_counter()
+        if watch.resumed != resumed:  # it suspended: it may have swallowed a cancellation
+            await watch.honour(native)
         # The executor's checks (`Executor.settle` names what is wrong): a suggestor's
         # annotations do not say what it returns.
         if (
@@ -144,20 +147,23 @@ class LiveEffects:
         return Batch((reg,), [record], ((reg, effect),), effect.tokens, None, False)
 
     async def _failed(
-        self, reg: Registration, error: BaseException, started: float, native: int
+        self, reg: Registration, error: BaseException, started: float, resumed: int, native: int
     ) -> Slot:
-        """The slot of a lone call that raised `error`: its failure, unless `error` is a
-        cancellation of the run (a cancel scope's, or one thrown in natively since `native`
-        was the watch's count), which is raised again."""
+        """The slot of a lone call that raised `error`: its failure, unless the run was
+        cancelled meanwhile (through a cancel scope, or natively since the watch counted
+        `native`), which goes on; a `KeyboardInterrupt` or `SystemExit` goes on as it is."""
+        watch = self._watch
         slot = Slot(reg)
-        if isinstance(error, anyio.get_cancelled_exc_class()):
-            if self._watch.native != native:
+        if isinstance(error, Exception):
+            if watch.resumed != resumed:  # it may have turned a cancellation into this
+                await watch.honour(native)
+            slot.failed(started, error)
+        elif isinstance(error, anyio.get_cancelled_exc_class()):
+            if watch.native != native:
                 raise error
             await raise_if_cancelled(error)
             slot.stray(started, error)
-        elif isinstance(error, Exception):
-            slot.failed(started, error)
-        else:  # KeyboardInterrupt, SystemExit: not the suggestor's failure
+        else:
             raise error
         if self._raise and slot.error is not None:
             raise slot.error
@@ -172,6 +178,8 @@ class LiveEffects:
     ) -> Batch:
         """Execute the eligible concurrently through the executor, under the time budget."""
         slots = list(map(Slot, eligible))  # no comprehension: it makes a function each cycle
+        watch = self._watch
+        resumed, native = watch.resumed, watch.native
         started = perf_counter()
         remaining = self._remaining()
         if remaining is None:
@@ -184,6 +192,8 @@ class LiveEffects:
             timed_out = scope.cancelled_caught or any(slot.late for slot in slots)
         else:
             timed_out = True  # observers spent the time that was left: nothing runs
+        if watch.resumed != resumed:  # a call may have swallowed the run's cancellation
+            await watch.honour(native)
         return self._batch(cycle, eligible, refused, slots, started, timed_out=timed_out)
 
     def _batch(

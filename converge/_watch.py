@@ -6,8 +6,11 @@ not. Whoever cancels through a cancel scope leaves a pending cancellation that
 `has_pending_cancellation` sees. asyncio's own `Task.cancel` (an `asyncio.timeout` or
 `wait_for` around `engine.run`) leaves nothing once it is delivered, so a run's cycles are
 awaited through its watch (`watching`), which steps them as `await` would and counts each
-cancellation thrown in while no cancel scope of the task was cancelled. A call that raised a
-cancellation was cancelled natively if the count moved while it ran.
+time the task resumes, and each cancellation thrown in while no cancel scope of the task was
+cancelled. A call that raised a cancellation was cancelled natively if that count moved
+while it ran. A call that suspended and then returned (or raised another error) may have
+swallowed the run's cancellation: thrown in natively, or pending in a cancel scope; the
+run's cancellation goes on all the same (`honour`).
 
 One watch per run, not one wrapper per call: a call awaited directly costs what `await`
 costs, and only a run that suspends pays for the watch, one step each time it resumes.
@@ -35,13 +38,33 @@ async def raise_if_cancelled(error: BaseException) -> None:
 
 @final
 class CancelWatch:
-    """Counts the native cancellations thrown into the coroutines it watches."""
+    """Counts the resumes of the run it watches, and the native cancellations thrown in."""
 
-    __slots__ = ("native",)
+    __slots__ = ("native", "resumed")
 
     def __init__(self) -> None:
+        self.resumed = 0
+        """How many times the event loop resumed the run's task (a call suspended)."""
         self.native = 0
-        """How many cancellations the event loop threw in with no cancel scope cancelling."""
+        """How many cancellations it threw in while no cancel scope of the task was
+        cancelling."""
+
+    def swallowed(self) -> BaseException:
+        """The cancellation to raise for the run when a native one was thrown into a call
+        that did not let it through (it returned, or raised something else)."""
+        return anyio.get_cancelled_exc_class()(
+            "the run was cancelled while a suggestor ran, and the suggestor swallowed it"
+        )
+
+    async def honour(self, native: int) -> None:
+        """After a call that suspended returned (or raised something else than a
+        cancellation): raise the run's cancellation if it swallowed one, thrown in natively
+        since the count was `native` or pending in a cancel scope (trio's, and anyio's on
+        any backend, stay pending until they are raised); return if there is none."""
+        if self.native != native:
+            raise self.swallowed()
+        if anyio.get_current_task().has_pending_cancellation():
+            await anyio.lowlevel.checkpoint()  # raises the scope's own cancellation
 
     def watching(self, coroutine: Coroutine[Any, Any, T], /) -> _Watched[T]:
         """`coroutine`, to await: stepped as `await` steps it, its cancellations counted."""
@@ -75,6 +98,7 @@ class _Watched(Generic[T]):
                 if isinstance(error, anyio.get_cancelled_exc_class()):
                     self._noted()
                 sent, thrown = None, error
+            self._watch.resumed += 1
 
     def _noted(self) -> None:
         if not anyio.get_current_task().has_pending_cancellation():

@@ -97,6 +97,16 @@ def swallows_cancellation() -> Behaviour:
     return behaviour
 
 
+def turns_cancellation_into_an_error() -> Behaviour:
+    async def behaviour() -> None:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            raise RuntimeError("interrupted") from None  # the attack, or a careless wrapper
+
+    return behaviour
+
+
 def sleeps_then_reraises() -> Behaviour:
     """Catches the cancellation to clean up, then re-raises it: a well-behaved suggestor."""
 
@@ -268,6 +278,42 @@ async def test_a_native_asyncio_timeout_around_run_still_cancels_it(
         with anyio.fail_after(10), pytest.raises(TimeoutError):
             async with asyncio.timeout(0.1):
                 await engine.run()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("attack", ["swallows", "turns-into-an-error"])
+@pytest.mark.parametrize("limit", [None, 5.0])
+@pytest.mark.parametrize("company", COMPANY)
+async def test_a_suggestor_cannot_swallow_a_native_cancellation_of_the_run(
+    company: Company, limit: float | None, attack: str
+) -> None:
+    import asyncio
+
+    behaviour = (
+        swallows_cancellation() if attack == "swallows" else turns_cancellation_into_an_error()
+    )
+    engine = engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
+    with anyio.fail_after(10), pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await engine.run()
+
+
+@pytest.mark.parametrize("attack", ["swallows", "turns-into-an-error"])
+@pytest.mark.parametrize("limit", [None, 5.0])
+@pytest.mark.parametrize("company", COMPANY)
+async def test_a_suggestor_cannot_swallow_a_cancel_scopes_cancellation_of_the_run(
+    company: Company, limit: float | None, attack: str
+) -> None:
+    behaviour = (
+        swallows_cancellation() if attack == "swallows" else turns_cancellation_into_an_error()
+    )
+    engine = engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
+    finished = False
+    with anyio.fail_after(10), anyio.move_on_after(0.1) as scope:
+        await engine.run()
+        finished = True
+    assert scope.cancelled_caught
+    assert not finished
 
 
 # --- 2a, 2d. a suggestor that blocks the event loop -------------------------------------------
