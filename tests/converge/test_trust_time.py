@@ -280,19 +280,28 @@ async def test_a_native_asyncio_timeout_around_run_still_cancels_it(
                 await engine.run()
 
 
+Attack = Literal["swallows", "turns-into-an-error"]
+
+
+def catching_engine(attack: Attack, company: Company, limit: float | None) -> Engine:
+    """An engine whose suggestor catches the run's cancellation: to return, or to raise."""
+    if attack == "swallows":
+        behaviour = swallows_cancellation()
+    else:
+        behaviour = turns_cancellation_into_an_error()
+    return engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("attack", ["swallows", "turns-into-an-error"])
 @pytest.mark.parametrize("limit", [None, 5.0])
 @pytest.mark.parametrize("company", COMPANY)
 async def test_a_suggestor_cannot_swallow_a_native_cancellation_of_the_run(
-    company: Company, limit: float | None, attack: str
+    company: Company, limit: float | None, attack: Attack
 ) -> None:
     import asyncio
 
-    behaviour = (
-        swallows_cancellation() if attack == "swallows" else turns_cancellation_into_an_error()
-    )
-    engine = engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
+    engine = catching_engine(attack, company, limit)
     with anyio.fail_after(10), pytest.raises(TimeoutError):
         async with asyncio.timeout(0.1):
             await engine.run()
@@ -302,12 +311,9 @@ async def test_a_suggestor_cannot_swallow_a_native_cancellation_of_the_run(
 @pytest.mark.parametrize("limit", [None, 5.0])
 @pytest.mark.parametrize("company", COMPANY)
 async def test_a_suggestor_cannot_swallow_a_cancel_scopes_cancellation_of_the_run(
-    company: Company, limit: float | None, attack: str
+    company: Company, limit: float | None, attack: Attack
 ) -> None:
-    behaviour = (
-        swallows_cancellation() if attack == "swallows" else turns_cancellation_into_an_error()
-    )
-    engine = engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
+    engine = catching_engine(attack, company, limit)
     finished = False
     with anyio.fail_after(10), anyio.move_on_after(0.1) as scope:
         await engine.run()
