@@ -127,7 +127,7 @@ class LiveEffects:
             effect = await reg.suggestor.execute(snapshot)
         except BaseException as error:
             slot = await self._failed(reg, error, started, resumed, native)
-            return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
+            return self._lone_failure(cycle, eligible, slot, started)
         finished = perf_counter()
         if watch.resumed != resumed:  # it suspended: it may have swallowed a cancellation
             await watch.honour(native)
@@ -140,9 +140,7 @@ class LiveEffects:
         ):
             slot = Slot(reg)
             self._executor.settle(slot, effect, started, finished)
-            if self._raise and slot.error is not None:
-                raise slot.error
-            return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
+            return self._lone_failure(cycle, eligible, slot, started)
         record = returned(reg, effect, started, finished, self._record_effects)
         return Batch((reg,), [record], ((reg, effect),), effect.tokens, None, False)
 
@@ -165,9 +163,15 @@ class LiveEffects:
             slot.stray(started, error)
         else:
             raise error
+        return slot
+
+    def _lone_failure(
+        self, cycle: int, eligible: list[Registration], slot: Slot, started: float
+    ) -> Batch:
+        """The batch of a lone call that failed; its error raised in `"raise"` mode."""
         if self._raise and slot.error is not None:
             raise slot.error
-        return slot
+        return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
 
     async def _execute(
         self,

@@ -372,8 +372,9 @@ class RunLoop:
             violations = (*merger.violations, *semantic)
         events = self.events
         # above debug level, only failures, holds and violations are worth narrating
-        noteworthy = batch.failed or violations or (merger is not None and merger.held)
-        if events.debug or (events.warn and noteworthy):
+        if events.debug or (
+            events.warn and (batch.failed or violations or (merger is not None and merger.held))
+        ):
             batch.calls = built = records(batch.calls)  # built once: the trace keeps these
             events.executions(cycle, built)
             events.merged(cycle, promoted, rejected, held, violations)

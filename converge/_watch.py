@@ -49,20 +49,15 @@ class CancelWatch:
         """How many cancellations it threw in while no cancel scope of the task was
         cancelling."""
 
-    def swallowed(self) -> BaseException:
-        """The cancellation to raise for the run when a native one was thrown into a call
-        that did not let it through (it returned, or raised something else)."""
-        return anyio.get_cancelled_exc_class()(
-            "the run was cancelled while a suggestor ran, and the suggestor swallowed it"
-        )
-
     async def honour(self, native: int) -> None:
         """After a call that suspended returned (or raised something else than a
         cancellation): raise the run's cancellation if it swallowed one, thrown in natively
         since the count was `native` or pending in a cancel scope (trio's, and anyio's on
         any backend, stay pending until they are raised); return if there is none."""
         if self.native != native:
-            raise self.swallowed()
+            raise anyio.get_cancelled_exc_class()(
+                "the run was cancelled while a suggestor ran, and the suggestor swallowed it"
+            )
         if anyio.get_current_task().has_pending_cancellation():
             await anyio.lowlevel.checkpoint()  # raises the scope's own cancellation
 
