@@ -1,6 +1,6 @@
 """The serialized merge: effects enter the context one suggestor at a time, in id order.
 
-Each proposal gets one decision (`Merger._decide`), in order: the gate's admission (a proposal
+Each proposal gets one decision (`Merger._decide_each`), in order: the gate's admission (a proposal
 that skipped validation is validated again; one that does not validate is rejected, the field
 named) and checks (reject); the identity check (an identical fact is an idempotent
 restatement; a different one with the same key and id is a conflict); a slot already held
@@ -46,6 +46,8 @@ _KEY_SETS: Final[dict[frozenset[AnyKey], frozenset[AnyKey]]] = {}
 """Each set of keys cycles added, kept once: the next cycle's log keeps it as its dirty set,
 and most cycles of a run add one of the same few (a set of one key alone is 216 bytes)."""
 _MAX_KEY_SETS: Final = 1024
+_ONE_KEY: Final[dict[AnyKey, frozenset[AnyKey]]] = {}
+"""The sets of one key in `_KEY_SETS`, by their key."""
 
 
 def _recordable(proposal: ProposedFact) -> ProposedFact:
@@ -81,13 +83,13 @@ class Merger:
         "_cycle",
         "_deadline",
         "_folded",
-        "_gate",
         "_held_slots",
         "_hitl",
         "_leaves",
         "_mode",
         "_overlay",
         "_structural",
+        "gate",
         "held",
         "promoted",
         "rejections",
@@ -104,13 +106,13 @@ class Merger:
         hitl: HitlPolicy | None = None,
         deadline: datetime | None = None,
     ) -> None:
-        """Merge into `snapshot` in `cycle` through `gate` (an engine keeps one from cycle to
-        cycle while nothing it holds changes). The engine passes every argument by position,
-        once a cycle: a class call with keywords costs about 0.25 µs more."""
+        """Merge into `snapshot` in `cycle` through `gate`. An engine keeps its merger from
+        cycle to cycle while the gate's human-rejected slots stay the same (`begin`)."""
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
-        self._gate = gate
+        self.gate = gate
+        """The gate this merger decides through (read, never replaced)."""
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
         """The promoted facts not yet in `_base`, by slot."""
@@ -131,6 +133,30 @@ class Merger:
         self.violations: list[Violation] = []
         """Structural violations that rolled an effect back."""
 
+    def begin(self, snapshot: ContextSnapshot, cycle: int, deadline: datetime | None) -> None:
+        """Start merging `cycle` into `snapshot` with the same gate, mode, invariants and
+        HITL policy (an engine keeps its merger from cycle to cycle, as it keeps its gate).
+
+        What the last cycle recorded stays with whoever read it: a list it filled is left
+        to them and a new one begun; an empty one is kept (its readers copy it, or keep
+        `()` in its place)."""
+        self._base = snapshot
+        self._cycle = cycle
+        self._clock = snapshot.clock
+        self._deadline = deadline
+        self._folded = 0
+        self._overlay.clear()
+        if self.promoted:
+            self.promoted = []
+            self._leaves = []
+        if self.rejections:
+            self.rejections = []
+        if self.held:
+            self.held = []
+            self._held_slots.clear()
+        if self.violations:
+            self.violations = []
+
     def merge(
         self,
         suggestor: str,
@@ -149,36 +175,13 @@ class Merger:
             return None
         # with structural invariants, this effect is checked on top of the earlier ones
         before = self.snapshot() if self._structural else None
-        promoted = self.promoted
-        leaves = self._leaves
-        overlay = self._overlay
-        decide = self._decide
-        stamp = self._gate.stamp(suggestor, suggestor_id, approved_by)
-        mark = (len(promoted), len(self.held), self._clock)
-        for proposal in proposals:
-            try:
-                decision = decide(proposal, stamp, writes)
-            except Exception as error:
-                reason = f"could not be decided ({type(error).__name__}: {error})"
-                decision = self._rejection(stand_in(proposal), suggestor, reason)
-            if decision is None:  # an identical fact exists: an idempotent restatement
-                continue
-            if type(decision) is Fact:
-                self._clock += 1
-                promoted.append(decision)
-                fields = decision.__dict__  # read once: a model's attributes are slower
-                leaves.append(fields["digest"])  # the seal's own digest, taken at promotion
-                overlay[fields["key"], fields["id"]] = decision
-            elif type(decision) is Rejection:
-                self.rejections.append(decision)
-            elif type(decision) is GateRequest:
-                proposal = decision.proposal
-                self.held.append(decision)
-                self._held_slots.add((proposal.key, proposal.id))
-            else:
-                self._roll_back(*mark)
-                return decision
-        if before is not None and len(promoted) > mark[0]:
+        mark = (len(self.promoted), len(self.held), self._clock)
+        stamp = self.gate.stamp(suggestor, suggestor_id, approved_by)
+        conflict = self._decide_each(proposals, stamp, writes)
+        if conflict is not None:
+            self._roll_back(*mark)
+            return conflict
+        if before is not None and len(self.promoted) > mark[0]:
             violations = check_invariants(self._structural, self.snapshot(), self._cycle)
             if violations:
                 self.violations.extend(violations)
@@ -198,36 +201,66 @@ class Merger:
         self._folded = min(self._folded, promoted)
         self._clock = clock
 
-    def _decide(
-        self, proposal: ProposedFact, stamp: Stamp, writes: frozenset[AnyKey] | None
-    ) -> _Decision:
-        """Reject, restate (`None`), conflict, hold or promote one proposal."""
-        gate = self._gate
+    def _decide_each(
+        self, proposals: tuple[ProposedFact, ...], stamp: Stamp, writes: frozenset[AnyKey] | None
+    ) -> Conflict | None:
+        """Decide one suggestor's proposals in order; the conflict that ends them, if any.
+
+        Each is rejected, restated (nothing happens), held or promoted: the steps of the
+        module's notes, in one loop rather than a call per proposal (which cost W1 0.4 µs a
+        cycle, timed in a run).
+        """
+        promoted, leaves, overlay = self.promoted, self._leaves, self._overlay
+        gate, base, hitl, held_slots = self.gate, self._base, self._hitl, self._held_slots
         suggestor = stamp.suggestor
-        admitted = admit(proposal)
-        if isinstance(admitted, str):
-            return self._rejection(stand_in(proposal), suggestor, admitted)
-        proposal = admitted
-        reason = gate.check(proposal, writes)
-        if reason is not None:
-            return self._rejection(proposal, suggestor, reason)
-        own = proposal.__dict__  # read once: a model's attributes are slower to load
-        key: AnyKey = own["key"]
-        ident: str = own["id"]
-        slot = (key, ident)
-        existing = self._overlay.get(slot) or self._base.find(key, ident)
-        if existing is not None:
-            return self._restated(existing, proposal, suggestor)
-        if slot in self._held_slots:
-            reason = f"{proposal.ref} is already held for a human decision"
-            return self._rejection(proposal, suggestor, reason)
-        try:
-            if self._hitl is not None and self._hitl.gates(proposal):
-                check_hashable(proposal)
-                return self._request(proposal, suggestor, stamp.suggestor_id)
-            return stamp.promote(proposal, self._cycle, self._clock + 1)
-        except ValueError as error:  # model_copy/model_construct skip validation
-            return self._rejection(stand_in(proposal), suggestor, unhashable(error))
+        decision: _Decision
+        for proposal in proposals:
+            try:
+                admitted = admit(proposal)
+                if isinstance(admitted, str):
+                    decision = self._rejection(stand_in(proposal), suggestor, admitted)
+                elif (reason := gate.check(admitted, writes)) is not None:
+                    decision = self._rejection(admitted, suggestor, reason)
+                else:
+                    own = admitted.__dict__  # read once: a model's attributes are slower
+                    key: AnyKey = own["key"]
+                    ident: str = own["id"]
+                    # a slot's tuple only when something is kept by slot
+                    existing = overlay.get((key, ident)) if overlay else None
+                    if existing is None:
+                        existing = base.find(key, ident)
+                    if existing is not None:
+                        decision = self._restated(existing, admitted, suggestor)
+                    elif held_slots and (key, ident) in held_slots:
+                        reason = f"{admitted.ref} is already held for a human decision"
+                        decision = self._rejection(admitted, suggestor, reason)
+                    else:
+                        try:
+                            if hitl is not None and hitl.gates(admitted):
+                                check_hashable(admitted)
+                                decision = self._request(admitted, suggestor, stamp.suggestor_id)
+                            else:
+                                fact = stamp.promote(admitted, self._cycle, self._clock + 1)
+                                self._clock += 1
+                                promoted.append(fact)
+                                leaves.append(fact.__dict__["digest"])  # the seal's own
+                                overlay[key, ident] = fact
+                                continue
+                        except ValueError as error:  # model_copy/model_construct skip validation
+                            decision = self._rejection(
+                                stand_in(admitted), suggestor, unhashable(error)
+                            )
+            except Exception as error:
+                reason = f"could not be decided ({type(error).__name__}: {error})"
+                decision = self._rejection(stand_in(proposal), suggestor, reason)
+            if type(decision) is Rejection:
+                self.rejections.append(decision)
+            elif type(decision) is GateRequest:
+                self.held.append(decision)
+                held_slots.add((decision.proposal.key, decision.proposal.id))
+            elif decision is not None:  # a conflict; `None`: an idempotent restatement
+                return decision
+        return None
 
     def _restated(
         self, existing: Fact, proposal: ProposedFact, suggestor: str
@@ -296,10 +329,17 @@ class Merger:
     @property
     def added_keys(self) -> frozenset[AnyKey]:
         """Keys that gained facts in this cycle (an equal set another cycle added, if any)."""
-        keys = frozenset(map(_key_of, self.promoted))
+        promoted = self.promoted
+        if len(promoted) == 1:  # most cycles: the set of one key, found by the key
+            keys = _ONE_KEY.get(promoted[0].__dict__["key"])
+            if keys is not None:
+                return keys
+        keys = frozenset(map(_key_of, promoted))
         shared = _KEY_SETS.get(keys)
         if shared is not None:
             return shared
         if len(_KEY_SETS) < _MAX_KEY_SETS:
             _KEY_SETS[keys] = keys
+            if len(keys) == 1:
+                _ONE_KEY[next(iter(keys))] = keys
         return keys

@@ -59,7 +59,7 @@ class RunLoop:
     __slots__ = (
         "_config",
         "_cycle_start",
-        "_gate",
+        "_kept",
         "_saver",
         "_state",
         "_stopwatch",
@@ -82,7 +82,7 @@ class RunLoop:
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start = 0.0
         """The cycle's start, a `perf_counter()` reading (`Stopwatch.at` tells its times)."""
-        self._gate: Gate | None = None  # the engine's, kept while the human-rejected stay
+        self._kept: Merger | None = None  # the engine's, while the human-rejected stay
         self._watch = CancelWatch()
         """What tells a suggestor's stray cancellation from a native one of the run."""
         log = EventLog(run_id=state.run_id)
@@ -285,32 +285,31 @@ class RunLoop:
         hitl: bool = True,
         mode: ConflictMode | None = None,
     ) -> Merger:
+        """The cycle's merger: the engine's own, kept from cycle to cycle while the
+        human-rejected slots stay the same (`Merger.begin`); a new one for the inputs and
+        for the humans' decisions."""
         config = self._config
         policy = config.hitl if hitl else None
         deadline = None
         if policy is not None and policy.timeout is not None:
             deadline = config.clock() + policy.timeout
-        kept = self._gate  # the engine's, while the human-rejected slots stay the same
-        if gate != "engine" or kept is None or kept.refused is not self._state.human_rejected:
-            kept = self._new_gate(gate)
-        return Merger(
+        refused = self._state.human_rejected
+        kept = self._kept  # the engine's, while the human-rejected slots stay the same
+        if gate == "engine" and kept is not None and kept.gate.refused is refused:
+            kept.begin(snapshot, cycle, deadline)
+            return kept
+        merger = Merger(
             snapshot,
             cycle,
-            kept,
+            Gate(config.policy, kind=gate, refused=refused, stamps=self._view.stamps),
             config.on_conflict if mode is None else mode,
             self._view.structural,
             policy,
             deadline,
         )
-
-    def _new_gate(self, kind: GateKind) -> Gate:
-        """A gate of `kind` for this run's policy, stamps and human-rejected slots; the
-        engine's is kept for the next cycles (`_merger`)."""
-        refused = self._state.human_rejected
-        gate = Gate(self._config.policy, kind=kind, refused=refused, stamps=self._view.stamps)
-        if kind == "engine":
-            self._gate = gate
-        return gate
+        if gate == "engine":
+            self._kept = merger
+        return merger
 
     def _fixed_point(self) -> ConvergeResult:
         """Acceptance and semantic invariants decide between converged and violated."""

@@ -70,11 +70,28 @@ def test_cycles_that_add_the_same_keys_share_one_set_of_them() -> None:
     assert merger().added_keys == frozenset()
 
 
+def test_a_cycle_of_one_fact_shares_the_set_of_its_key_with_cycles_of_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(merging, "_KEY_SETS", {})
+    monkeypatch.setattr(merging, "_ONE_KEY", {})
+    one, more, again = merger(), merger(), merger()
+    one.merge("a", 0, None, [fact(H, "x")])
+    more.merge("a", 0, None, [fact(H, "y"), fact(H, "z")])
+    again.merge("a", 0, None, [fact(H, "w")])
+    keys = one.added_keys  # the first: made, then kept
+    assert keys == frozenset({H})
+    assert more.added_keys is keys
+    assert again.added_keys is keys  # found by its key alone
+    assert merging._ONE_KEY == {H: keys}  # pyright: ignore[reportPrivateUsage]
+
+
 def test_the_shared_sets_of_keys_stop_growing_at_their_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     full = {frozenset({f"custom-{n}"}): frozenset({f"custom-{n}"}) for n in range(1024)}
     monkeypatch.setattr(merging, "_KEY_SETS", full)
+    monkeypatch.setattr(merging, "_ONE_KEY", {})
     m = merger()
     m.merge("a", 0, None, [fact(H, "x")])
     keys = m.added_keys
@@ -214,3 +231,39 @@ def test_the_gate_stamps_its_kind_and_approver() -> None:
     record = promoted.promotion
     assert (record.cycle, record.gate, record.approved_by, record.clock) == (4, "human", "ceo", 9)
     assert gate.check(fact(H, "x", " "), None) == "content is blank"
+
+
+def test_a_merger_begun_again_leaves_what_the_last_cycle_recorded_to_its_readers() -> None:
+    m = merger(hitl=HitlPolicy(gated_keys=frozenset({S})), mode="reject")
+    m.merge("a", 0, None, [fact(H, "x"), fact(S, "held"), fact(H, "blank", " ")])
+    promoted, rejected, held = m.promoted, m.rejections, m.held
+    first = m.snapshot()
+    assert [f.id for f in promoted] == ["x"]
+    assert [r.proposal.id for r in rejected] == ["blank"]
+    assert [r.proposal.id for r in held] == ["held"]
+
+    m.begin(first, 2, None)
+    assert (m.promoted, m.rejections, m.held) == ([], [], [])
+    m.merge("a", 0, None, [fact(H, "y"), fact(S, "held"), fact(H, "x", "other")])
+    # the last cycle's lists, kept by its trace, are not the new cycle's
+    assert [f.id for f in promoted] == ["x"]
+    assert [r.proposal.id for r in rejected] == ["blank"]
+    assert [r.proposal.id for r in held] == ["held"]
+    # a new cycle: the slot held before is free to be held again, the clock goes on
+    assert [r.proposal.id for r in m.held] == ["held"]
+    [conflict] = m.rejections
+    assert conflict.reason.startswith("conflicts with existing fact hypotheses/x")
+    [y] = m.promoted
+    assert (y.promotion.cycle, y.promotion.clock) == (2, first.clock + 1)
+    assert m.snapshot().find(H, "y") == y
+    assert m.snapshot().find(H, "x") == first.find(H, "x")
+
+
+def test_a_merger_begun_on_an_empty_cycle_keeps_its_empty_lists() -> None:
+    m = merger()
+    promoted, rejections, held, violations = m.promoted, m.rejections, m.held, m.violations
+    m.begin(ContextSnapshot.empty(), 2, None)
+    assert m.promoted is promoted
+    assert m.rejections is rejections
+    assert m.held is held
+    assert m.violations is violations

@@ -120,6 +120,41 @@ def test_cycles_merge_each_batch_and_stop_at_the_fixed_point() -> None:
     assert result.cycles == 3
 
 
+def test_each_cycle_keeps_what_it_promoted_rejected_and_held_as_the_merger_goes_on() -> None:
+    _, reg = registration()
+
+    def rejecting(ident: str) -> Batch:  # promotes `ident`, and a blank fact is rejected
+        effect = AgentEffect(proposals=(fact(H, ident), fact(H, f"blank-{ident}", " ")))
+        return Batch((reg,), (ok(reg, effect),), ((reg, effect),), 0, None, False)
+
+    cycles = [batch(reg, "a"), rejecting("c"), batch(reg, "b"), rejecting("d"), batch(reg)]
+    result = drive(Script(cycles))
+    assert [c.promoted for c in result.trace.cycles] == [
+        ("seeds/a",),
+        ("seeds/c",),
+        ("seeds/b",),
+        ("seeds/d",),
+        (),
+    ]
+    assert [[r.proposal.id for r in c.rejected] for c in result.trace.cycles] == [
+        [],
+        ["blank-c"],
+        [],
+        ["blank-d"],
+        [],
+    ]
+    assert [r.reason for r in result.rejections] == ["content is blank"] * 2
+
+    hitl = HitlPolicy(gated_keys=frozenset({H}))
+    decided = drive(Script([batch(reg, "a"), batch(reg, "b"), batch(reg)], decide=True), hitl=hitl)
+    assert [c.held for c in decided.trace.cycles] == [
+        ("gate:1:seeds/a",),
+        ("gate:2:seeds/b",),
+        (),
+    ]
+    assert [c.promoted for c in decided.trace.cycles] == [("seeds/a",), ("seeds/b",), ()]
+
+
 def test_a_budget_stop_wins_over_held_proposals() -> None:
     _, reg = registration()
     hitl = HitlPolicy(gated_keys=frozenset({H}))
