@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal, final
 
 from ._arguments import check_settings, checked_inputs, checked_start
@@ -17,7 +17,7 @@ from ._events import EngineEvent, Observer
 from ._exceptions import ConfigurationError, InvalidResumeError
 from ._executor import ErrorMode
 from ._gate import PromotionPolicy
-from ._hitl import GateDecision, HitlPolicy
+from ._hitl import GateDecision, HitlPolicy, utc_now
 from ._invariant import Invariant
 from ._merge import ConflictMode
 from ._pause import current_version, resume_state
@@ -34,11 +34,6 @@ from ._stream import stream_run
 from ._suggestor import Suggestor, SuggestorId
 from ._sync import Backend, call_sync
 from ._trace import Continuation, RunTrace
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
 
 __all__ = ["Engine"]
 
@@ -114,7 +109,7 @@ class Engine:
             max_concurrency=max_concurrency,
             suggestor_timeout=suggestor_timeout,
             hitl=hitl,
-            clock=clock or _utc_now,
+            clock=clock or utc_now,
             signing_key=signing_key.encode() if isinstance(signing_key, str) else signing_key,
             observers=tuple(observers),
             record_effects=record_effects,

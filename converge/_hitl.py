@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Literal, final
 
 from pydantic import ConfigDict, Field
@@ -12,9 +12,14 @@ from ._key import KeyField
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 
-__all__ = ["GateDecision", "GateRequest", "HitlPolicy", "TimeoutAction"]
+__all__ = ["GateDecision", "GateRequest", "HitlPolicy", "TimeoutAction", "utc_now"]
 
 TimeoutAction = Literal["reject", "approve"]
+
+
+def utc_now() -> datetime:
+    """Now, in UTC: the engine's clock unless one is given (`Engine(clock=...)`)."""
+    return datetime.now(UTC)
 
 
 @final

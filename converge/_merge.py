@@ -17,7 +17,7 @@ the snapshot, which builds the Merkle root from those leaves only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Final, Literal, final
@@ -27,7 +27,7 @@ from ._context import ContextSnapshot
 from ._effect import Refusal
 from ._fact import Fact
 from ._gate import Gate, admit, check_hashable, stand_in, unhashable
-from ._hitl import GateRequest, HitlPolicy
+from ._hitl import GateRequest, HitlPolicy, utc_now
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import AnyKey
 from ._model import trusted
@@ -87,8 +87,10 @@ class Merger:
         "_hitl",
         "_leaves",
         "_mode",
+        "_now",
         "_overlay",
         "_structural",
+        "_timeout",
         "gate",
         "held",
         "promoted",
@@ -104,10 +106,13 @@ class Merger:
         mode: ConflictMode,
         structural: Sequence[Invariant] = (),
         hitl: HitlPolicy | None = None,
-        deadline: datetime | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         """Merge into `snapshot` in `cycle` through `gate`. An engine keeps its merger from
-        cycle to cycle while the gate's human-rejected slots stay the same (`begin`)."""
+        cycle to cycle while the gate's human-rejected slots stay the same (`begin`).
+
+        `clock` tells the time a held proposal's `deadline` counts from (the HITL policy's
+        `timeout` after the cycle's merge began; no deadline without a timeout)."""
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
@@ -115,14 +120,17 @@ class Merger:
         """The gate this merger decides through (read, never replaced)."""
         self._mode: ConflictMode = mode
         self._overlay: dict[tuple[AnyKey, str], Fact] = {}
-        """The promoted facts not yet in `_base`, by slot."""
+        """The facts promoted in this cycle, by slot (those folded into `_base` too: a
+        slot is found in either; `begin` empties it)."""
         self._leaves: list[bytes] = []
         """The leaf digest of each promoted fact, as the seal took it."""
         self._folded = 0
         """How many of `promoted` are in `_base` already."""
         self._structural = tuple(structural)
         self._hitl = hitl
-        self._deadline = deadline
+        self._now = clock
+        self._timeout = None if hitl is None else hitl.timeout
+        self._deadline = None if self._timeout is None else clock() + self._timeout
         self._held_slots: set[tuple[AnyKey, str]] = set()
         self.promoted: list[Fact] = []
         """Facts promoted so far in this cycle, in merge order."""
@@ -133,7 +141,7 @@ class Merger:
         self.violations: list[Violation] = []
         """Structural violations that rolled an effect back."""
 
-    def begin(self, snapshot: ContextSnapshot, cycle: int, deadline: datetime | None) -> None:
+    def begin(self, snapshot: ContextSnapshot, cycle: int) -> None:
         """Start merging `cycle` into `snapshot` with the same gate, mode, invariants and
         HITL policy (an engine keeps its merger from cycle to cycle, as it keeps its gate).
 
@@ -143,7 +151,8 @@ class Merger:
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
-        self._deadline = deadline
+        if self._timeout is not None:
+            self._deadline = self._now() + self._timeout
         self._folded = 0
         self._overlay.clear()
         if self.promoted:
@@ -321,7 +330,6 @@ class Merger:
                 new, leaves, self._cycle, self._clock
             )
             self._folded = len(promoted)
-            self._overlay = {}
         elif self._base.cycle != self._cycle:
             self._base = self._base._at_cycle(self._cycle)  # pyright: ignore[reportPrivateUsage]
         return self._base

@@ -157,8 +157,7 @@ class RunLoop:
             if end.reason is None:
                 return self._fixed_point()
             return self._finish(end.reason, end.detail)
-        dirty = state.dirty
-        snapshot = state.snapshot
+        dirty, snapshot = state.dirty, state.snapshot
         if self.events.debug:
             self.events.cycle_started(cycle, dirty)
             await self.events.flush()
@@ -170,7 +169,11 @@ class RunLoop:
         if batch.cancelled is not None:
             self._record(cycle, dirty, batch, None, merged=False)
             return self._finish(*batch.cancelled)
-        merger = self._merger(snapshot, cycle)
+        merger = self._kept  # the engine's, while the human-rejected slots stay the same
+        if merger is not None and merger.gate.refused is state.human_rejected:
+            merger.begin(snapshot, cycle)
+        else:
+            merger = self._merger(snapshot, cycle)
         conflict: Conflict | None = None
         for reg, effect in batch.effects:
             conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
@@ -179,7 +182,8 @@ class RunLoop:
             if conflict is not None:
                 break
         state.snapshot = merger.snapshot()
-        state.rejections.extend(merger.rejections)
+        if merger.rejections:
+            state.rejections.extend(merger.rejections)
         if conflict is not None:
             self._record(cycle, dirty, batch, merger)
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
@@ -285,27 +289,23 @@ class RunLoop:
         hitl: bool = True,
         mode: ConflictMode | None = None,
     ) -> Merger:
-        """The cycle's merger: the engine's own, kept from cycle to cycle while the
-        human-rejected slots stay the same (`Merger.begin`); a new one for the inputs and
-        for the humans' decisions."""
+        """A new merger: the engine's is kept for the next cycles, which begin it again
+        while the human-rejected slots stay the same (`_cycle`); the inputs and the humans'
+        decisions get their own."""
         config = self._config
-        policy = config.hitl if hitl else None
-        deadline = None
-        if policy is not None and policy.timeout is not None:
-            deadline = config.clock() + policy.timeout
-        refused = self._state.human_rejected
-        kept = self._kept  # the engine's, while the human-rejected slots stay the same
-        if gate == "engine" and kept is not None and kept.gate.refused is refused:
-            kept.begin(snapshot, cycle, deadline)
-            return kept
         merger = Merger(
             snapshot,
             cycle,
-            Gate(config.policy, kind=gate, refused=refused, stamps=self._view.stamps),
+            Gate(
+                config.policy,
+                kind=gate,
+                refused=self._state.human_rejected,
+                stamps=self._view.stamps,
+            ),
             config.on_conflict if mode is None else mode,
             self._view.structural,
-            policy,
-            deadline,
+            config.hitl if hitl else None,
+            config.clock,
         )
         if gate == "engine":
             self._kept = merger

@@ -1,5 +1,7 @@
 """The merge rules on `Merger` directly: one decision per proposal, one commit per effect."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 import converge._merge as merging
@@ -242,7 +244,7 @@ def test_a_merger_begun_again_leaves_what_the_last_cycle_recorded_to_its_readers
     assert [r.proposal.id for r in rejected] == ["blank"]
     assert [r.proposal.id for r in held] == ["held"]
 
-    m.begin(first, 2, None)
+    m.begin(first, 2)
     assert (m.promoted, m.rejections, m.held) == ([], [], [])
     m.merge("a", 0, None, [fact(H, "y"), fact(S, "held"), fact(H, "x", "other")])
     # the last cycle's lists, kept by its trace, are not the new cycle's
@@ -262,8 +264,21 @@ def test_a_merger_begun_again_leaves_what_the_last_cycle_recorded_to_its_readers
 def test_a_merger_begun_on_an_empty_cycle_keeps_its_empty_lists() -> None:
     m = merger()
     promoted, rejections, held, violations = m.promoted, m.rejections, m.held, m.violations
-    m.begin(ContextSnapshot.empty(), 2, None)
+    m.begin(ContextSnapshot.empty(), 2)
     assert m.promoted is promoted
     assert m.rejections is rejections
     assert m.held is held
     assert m.violations is violations
+
+
+def test_each_cycle_of_a_kept_merger_counts_its_deadlines_from_when_it_began() -> None:
+    times = iter(datetime(2026, 1, 1, hour, tzinfo=UTC) for hour in range(3))
+    hitl = HitlPolicy(gated_keys=frozenset({S}), timeout=timedelta(minutes=5))
+    gate = Gate(PromotionPolicy(), kind="engine")
+    m = Merger(ContextSnapshot.empty(), 1, gate, "stop", hitl=hitl, clock=lambda: next(times))
+    m.merge("a", 0, None, [fact(S, "first")])
+    [first] = m.held
+    m.begin(m.snapshot(), 2)
+    m.merge("a", 0, None, [fact(S, "second"), fact(S, "third")])
+    assert first.deadline == datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    assert [r.deadline for r in m.held] == [datetime(2026, 1, 1, 1, 5, tzinfo=UTC)] * 2
