@@ -73,14 +73,15 @@ class ContextSnapshot:
     other. A snapshot from one run may start the next (`engine.run(context=...)`).
     """
 
-    __slots__ = ("__weakref__", "_clock", "_cycle", "_root", "_size", "_stores", "_version")
+    __slots__ = ("__weakref__", "_clock", "_cycle", "_root", "_size", "_stores")
 
     _stores: dict[AnyKey, FactSequence]
-    _version: int
     _cycle: int
     _clock: int
-    _root: str | None
+    _root: str
+    """The Merkle root, set when first computed (`merkle_root`)."""
     _size: int
+    """How many facts: as many as the context ever gained (a fact is never removed)."""
 
     def __init__(self) -> None:
         raise TypeError("use ContextSnapshot.empty(); the engine derives every other snapshot")
@@ -89,25 +90,23 @@ class ContextSnapshot:
     def _make(
         cls,
         stores: dict[AnyKey, FactSequence],
-        version: int,
         cycle: int,
         clock: int,
         size: int = 0,
     ) -> ContextSnapshot:
         snapshot = object.__new__(cls)
         # the slots written through their descriptors: half the cost of object.__setattr__
+        # (`_root` is left unset until the root is computed)
         _set_size(snapshot, size)
         _set_stores(snapshot, stores)
-        _set_version(snapshot, version)
         _set_cycle(snapshot, cycle)
         _set_clock(snapshot, clock)
-        _set_root(snapshot, None)
         return snapshot
 
     @classmethod
     def empty(cls) -> ContextSnapshot:
         """A context with no facts, at cycle 0."""
-        return cls._make(dict.fromkeys(known_keys(), EMPTY_FACTS), 0, 0, 0)
+        return cls._make(dict.fromkeys(known_keys(), EMPTY_FACTS), 0, 0)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ContextSnapshot is immutable; cannot set {name!r}")
@@ -173,7 +172,7 @@ class ContextSnapshot:
     @property
     def version(self) -> int:
         """How many facts the context has gained over its whole history."""
-        return self._version
+        return self._size
 
     @property
     def cycle(self) -> int:
@@ -195,7 +194,7 @@ class ContextSnapshot:
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{key.value}={len(self._stores[key])}" for key in self.keys())
-        return f"ContextSnapshot(cycle={self._cycle}, version={self._version}, {counts or 'empty'})"
+        return f"ContextSnapshot(cycle={self._cycle}, version={self._size}, {counts or 'empty'})"
 
     def keys(self) -> tuple[AnyKey, ...]:
         """The keys that hold facts, in key order."""
@@ -211,13 +210,14 @@ class ContextSnapshot:
         The leaves are the digests the engine computed when it promoted (or restored) each
         fact, kept by the context, not the `digest` a fact object carries now.
         """
-        root = self._root
-        if root is None:
+        try:
+            return self._root
+        except AttributeError:  # not computed yet
             stores = self._stores
             leaves = chain.from_iterable(stores[key].leaves() for key in self.keys())
             root = merkle_root(leaves)
             _set_root(self, root)
-        return root
+            return root
 
     def _sealed(self) -> Iterator[tuple[Fact, bytes]]:
         """Every fact with the leaf digest the engine kept for it, in `facts()` order."""
@@ -232,7 +232,7 @@ class ContextSnapshot:
     def _at_cycle(self, cycle: int) -> ContextSnapshot:
         if cycle == self._cycle:
             return self
-        return ContextSnapshot._make(self._stores, self._version, cycle, self._clock, self._size)
+        return ContextSnapshot._make(self._stores, cycle, self._clock, self._size)
 
     def _extend(
         self, facts: Sequence[Fact], leaves: Sequence[bytes], cycle: int, clock: int
@@ -246,20 +246,20 @@ class ContextSnapshot:
         if not facts:
             return self._at_cycle(cycle)
         stores = dict(self._stores)
-        for key, new, new_leaves in _by_key(facts, leaves):
-            stores[key] = stores.get(key, EMPTY_FACTS).extended(new, new_leaves)
+        if len(facts) == 1:  # most cycles: no grouping to do
+            key = facts[0].key
+            stores[key] = stores.get(key, EMPTY_FACTS).extended(facts, leaves)
+        else:
+            for key, new, new_leaves in _by_key(facts, leaves):
+                stores[key] = stores.get(key, EMPTY_FACTS).extended(new, new_leaves)
         if len(stores) != len(self._stores):
             stores = {key: stores[key] for key in in_key_order(stores)}
-        added = len(facts)
-        return ContextSnapshot._make(
-            stores, self._version + added, cycle, clock, self._size + added
-        )
+        return ContextSnapshot._make(stores, cycle, clock, self._size + len(facts))
 
 
 _slots = ContextSnapshot.__dict__
 _set_size = _slots["_size"].__set__
 _set_stores = _slots["_stores"].__set__
-_set_version = _slots["_version"].__set__
 _set_cycle = _slots["_cycle"].__set__
 _set_clock = _slots["_clock"].__set__
 _set_root = _slots["_root"].__set__

@@ -1,5 +1,7 @@
 """ContextSnapshot: immutable, O(1) lookups, structure shared between snapshots."""
 
+from collections.abc import Iterable
+
 import pytest
 
 from converge import (
@@ -83,7 +85,7 @@ def test_snapshot_keys_are_separate_namespaces() -> None:
 def test_snapshot_is_immutable() -> None:
     ctx = seeded("a")
     with pytest.raises(AttributeError):
-        ctx._version = 5  # pyright: ignore[reportPrivateUsage]
+        ctx._size = 5  # pyright: ignore[reportPrivateUsage]
 
 
 def test_snapshot_get_cannot_be_mutated() -> None:
@@ -203,3 +205,25 @@ def test_a_growing_key_reads_like_a_list_in_every_snapshot() -> None:
         # the leaves stay aligned with the facts: the proof verifies, fact by fact
         assert verify(snapshot, IntegrityProof.of(snapshot))
         assert snapshot.merkle_root() == merkle_root(bytes.fromhex(f.digest) for f in facts)
+
+
+def test_the_merkle_root_is_computed_on_its_first_read_then_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import converge._context as context
+
+    snapshot = seeded("a", "b")
+    built: list[str] = []
+
+    def counted(leaves: Iterable[bytes]) -> str:
+        root = merkle_root(leaves)
+        built.append(root)
+        return root
+
+    monkeypatch.setattr(context, "merkle_root", counted)
+    first = snapshot.merkle_root()
+    assert snapshot.merkle_root() == first
+    assert built == [first]  # once: kept by the snapshot
+    later = seeded("a", "b", "c")
+    assert later.merkle_root() != first
+    assert len(built) == 2
