@@ -144,10 +144,16 @@ class FactSequence(Sequence[Fact]):
                 for fact in later:
                     positions.pop(fact.id, None)
                     by_id.pop(fact.id, None)
-            for at, fact in enumerate(facts, length):
+            if len(facts) == 1:  # most cycles: no enumerate to make
+                fact = facts[0]
                 ident = fact.id
-                positions[ident] = at
+                positions[ident] = length
                 by_id[ident] = fact
+            else:
+                for at, fact in enumerate(facts, length):
+                    ident = fact.id
+                    positions[ident] = at
+                    by_id[ident] = fact
             mine.extend(facts)
             all_leaves.extend(leaves)
         finally:
