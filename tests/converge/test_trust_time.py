@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -36,6 +36,7 @@ H = ContextKey.HYPOTHESES
 Behaviour = Callable[[], Awaitable[None]]
 Company = Literal["alone", "beside-others"]
 COMPANY: tuple[Company, ...] = ("alone", "beside-others")
+_Test = TypeVar("_Test", bound=Callable[..., Awaitable[None]])
 
 
 class Once:
@@ -292,10 +293,16 @@ def catching_engine(attack: Attack, company: Company, limit: float | None) -> En
     return engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
 
 
+def every_attack(test: _Test) -> _Test:
+    """Each way of catching the run's cancellation, with and without a `suggestor_timeout`,
+    the attacker alone and beside others."""
+    test = pytest.mark.parametrize("company", COMPANY)(test)
+    test = pytest.mark.parametrize("limit", [None, 5.0])(test)
+    return pytest.mark.parametrize("attack", ["swallows", "turns-into-an-error"])(test)
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-@pytest.mark.parametrize("attack", ["swallows", "turns-into-an-error"])
-@pytest.mark.parametrize("limit", [None, 5.0])
-@pytest.mark.parametrize("company", COMPANY)
+@every_attack
 async def test_a_suggestor_cannot_swallow_a_native_cancellation_of_the_run(
     company: Company, limit: float | None, attack: Attack
 ) -> None:
@@ -307,9 +314,7 @@ async def test_a_suggestor_cannot_swallow_a_native_cancellation_of_the_run(
             await engine.run()
 
 
-@pytest.mark.parametrize("attack", ["swallows", "turns-into-an-error"])
-@pytest.mark.parametrize("limit", [None, 5.0])
-@pytest.mark.parametrize("company", COMPANY)
+@every_attack
 async def test_a_suggestor_cannot_swallow_a_cancel_scopes_cancellation_of_the_run(
     company: Company, limit: float | None, attack: Attack
 ) -> None:
