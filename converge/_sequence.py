@@ -144,16 +144,10 @@ class FactSequence(Sequence[Fact]):
                 for fact in later:
                     positions.pop(fact.id, None)
                     by_id.pop(fact.id, None)
-            if len(facts) == 1:  # most cycles: no enumerate to make
-                fact = facts[0]
+            for at, fact in enumerate(facts, length):
                 ident = fact.id
-                positions[ident] = length
+                positions[ident] = at
                 by_id[ident] = fact
-            else:
-                for at, fact in enumerate(facts, length):
-                    ident = fact.id
-                    positions[ident] = at
-                    by_id[ident] = fact
             mine.extend(facts)
             all_leaves.extend(leaves)
         finally:
