@@ -243,12 +243,7 @@ async def test_cancelling_the_caller_still_propagates_through_a_reraising_sugges
     engine = engine_with(
         Once("cleans-up", sleeps_then_reraises()), company, suggestor_timeout=limit
     )
-    finished = False
-    with anyio.fail_after(10), anyio.move_on_after(0.1) as scope:
-        await engine.run()
-        finished = True
-    assert scope.cancelled_caught
-    assert not finished
+    await assert_a_cancel_scope_cancels(engine)
 
 
 @pytest.mark.parametrize("company", COMPANY)
@@ -293,6 +288,16 @@ def catching_engine(attack: Attack, company: Company, limit: float | None) -> En
     return engine_with(Once("attacker", behaviour), company, suggestor_timeout=limit)
 
 
+async def assert_a_cancel_scope_cancels(engine: Engine) -> None:
+    """A cancel scope around `engine.run()` cancels it: the run never returns a result."""
+    finished = False
+    with anyio.fail_after(10), anyio.move_on_after(0.1) as scope:
+        await engine.run()
+        finished = True
+    assert scope.cancelled_caught
+    assert not finished
+
+
 def every_attack(test: _Test) -> _Test:
     """Each way of catching the run's cancellation, with and without a `suggestor_timeout`,
     the attacker alone and beside others."""
@@ -319,12 +324,7 @@ async def test_a_suggestor_cannot_swallow_a_cancel_scopes_cancellation_of_the_ru
     company: Company, limit: float | None, attack: Attack
 ) -> None:
     engine = catching_engine(attack, company, limit)
-    finished = False
-    with anyio.fail_after(10), anyio.move_on_after(0.1) as scope:
-        await engine.run()
-        finished = True
-    assert scope.cancelled_caught
-    assert not finished
+    await assert_a_cancel_scope_cancels(engine)
 
 
 # --- 2a, 2d. a suggestor that blocks the event loop -------------------------------------------
