@@ -2,7 +2,7 @@
 
 import pytest
 
-from converge import ContextKey, Engine, PromotionPolicy, StopReason
+from converge import ContextKey, Engine, Fact, PromotionPolicy, StopReason, verify
 from tests.doubles import proposal
 
 SEEDS = ContextKey.SEEDS
@@ -101,3 +101,23 @@ def test_gate_rejects_an_unvalidated_copy_that_cannot_be_hashed() -> None:
     assert reasons[1].startswith("cannot be hashed as canonical JSON (ValueError")
     assert result.context.find(SEEDS, "c") is not None
     assert result.integrity.clock == 1
+
+
+def test_a_fact_holds_its_fields_alone_whatever_its_proposal_carried_below_the_api() -> None:
+    """A proposal's fields are copied at once only when they are the eight and no other: an
+    entry written into its `__dict__` below the API never reaches the fact."""
+    carrying = proposal(id="a")
+    vars(carrying)["smuggled"] = "not a field"
+    reordered = proposal(id="b")
+    content = vars(reordered).pop("content")
+    vars(reordered)["content"] = content  # the same fields, another order
+    result = Engine().run_sync(inputs=[carrying, reordered, proposal(id="c")])
+    assert result.converged
+    names = list(Fact.model_fields)
+    for fact in result.context.facts():
+        assert sorted(vars(fact)) == sorted(names)
+        assert "smuggled" not in dict(fact)
+    clean = result.context.find(SEEDS, "c")
+    assert clean is not None
+    assert list(vars(clean)) == names  # in the fact's own order
+    assert verify(result.context, result.integrity)
