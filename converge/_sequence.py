@@ -1,62 +1,53 @@
-"""`FactSequence`: the facts of one key as one snapshot sees them, sharing one history.
+"""One line of history's facts, kept per key (`FactStore`), and one snapshot's view of a key.
 
-Every snapshot of one line of history shares, per key, one append-only store: the facts
-in insertion order, the leaf digest the seal computed for each, an id → position map and an
-id → fact map. A `FactSequence` is a prefix of that store: its first `length` entries. A
-fact at a position past the prefix was added after this snapshot and is invisible to it, so
-an older snapshot never changes.
+Every snapshot of one line of history shares one dict of stores, one per key, append-only:
+the facts in insertion order, the leaf digest the seal computed for each, an id → fact map
+and an id → position map. A fact's position is its place in the whole line (the size of the
+snapshot it was added to), so a snapshot of `size` facts sees exactly the facts whose
+position is below `size`, under every key at once.
 
-Extending the sequence that ends where its store ends (the newest of its line) appends to
-the store in place: O(facts added). Extending any other (an older snapshot a second run
-starts from, a merge rolled back) copies its prefix into a new store first, once, and its
-own line goes on from there: two list slices and two dict copies at C speed (about 0.1 ms
-per 10,000 facts each), less the ids added after it.
+The newest snapshot of its line (nothing was added after it) sees every fact its stores
+hold: `find` is one dict lookup and one flag, the snapshot's own. An older one checks the
+fact's position against its size as well. Adding facts to the newest snapshot appends them
+to the stores in place and hands the line on to the new snapshot: O(facts added), no store
+or dict of stores copied, the older snapshot's flag cleared before the first fact is added
+(its readers read the flag after what they read from a store, so one that finds a fact
+added after its snapshot always sees the flag cleared). Adding to any other snapshot (a
+second run started from an older one, a merge rolled back) copies what it sees of every
+store into a line of its own first, once: list slices and dict copies at C speed.
 
-`find` on the newest sequence of its line is one dict lookup (id → fact) and one flag: every
-id in the store is its own. An older sequence, one its line has grown past, checks the
-id's position against its length as well. Appending in place clears the older sequence's
-flag first, and `find` reads the flag after its lookup, so a reader that finds an id
-appended after its snapshot always sees the flag cleared. Against a position lookup, a
-comparison and a list index on every snapshot, measured on W1's `accepts` calls (two
-`find`s each): about 6 ns less a `find` on the newest snapshot, about 25 ns more on an
-older one (which a run's suggestors never read: a cycle's snapshot is the newest until the
-cycle merges), for a second dict of the ids (about 20 bytes a fact).
+Against a store per key per snapshot (the design before), measured on W1: about 1 µs less a
+cycle, the new sequence and the copied dict of stores it saved. Against a persistent hash
+map (`immutables.Map`), measured on W3: the map's path copies were the largest single cost
+of adding a fact. The price: an older snapshot keeps its stores alive, with the facts later
+snapshots of its line added to them, for as long as it lives.
 
-Extensions hold one lock, so two threads extending the same snapshot cannot both append;
-reads take none (a store only grows, and a reader looks only below its own length).
-
-Against a persistent hash map (`immutables.Map`) and chunked tuples, measured on W3: the
-map's path copies were the largest single cost of adding a fact, and every snapshot made
-new map nodes for the garbage collector to walk. The price: an older snapshot keeps its
-store alive, with the facts later snapshots of its line added to it, for as long as it
-lives.
+Lines are extended under one lock (`EXTENDING`), so two threads extending one snapshot
+cannot both append; reads take none (a store only grows, and a reader looks only below its
+own size).
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Final, cast, final, overload
 
 from ._fact import Fact
 
-__all__ = ["EMPTY_FACTS", "FactSequence"]
+__all__ = ["EMPTY_FACTS", "EMPTY_STORE", "EXTENDING", "FactSequence", "FactStore"]
 
-_extending: Final = threading.Lock()
-"""Held while a store is appended to or copied: one extension at a time, whatever the thread."""
+EXTENDING: Final = threading.Lock()
+"""Held while a line is appended to or copied: one extension at a time, whatever the thread."""
 
 
 @final
-class FactSequence(Sequence[Fact]):
-    """The facts of one key in insertion order: immutable, O(1) indexing and `find`.
+class FactStore:
+    """The facts of one key on one line of history, append-only, shared by its snapshots."""
 
-    It is also all the context keeps for the key: the facts, the leaf digests the seal
-    computed, the id → position and id → fact maps, all shared with the other snapshots of
-    its line. `ContextSnapshot.get` hands it out as is.
-    """
-
-    __slots__ = ("_by_id", "_facts", "_leaves", "_length", "_newest", "_positions")
+    __slots__ = ("by_id", "facts", "leaves", "positions", "view")
 
     def __init__(
         self,
@@ -64,20 +55,83 @@ class FactSequence(Sequence[Fact]):
         leaves: list[bytes],
         positions: dict[str, int],
         by_id: dict[str, Fact],
-        length: int,
     ) -> None:
-        self._facts = facts
-        self._leaves = leaves
-        self._positions = positions
-        self._by_id = by_id
-        """The store's facts by id: this sequence's own while `_newest`."""
+        self.facts = facts
+        self.leaves = leaves
+        """Each fact's leaf digest, as the seal computed it."""
+        self.positions = positions
+        """Each fact's position on the line, by id (set before `by_id`: see the notes)."""
+        self.by_id = by_id
+        self.view: FactSequence | None = None
+        """The last view handed out (`sequence`), kept while the store holds as many."""
+
+    def visible(self, size: int) -> int:
+        """How many of the facts a snapshot of `size` facts sees (those below `size`)."""
+        facts = self.facts
+        if not facts:
+            return 0
+        positions = self.positions
+        if positions[facts[-1].id] < size:
+            return len(facts)
+        return bisect_left(facts, size, key=lambda fact: positions[fact.id])
+
+    def sequence(self, length: int) -> FactSequence:
+        """The view of the first `length` facts (the one kept, if it holds as many)."""
+        view = self.view
+        if view is not None and len(view) == length:
+            return view
+        view = self.view = FactSequence(self, length)
+        return view
+
+    def prefix(self, size: int) -> FactStore:
+        """A store of its own with the facts a snapshot of `size` facts sees."""
+        length = self.visible(size)
+        if not length:
+            return EMPTY_STORE
+        facts = self.facts
+        positions = self.positions.copy()  # at C speed; then drop the later ids
+        by_id = self.by_id.copy()
+        for fact in facts[length:]:
+            del positions[fact.id], by_id[fact.id]
+        return FactStore(facts[:length], self.leaves[:length], positions, by_id)
+
+    def add(self, fact: Fact, leaf: bytes, position: int) -> None:
+        """Add one `fact` (an id new to the store) with its `leaf`, at `position`.
+
+        The caller holds `EXTENDING` and has cleared the extended snapshot's flag.
+        """
+        ident = fact.id
+        self.positions[ident] = position  # before `by_id`: a reader that finds it finds this
+        self.by_id[ident] = fact
+        self.facts.append(fact)
+        self.leaves.append(leaf)
+
+    def append(self, facts: Sequence[Fact], leaves: Sequence[bytes], position: int) -> None:
+        """Add `facts` (ids new to the store) with their `leaves`, at `position` on.
+
+        The caller holds `EXTENDING` and has cleared the extended snapshot's flag.
+        """
+        positions = self.positions
+        by_id = self.by_id
+        for fact in facts:
+            ident = fact.id
+            positions[ident] = position  # before `by_id`: a reader that finds it finds this
+            by_id[ident] = fact
+            position += 1
+        self.facts.extend(facts)
+        self.leaves.extend(leaves)
+
+
+@final
+class FactSequence(Sequence[Fact]):
+    """The facts of one key as one snapshot sees them, in insertion order: immutable, a view
+    of the first facts of its store (nothing copied), O(1) indexing and `find`."""
+
+    __slots__ = ("_length", "_store")
+
+    def __init__(self, store: FactStore, length: int) -> None:
+        self._store = store
         self._length = length
-        self._newest = True
-        """Nothing was appended to the store after this sequence's facts (`extended` clears
-        it before it appends): every id in `_by_id` is this sequence's own. It says what
-        `len(_facts) == _length` says, kept as a flag because `find` reads it on every call
-        (the comparison would cost about what the flag saves), and cleared before the ids
-        are added, where the list's length grows only after them."""
 
     def __len__(self) -> int:
         return self._length
@@ -87,17 +141,18 @@ class FactSequence(Sequence[Fact]):
     @overload
     def __getitem__(self, index: slice) -> tuple[Fact, ...]: ...
     def __getitem__(self, index: int | slice) -> Fact | tuple[Fact, ...]:
+        facts = self._store.facts
         if isinstance(index, slice):
-            return tuple(map(self._facts.__getitem__, range(*index.indices(self._length))))
+            return tuple(map(facts.__getitem__, range(*index.indices(self._length))))
         length = self._length
         if index < 0:
             index += length
         if not 0 <= index < length:
             raise IndexError(f"fact index {index} out of range for {length} facts")
-        return self._facts[index]
+        return facts[index]
 
     def __iter__(self) -> Iterator[Fact]:
-        return islice(self._facts, self._length)
+        return islice(self._store.facts, self._length)
 
     def __repr__(self) -> str:
         return f"FactSequence({[fact.ref for fact in self]!r})"
@@ -115,45 +170,21 @@ class FactSequence(Sequence[Fact]):
 
     def find(self, ident: str) -> Fact | None:
         """The fact with id `ident`, or `None`."""
-        fact = self._by_id.get(ident)
-        if fact is None or self._newest:  # the flag after the lookup: see the module's notes
-            return fact
-        return fact if self._positions[ident] < self._length else None
+        store = self._store
+        fact = store.by_id.get(ident)
+        if fact is None or not self._length:
+            return None
+        last = store.facts[self._length - 1]
+        return fact if store.positions[ident] <= store.positions[last.id] else None
 
     def leaves(self) -> Iterator[bytes]:
         """The leaf digests, in insertion order."""
-        return islice(self._leaves, self._length)
-
-    def extended(self, facts: Sequence[Fact], leaves: Sequence[bytes]) -> FactSequence:
-        """These facts with `facts` (ids new to them) and their `leaves` appended."""
-        length = self._length
-        _extending.acquire()  # not `with`: about 0.1 µs less per cycle
-        try:
-            mine = self._facts
-            if length and len(mine) == length:  # the newest of its line: append in place
-                self._newest = False  # before the ids are added: `find` reads it after
-                positions = self._positions
-                by_id = self._by_id
-                all_leaves = self._leaves
-            else:  # an older snapshot (or none): its own line starts here
-                later = mine[length:]
-                mine = mine[:length]
-                all_leaves = self._leaves[:length]
-                positions = self._positions.copy()  # at C speed; then drop the later ids
-                by_id = self._by_id.copy()
-                for fact in later:
-                    positions.pop(fact.id, None)
-                    by_id.pop(fact.id, None)
-            for at, fact in enumerate(facts, length):
-                ident = fact.id
-                positions[ident] = at
-                by_id[ident] = fact
-            mine.extend(facts)
-            all_leaves.extend(leaves)
-        finally:
-            _extending.release()
-        return FactSequence(mine, all_leaves, positions, by_id, length + len(facts))
+        return islice(self._store.leaves, self._length)
 
 
-EMPTY_FACTS: Final = FactSequence([], [], {}, {}, 0)
-"""No facts: extending it always starts a new line (`length` 0 never appends in place)."""
+EMPTY_STORE: Final = FactStore([], [], {}, {})
+"""No facts, shared by every line for its keys without any: never appended to (a line gives
+a key its own store with its first fact)."""
+EMPTY_FACTS: Final = FactSequence(EMPTY_STORE, 0)
+"""The view of no facts."""
+EMPTY_STORE.view = EMPTY_FACTS

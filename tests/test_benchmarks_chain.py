@@ -4,10 +4,7 @@ import anyio
 import pytest
 
 from benchmarks import chain
-from converge import Context, ContextKey, ContextSnapshot
-from converge._sequence import FactSequence
-
-_SEEDS = ContextKey.SEEDS
+from converge import Context, ContextSnapshot
 
 
 def test_the_replay_rebuilds_every_cycle_of_the_run() -> None:
@@ -31,9 +28,8 @@ def test_every_replayed_accepts_reads_the_newest_snapshot_of_its_line(
     accepts_of = chain.ChainLink.accepts
 
     def noting(link: chain.ChainLink, ctx: Context, /) -> bool:
-        store = ctx.get(_SEEDS)
-        assert isinstance(store, FactSequence)
-        seen.append(store._newest)  # pyright: ignore[reportPrivateUsage]
+        assert isinstance(ctx, ContextSnapshot)
+        seen.append(ctx._newest)  # pyright: ignore[reportPrivateUsage]
         return accepts_of(link, ctx)
 
     monkeypatch.setattr(chain.ChainLink, "accepts", noting)

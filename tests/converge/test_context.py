@@ -40,7 +40,7 @@ def test_an_empty_snapshot_has_an_empty_store_for_every_key_known_so_far() -> No
     ctx = ContextSnapshot.empty()
     stores = ctx._stores  # pyright: ignore[reportPrivateUsage]
     assert tuple(stores) == known_keys()
-    assert all(len(store) == 0 for store in stores.values())
+    assert all(not store.facts for store in stores.values())
     assert ctx.keys() == ()
 
 

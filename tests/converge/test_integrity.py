@@ -412,12 +412,12 @@ def test_runs_whose_proofs_nobody_reads_hash_no_merkle_tree_not_even_when_contin
 def _forge(context: ContextSnapshot, ident: str) -> None:
     """Below the API: rewrite a fact's content, and its digest and kept leaf to match."""
     store = context._stores[ContextKey.SEEDS]  # pyright: ignore[reportPrivateUsage]
-    fact = store[[f.id for f in store].index(ident)]
+    at = [f.id for f in store.facts].index(ident)
+    fact = store.facts[at]
     dict[str, object].__setitem__(vars(fact), "content", "forged")
     digest = fact_digest(fact)
     dict[str, object].__setitem__(vars(fact), "digest", digest)
-    leaves = store._leaves  # pyright: ignore[reportPrivateUsage]
-    leaves[leaves.index(next(leaf for f, leaf in context._sealed() if f is fact))] = digest  # pyright: ignore[reportPrivateUsage]
+    store.leaves[at] = digest
 
 
 def test_a_proof_read_at_the_runs_end_still_catches_a_fact_forged_with_its_leaf_later() -> None:

@@ -1,11 +1,12 @@
-"""FactSequence: snapshots of one line share a store; an older one that grows starts its own."""
+"""Snapshots of one line share its stores; an older one that grows starts a line of its own."""
 
 import sys
 import threading
 import time
+from typing import SupportsIndex, overload
 
 from converge import ContextKey, ContextSnapshot, Engine, Fact, IntegrityProof, ProposedFact, verify
-from converge._sequence import EMPTY_FACTS, FactSequence
+from converge._sequence import EMPTY_FACTS, EMPTY_STORE, FactSequence
 
 S = ContextKey.SEEDS
 
@@ -55,94 +56,190 @@ def test_two_runs_from_one_snapshot_each_see_only_their_own_facts() -> None:
     assert _ids(left) == ["a", "b", "same"]
 
 
-def test_the_empty_sequence_never_grows_in_place() -> None:
+def _line(facts: list[Fact], leaves: list[bytes], *sizes: int) -> list[ContextSnapshot]:
+    """Snapshots of one line from `empty()`, each adding the next `size` facts."""
+    snapshots = [ContextSnapshot.empty()]
+    done = 0
+    for cycle, size in enumerate(sizes, 1):
+        new = slice(done, done + size)
+        snapshots.append(
+            snapshots[-1]._extend(facts[new], leaves[new], cycle, done + size)  # pyright: ignore[reportPrivateUsage]
+        )
+        done += size
+    return snapshots
+
+
+def test_the_empty_store_is_never_appended_to() -> None:
     facts, leaves = _facts(2)
-    one = EMPTY_FACTS.extended(facts[:1], leaves[:1])
-    other = EMPTY_FACTS.extended(facts[1:], leaves[1:])
+    empty = ContextSnapshot.empty()
+    one = empty._extend(facts[:1], leaves[:1], 1, 1)  # pyright: ignore[reportPrivateUsage]
+    other = ContextSnapshot.empty()._extend(facts[1:], leaves[1:], 1, 1)  # pyright: ignore[reportPrivateUsage]
+    assert EMPTY_STORE.facts == []
+    assert EMPTY_STORE.by_id == {}
     assert len(EMPTY_FACTS) == 0
     assert list(EMPTY_FACTS) == []
-    assert [f.id for f in one] == ["f0"]
-    assert [f.id for f in other] == ["f1"]
-    assert one.find("f1") is None
-    assert other.find("f0") is None
+    assert _ids(one) == ["f0"]
+    assert _ids(other) == ["f1"]
+    assert one.find(S, "f1") is None
+    assert other.find(S, "f0") is None
+    assert empty.find(S, "f0") is None
+    assert empty.count(S) == 0
+    assert not empty.has(S)
 
 
-def test_a_sequence_hides_what_its_successors_added() -> None:
+def test_a_snapshot_hides_what_its_successors_added() -> None:
     facts, leaves = _facts(6)
-    first = EMPTY_FACTS.extended(facts[:2], leaves[:2])
-    second = first.extended(facts[2:4], leaves[2:4])
-    assert [f.id for f in first] == ["f0", "f1"]
-    assert len(first) == 2
-    assert first.find("f2") is None
-    assert first.find("f0") is facts[0]  # its own, found past the newest's shortcut
-    assert second.find("f2") is facts[2]
-    assert second.find("f5") is None
-    assert list(first.leaves()) == leaves[:2]
-    assert list(second.leaves()) == leaves[:4]
-    assert first[-1] is facts[1]
-    assert first[::-1] == (facts[1], facts[0])
-    assert first != second
-    assert first == tuple(facts[:2])
+    _, first, second = _line(facts, leaves, 2, 2)
+    assert _ids(first) == ["f0", "f1"]
+    assert first.count(S) == 2
+    assert first.has(S)
+    assert first.find(S, "f2") is None
+    assert first.find(S, "f0") is facts[0]  # its own, found past the newest's shortcut
+    assert second.find(S, "f2") is facts[2]
+    assert second.find(S, "f5") is None
+    view, later = first.get(S), second.get(S)
+    assert isinstance(view, FactSequence)
+    assert isinstance(later, FactSequence)
+    assert list(view.leaves()) == leaves[:2]
+    assert list(later.leaves()) == leaves[:4]
+    assert view.find("f0") is facts[0]
+    assert view.find("f2") is None
+    assert later.find("f3") is facts[3]
+    assert view[-1] is facts[1]
+    assert view[::-1] == (facts[1], facts[0])
+    assert view != later
+    assert view == tuple(facts[:2])
+    assert first.facts() == tuple(facts[:2])
+    assert (
+        first.merkle_root()
+        == _grown(ContextSnapshot.empty(), *map(_restated, facts[:2])).merkle_root()
+    )
 
 
-def test_an_append_in_place_marks_the_older_sequence_before_any_id_is_added() -> None:
-    # `find` reads the newest flag after its id lookup: a reader that finds an id added
-    # after its snapshot must therefore see the flag already cleared.
+def _restated(fact: Fact) -> ProposedFact:
+    return _proposal(fact.id, fact.content)
+
+
+def test_an_older_snapshot_sees_only_its_own_facts_under_every_key() -> None:
+    # positions are the line's: an older snapshot counts each key's facts below its size,
+    # a key whose first fact came later (the SIGNALS below) shows nothing in it
+    seeds = [_proposal(f"s{n}") for n in range(3)]
+    signals = [
+        ProposedFact(key=ContextKey.SIGNALS, id=f"g{n}", content="g", provenance="t")
+        for n in range(2)
+    ]
+    mixed = _grown(ContextSnapshot.empty(), seeds[0], signals[0], seeds[1])
+    facts = [*mixed.get(S)[:1], *mixed.get(ContextKey.SIGNALS), *mixed.get(S)[1:]]
+    leaves = [bytes.fromhex(fact.digest) for fact in facts]
+    base = ContextSnapshot.empty()._extend(facts[:1], leaves[:1], 1, 1)  # pyright: ignore[reportPrivateUsage]
+    grown = base._extend(facts[1:], leaves[1:], 2, 3)  # pyright: ignore[reportPrivateUsage]
+    assert base.keys() == (S,)
+    assert base.count(ContextKey.SIGNALS) == 0
+    assert not base.has(ContextKey.SIGNALS)
+    assert list(base.get(ContextKey.SIGNALS)) == []
+    assert base.find(ContextKey.SIGNALS, "g0") is None
+    assert base.facts() == (facts[0],)
+    assert "seeds=1" in repr(base)
+    assert grown.keys() == (S, ContextKey.SIGNALS)
+    assert grown.count(S) == 2
+    assert grown.count(ContextKey.SIGNALS) == 1
+    assert [fact.id for fact in grown.facts()] == ["s0", "s1", "g0"]
+    assert grown.merkle_root() == mixed.merkle_root()
+    for context in (base, grown):
+        assert verify(context, IntegrityProof.of(context))
+
+
+def test_a_snapshot_of_the_next_cycle_takes_the_line_over() -> None:
+    facts, leaves = _facts(3)
+    _, base = _line(facts, leaves, 1)
+    moved = base._at_cycle(2)  # pyright: ignore[reportPrivateUsage]
+    assert moved._newest  # pyright: ignore[reportPrivateUsage]
+    assert not base._newest  # pyright: ignore[reportPrivateUsage]
+    grown = moved._extend(facts[1:2], leaves[1:2], 3, 2)  # pyright: ignore[reportPrivateUsage]
+    assert grown._stores is base._stores  # pyright: ignore[reportPrivateUsage]  # in place
+    assert _ids(base) == _ids(moved) == ["f0"]
+    assert base.find(S, "f1") is None
+    other = base._extend(facts[2:], leaves[2:], 2, 2)  # pyright: ignore[reportPrivateUsage]
+    assert other._stores is not base._stores  # pyright: ignore[reportPrivateUsage]  # copied
+    assert _ids(other) == ["f0", "f2"]
+    assert _ids(grown) == ["f0", "f1"]
+    assert other.find(S, "f1") is None
+
+
+def test_an_append_in_place_marks_the_older_snapshot_before_any_id_is_added() -> None:
+    # `find` tests the snapshot's newest flag after its id lookup: a reader that finds an id
+    # added after its snapshot must therefore see the flag already cleared, and the id
+    # already in its store's positions.
     facts, leaves = _facts(3)
     seen: list[bool] = []
 
     class Watching(dict[str, Fact]):
         def __setitem__(self, ident: str, fact: Fact) -> None:
-            seen.append(base._newest)  # pyright: ignore[reportPrivateUsage]
+            store = base._stores[S]  # pyright: ignore[reportPrivateUsage]
+            seen.append(not base._newest and ident in store.positions)  # pyright: ignore[reportPrivateUsage]
             super().__setitem__(ident, fact)
 
-    by_id = Watching({facts[0].id: facts[0]})
-    base = FactSequence(facts[:1], leaves[:1], {facts[0].id: 0}, by_id, 1)
-    assert base.find(facts[1].id) is None
-    grown = base.extended(facts[1:], leaves[1:])
-    assert seen == [False, False]
-    assert base.find(facts[1].id) is None
-    assert base.find(facts[0].id) is facts[0]
-    assert grown.find(facts[2].id) is facts[2]
+    _, base = _line(facts, leaves, 1)
+    store = base._stores[S]  # pyright: ignore[reportPrivateUsage]
+    store.by_id = Watching(store.by_id)
+    assert base.find(S, facts[1].id) is None
+    grown = base._extend(facts[1:], leaves[1:], 2, 3)  # pyright: ignore[reportPrivateUsage]
+    assert seen == [True, True]
+    assert base.find(S, facts[1].id) is None
+    assert base.find(S, facts[0].id) is facts[0]
+    assert grown.find(S, facts[2].id) is facts[2]
 
 
 class _SlowList(list[Fact]):
-    """A store whose length takes a while to read: the check of whether a sequence is the
-    newest of its line is then as long as a thread switch, so a race would show."""
+    """A store's list that takes a while to grow and longer to copy: the thread switches
+    land where two extensions of one snapshot would race without the lock, the one that
+    copies taking its copy while the one that appends in place is half done."""
 
-    def __len__(self) -> int:
-        length = super().__len__()
-        time.sleep(0.002)  # releases the GIL: the other threads run meanwhile
-        return length
+    def append(self, fact: Fact, /) -> None:
+        time.sleep(0.002)  # releases the GIL: the copies start meanwhile
+        super().append(fact)
+
+    @overload
+    def __getitem__(self, index: SupportsIndex, /) -> Fact: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> list[Fact]: ...
+    def __getitem__(self, index: SupportsIndex | slice, /) -> Fact | list[Fact]:
+        taken = super().__getitem__(index)
+        if isinstance(index, slice):
+            time.sleep(0.004)  # the append in place finishes meanwhile
+        return taken
 
 
-def test_threads_extending_one_sequence_at_once_each_get_their_own_line() -> None:
+def test_threads_extending_one_snapshot_at_once_each_get_their_own_line() -> None:
     workers = 4
     facts, leaves = _facts(1 + workers)
-    base = FactSequence(
-        _SlowList(facts[:1]), leaves[:1], {facts[0].id: 0}, {facts[0].id: facts[0]}, 1
-    )
-    results: list[FactSequence | None] = [None] * workers
+    _, base = _line(facts, leaves, 1)
+    store = base._stores[S]  # pyright: ignore[reportPrivateUsage]
+    store.facts = _SlowList(store.facts)
+    results: list[ContextSnapshot | None] = [None] * workers
     barrier = threading.Barrier(workers)
 
     def grow(worker: int) -> None:
         mine = slice(1 + worker, 2 + worker)
         barrier.wait()
-        results[worker] = base.extended(facts[mine], leaves[mine])
+        results[worker] = base._extend(facts[mine], leaves[mine], 2, 2)  # pyright: ignore[reportPrivateUsage]
 
     threads = [threading.Thread(target=grow, args=(worker,)) for worker in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert list(base) == facts[:1]
-    for worker, sequence in enumerate(results):
-        assert sequence is not None
+    assert _ids(base) == ["f0"]
+    for worker, snapshot in enumerate(results):
+        assert snapshot is not None
         own = facts[1 + worker]
-        assert list(sequence) == [facts[0], own]
-        assert list(sequence.leaves()) == [leaves[0], bytes.fromhex(own.digest)]
-        assert sequence.find(own.id) is own
-        assert all(sequence.find(f.id) is None for f in facts[1:] if f is not own)
+        assert list(snapshot.get(S)) == [facts[0], own]
+        view = snapshot.get(S)
+        assert isinstance(view, FactSequence)
+        assert list(view.leaves()) == [leaves[0], bytes.fromhex(own.digest)]
+        assert snapshot.find(S, own.id) is own
+        assert all(snapshot.find(S, f.id) is None for f in facts[1:] if f is not own)
+        assert verify(snapshot, IntegrityProof.of(snapshot))
 
 
 def test_a_reader_of_an_older_snapshot_never_sees_what_a_thread_appends_meanwhile() -> None:
