@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
 
 from ._exceptions import ConfigurationError
 from ._gate import Stamps
@@ -14,6 +14,9 @@ from ._retry import RetryPolicy
 from ._suggestor import Suggestor, SuggestorId, describe_suggestor
 
 __all__ = ["Registration", "Registry", "RegistryView"]
+
+_MAX_CANDIDATES: Final = 1024
+"""Dirty sets whose candidates a view keeps; past them, candidates are found each time."""
 
 
 @final
@@ -49,6 +52,7 @@ class RegistryView:
     __slots__ = (
         "_always",
         "_by_key",
+        "_candidates",
         "acceptance",
         "fingerprint",
         "own_retries",
@@ -96,9 +100,23 @@ class RegistryView:
             for key in reg.dependencies:
                 by_key.setdefault(key, []).append(reg)
         self._by_key = {key: tuple(regs) for key, regs in by_key.items()}
+        self._candidates: dict[frozenset[AnyKey], tuple[Registration, ...]] = {}
+        """Each dirty set's candidates, once found (a run's cycles dirty the same few sets)."""
 
-    def candidates(self, dirty: Collection[AnyKey]) -> tuple[Registration, ...]:
-        """Active suggestors without dependencies or with one in `dirty`, by ascending id."""
+    def candidates(self, dirty: frozenset[AnyKey]) -> tuple[Registration, ...]:
+        """Active suggestors without dependencies or with one in `dirty`, by ascending id.
+
+        The view never changes, so each set's answer is kept (up to `_MAX_CANDIDATES` sets):
+        one lookup instead of the set's groups merged, about 0.2 µs a W1 cycle.
+        """
+        found = self._candidates.get(dirty)
+        if found is None:
+            found = self._found(dirty)
+            if len(self._candidates) < _MAX_CANDIDATES:
+                self._candidates[dirty] = found
+        return found
+
+    def _found(self, dirty: frozenset[AnyKey]) -> tuple[Registration, ...]:
         groups: list[tuple[Registration, ...]] = []
         by_key = self._by_key
         for key in dirty:  # a loop, not a comprehension: it makes a function each cycle

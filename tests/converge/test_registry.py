@@ -15,6 +15,7 @@ from converge import (
     InvariantResult,
     SuggestorId,
 )
+from converge import _registry as registry_module
 from converge._registry import Registration, Registry, RegistryView
 
 SEEDS = ContextKey.SEEDS
@@ -59,7 +60,7 @@ def names(regs: Sequence[Registration]) -> list[str]:
 
 
 def candidate_names(view: RegistryView, *dirty: ContextKey) -> list[str]:
-    return [reg.name for reg in view.candidates(dirty)]
+    return [reg.name for reg in view.candidates(frozenset(dirty))]
 
 
 # --- registration -----------------------------------------------------------------------------
@@ -247,8 +248,33 @@ def test_candidates_are_the_dependency_free_and_those_reading_a_dirty_key_by_id(
     assert candidate_names(view, SEEDS, SIGNALS) == both
     assert candidate_names(view, SIGNALS, SEEDS) == both  # ids decide, not the dirty order
     assert candidate_names(view, STRATEGIES, SIGNALS, SEEDS) == [*both, "on-strategies"]
-    ids = [int(reg.id) for reg in view.candidates({SEEDS, SIGNALS, STRATEGIES})]
+    ids = [int(reg.id) for reg in view.candidates(frozenset({SEEDS, SIGNALS, STRATEGIES}))]
     assert ids == sorted(set(ids))  # ascending, each once
+
+
+def test_a_view_keeps_each_dirty_sets_candidates_up_to_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry_module, "_MAX_CANDIDATES", 2)
+    registry = Registry()
+    registry.add(Stub("on-seeds", [SEEDS]), None)
+    registry.add(Stub("on-signals", [SIGNALS]), None)
+    registry.add(Stub("always"), None)
+    view = registry.view()
+    sets = [frozenset({SEEDS}), frozenset({SIGNALS}), frozenset({SEEDS, SIGNALS})]
+    expected = [
+        ["on-seeds", "always"],
+        ["on-signals", "always"],
+        ["on-seeds", "on-signals", "always"],
+    ]
+    for _ in range(2):  # found, then kept (the first two) or found again (the third)
+        assert [names(view.candidates(dirty)) for dirty in sets] == expected
+    kept = view._candidates  # pyright: ignore[reportPrivateUsage]
+    assert list(kept) == sets[:2]
+    assert kept[sets[0]] is view.candidates(frozenset({SEEDS}))  # an equal set finds it
+    assert registry.view() is view  # the view, and what it keeps, lasts while nothing changes
+    registry.add(Stub("on-seeds-too", [SEEDS]), None)
+    assert names(registry.view().candidates(sets[0])) == ["on-seeds", "always", "on-seeds-too"]
 
 
 def test_without_dependency_free_suggestors_only_dirty_readers_are_candidates() -> None:
@@ -256,8 +282,8 @@ def test_without_dependency_free_suggestors_only_dirty_readers_are_candidates() 
     registry.add(Stub("on-seeds", [SEEDS]), None)
     registry.add(Stub("on-signals", [SIGNALS]), None)
     view = registry.view()
-    assert view.candidates(()) == ()
-    assert view.candidates([HYPOTHESES]) == ()
+    assert view.candidates(frozenset()) == ()
+    assert view.candidates(frozenset([HYPOTHESES])) == ()
     assert candidate_names(view, SIGNALS) == ["on-signals"]
     assert candidate_names(view, SIGNALS, SEEDS) == ["on-seeds", "on-signals"]
 
@@ -265,7 +291,7 @@ def test_without_dependency_free_suggestors_only_dirty_readers_are_candidates() 
 def test_an_empty_registry_has_no_candidates() -> None:
     view = Registry().view()
     assert view.registrations == ()
-    assert view.candidates(list(ContextKey)) == ()
+    assert view.candidates(frozenset(ContextKey)) == ()
     assert view.fingerprint == ((), ())
 
 
