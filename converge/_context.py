@@ -162,10 +162,7 @@ class ContextSnapshot:
         except KeyError:
             _known(key)
             return 0
-        length = len(store.facts)
-        if self._newest:  # the flag after the read: see `_sequence`
-            return length
-        return store.visible(self._size)
+        return self._seen(store)
 
     def find(self, key: KeyLike, id: str, /) -> Fact | None:
         """The fact with `id` under `key`, or `None` (a name no key has raises `ValueError`)."""

@@ -68,12 +68,13 @@ class FactStore:
     def visible(self, size: int) -> int:
         """How many of the facts a snapshot of `size` facts sees (those below `size`)."""
         facts = self.facts
-        if not facts:
+        length = len(facts)  # once: another thread may append meanwhile (positions first)
+        if not length:
             return 0
         positions = self.positions
-        if positions[facts[-1].id] < size:
-            return len(facts)
-        return bisect_left(facts, size, key=lambda fact: positions[fact.id])
+        if positions[facts[length - 1].id] < size:
+            return length
+        return bisect_left(facts, size, 0, length, key=lambda fact: positions[fact.id])
 
     def sequence(self, length: int) -> FactSequence:
         """The view of the first `length` facts (the one kept, if it holds as many)."""

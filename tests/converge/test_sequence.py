@@ -280,3 +280,40 @@ def test_a_reader_of_an_older_snapshot_never_sees_what_a_thread_appends_meanwhil
         sys.setswitchinterval(interval)
     assert wrong == []
     assert [fact.id for fact in published[-1].get(S)] == [fact.id for fact in facts]
+
+
+class _SlowLast(list[Fact]):
+    """A store's list whose items take a while to read: another thread appends meanwhile."""
+
+    @overload
+    def __getitem__(self, index: SupportsIndex, /) -> Fact: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> list[Fact]: ...
+    def __getitem__(self, index: SupportsIndex | slice, /) -> Fact | list[Fact]:
+        taken = super().__getitem__(index)
+        time.sleep(0.002)  # releases the GIL: the writer appends now
+        return taken
+
+
+def test_an_older_snapshot_counts_its_facts_while_a_thread_appends_to_its_store() -> None:
+    # `base` sees every SEEDS fact its store holds when it reads the last one; the writer
+    # appends another before `base` counts them: it must count its own, not the list's.
+    facts, leaves = _facts(2)
+    signal = _grown(
+        ContextSnapshot.empty(),
+        ProposedFact(key=ContextKey.SIGNALS, id="g", content="g", provenance="t"),
+    )
+    other = signal.get(ContextKey.SIGNALS)[0]
+    _, base = _line(facts, leaves, 1)
+    newest = base._extend([other], [bytes.fromhex(other.digest)], 2, 2)  # pyright: ignore[reportPrivateUsage]
+    store = base._stores[S]  # pyright: ignore[reportPrivateUsage]
+    store.facts = _SlowLast(store.facts)
+    counted: list[int] = []
+    reader = threading.Thread(target=lambda: counted.append(base.count(S)))
+    reader.start()
+    time.sleep(0.001)  # the reader is reading the last fact
+    grown = newest._extend(facts[1:], leaves[1:], 3, 3)  # pyright: ignore[reportPrivateUsage]
+    reader.join()
+    assert counted == [1]
+    assert base.count(S) == 1
+    assert grown.count(S) == 2
