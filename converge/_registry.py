@@ -13,7 +13,7 @@ from ._key import AnyKey
 from ._retry import RetryPolicy
 from ._suggestor import Suggestor, SuggestorId, describe_suggestor
 
-__all__ = ["Registration", "Registry", "RegistryView"]
+__all__ = ["Candidates", "Registration", "Registry", "RegistryView"]
 
 _MAX_CANDIDATES: Final = 1024
 """Dirty sets whose candidates a view keeps; past them, candidates are found each time."""
@@ -32,6 +32,12 @@ class Registration:
     pack: str | None
     retry: RetryPolicy | None = None
     """The suggestor's own `retry` attribute, if it has one (else the engine's policy)."""
+
+
+Candidates = tuple[tuple[Registration, ...], tuple[Suggestor, ...]]
+"""One dirty set's candidates: their registrations, and their suggestors in the same order
+(the `accepts` loop reads the suggestors; it looks a registration up only for an answer
+other than `False`)."""
 
 
 @final
@@ -54,6 +60,7 @@ class RegistryView:
         "_by_key",
         "_candidates",
         "acceptance",
+        "by_object",
         "fingerprint",
         "own_retries",
         "registrations",
@@ -100,18 +107,23 @@ class RegistryView:
             for key in reg.dependencies:
                 by_key.setdefault(key, []).append(reg)
         self._by_key = {key: tuple(regs) for key, regs in by_key.items()}
-        self._candidates: dict[frozenset[AnyKey], tuple[Registration, ...]] = {}
+        self.by_object = {id(reg.suggestor): reg for reg in registrations}
+        """Each registration by its suggestor object's `id` (an object is registered once;
+        the registration keeps it alive)."""
+        self._candidates: dict[frozenset[AnyKey], Candidates] = {}
         """Each dirty set's candidates, once found (a run's cycles dirty the same few sets)."""
 
-    def candidates(self, dirty: frozenset[AnyKey]) -> tuple[Registration, ...]:
-        """Active suggestors without dependencies or with one in `dirty`, by ascending id.
+    def candidates(self, dirty: frozenset[AnyKey]) -> Candidates:
+        """Active suggestors without dependencies or with one in `dirty`, by ascending id:
+        their registrations, and the suggestors themselves in the same order.
 
         The view never changes, so each set's answer is kept (up to `_MAX_CANDIDATES` sets):
         one lookup instead of the set's groups merged, about 0.2 µs a W1 cycle.
         """
         found = self._candidates.get(dirty)
         if found is None:
-            found = self._found(dirty)
+            registrations = self._found(dirty)
+            found = (registrations, tuple(reg.suggestor for reg in registrations))
             if len(self._candidates) < _MAX_CANDIDATES:
                 self._candidates[dirty] = found
         return found
@@ -141,6 +153,7 @@ class Registry:
         "_invariant_names",
         "_invariants",
         "_names",
+        "_objects",
         "_packs",
         "_registrations",
         "_view",
@@ -151,6 +164,9 @@ class Registry:
         self._invariant_names: set[str] = set()
         self._registrations: list[Registration] = []
         self._names: set[str] = set()
+        self._objects: dict[int, str] = {}
+        """The name each registered object was registered under, by the object's `id` (the
+        registration keeps the object alive)."""
         self._packs: set[str] = set()
         self._active: frozenset[str] | None = None
         self._view: RegistryView | None = None
@@ -159,6 +175,12 @@ class Registry:
         name, dependencies, writes = describe_suggestor(suggestor)
         if name in self._names:
             raise ConfigurationError(f"a suggestor named {name!r} is already registered")
+        registered = self._objects.get(id(suggestor))
+        if registered is not None:
+            raise ConfigurationError(
+                f"suggestor {name!r} is the object already registered as {registered!r}: "
+                "register each suggestor object once"
+            )
         if pack is not None and (not isinstance(pack, str) or not pack.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ConfigurationError(f"suggestor {name!r}: pack id must be a non-blank str")
         retry: object = getattr(suggestor, "retry", None)
@@ -179,6 +201,7 @@ class Registry:
             )
         )
         self._names.add(name)
+        self._objects[id(suggestor)] = name
         if pack is not None:
             self._packs.add(pack)
         self._view = None

@@ -60,7 +60,9 @@ def names(regs: Sequence[Registration]) -> list[str]:
 
 
 def candidate_names(view: RegistryView, *dirty: ContextKey) -> list[str]:
-    return [reg.name for reg in view.candidates(frozenset(dirty))]
+    registrations, suggestors = view.candidates(frozenset(dirty))
+    assert suggestors == tuple(reg.suggestor for reg in registrations)
+    return [reg.name for reg in registrations]
 
 
 # --- registration -----------------------------------------------------------------------------
@@ -92,6 +94,26 @@ def test_a_duplicate_suggestor_name_is_refused_and_takes_no_id() -> None:
         registry.add(Stub("a", [SEEDS]), "other-pack")
     assert registry.names == ("a",)
     assert registry.add(Stub("b"), None) == SuggestorId(1)
+
+
+def test_one_object_registered_again_under_another_name_is_refused_and_takes_no_id() -> None:
+    """A suggestor whose `name` answers differently on each read cannot come in twice: the
+    run finds a registration by its suggestor object."""
+    shifty = Stub("first")
+    registry = Registry()
+    registry.add(shifty, None)
+    shifty.name = "second"
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^suggestor 'second' is the object already registered as 'first': "
+        r"register each suggestor object once$",
+    ):
+        registry.add(shifty, None)
+    assert registry.names == ("first",)
+    twin = Stub("second")  # an equal object of its own is another suggestor
+    assert registry.add(twin, None) == SuggestorId(1)
+    view = registry.view()
+    assert [view.by_object[id(s)].name for s in (shifty, twin)] == ["first", "second"]
 
 
 @pytest.mark.parametrize("pack", ["", "   ", "\t"])
@@ -248,7 +270,7 @@ def test_candidates_are_the_dependency_free_and_those_reading_a_dirty_key_by_id(
     assert candidate_names(view, SEEDS, SIGNALS) == both
     assert candidate_names(view, SIGNALS, SEEDS) == both  # ids decide, not the dirty order
     assert candidate_names(view, STRATEGIES, SIGNALS, SEEDS) == [*both, "on-strategies"]
-    ids = [int(reg.id) for reg in view.candidates(frozenset({SEEDS, SIGNALS, STRATEGIES}))]
+    ids = [int(reg.id) for reg in view.candidates(frozenset({SEEDS, SIGNALS, STRATEGIES}))[0]]
     assert ids == sorted(set(ids))  # ascending, each once
 
 
@@ -268,13 +290,13 @@ def test_a_view_keeps_each_dirty_sets_candidates_up_to_its_limit(
         ["on-seeds", "on-signals", "always"],
     ]
     for _ in range(2):  # found, then kept (the first two) or found again (the third)
-        assert [names(view.candidates(dirty)) for dirty in sets] == expected
+        assert [names(view.candidates(dirty)[0]) for dirty in sets] == expected
     kept = view._candidates  # pyright: ignore[reportPrivateUsage]
     assert list(kept) == sets[:2]
     assert kept[sets[0]] is view.candidates(frozenset({SEEDS}))  # an equal set finds it
     assert registry.view() is view  # the view, and what it keeps, lasts while nothing changes
     registry.add(Stub("on-seeds-too", [SEEDS]), None)
-    assert names(registry.view().candidates(sets[0])) == ["on-seeds", "always", "on-seeds-too"]
+    assert names(registry.view().candidates(sets[0])[0]) == ["on-seeds", "always", "on-seeds-too"]
 
 
 def test_without_dependency_free_suggestors_only_dirty_readers_are_candidates() -> None:
@@ -282,8 +304,8 @@ def test_without_dependency_free_suggestors_only_dirty_readers_are_candidates() 
     registry.add(Stub("on-seeds", [SEEDS]), None)
     registry.add(Stub("on-signals", [SIGNALS]), None)
     view = registry.view()
-    assert view.candidates(frozenset()) == ()
-    assert view.candidates(frozenset([HYPOTHESES])) == ()
+    assert view.candidates(frozenset()) == ((), ())
+    assert view.candidates(frozenset([HYPOTHESES])) == ((), ())
     assert candidate_names(view, SIGNALS) == ["on-signals"]
     assert candidate_names(view, SIGNALS, SEEDS) == ["on-seeds", "on-signals"]
 
@@ -291,7 +313,7 @@ def test_without_dependency_free_suggestors_only_dirty_readers_are_candidates() 
 def test_an_empty_registry_has_no_candidates() -> None:
     view = Registry().view()
     assert view.registrations == ()
-    assert view.candidates(frozenset(ContextKey)) == ()
+    assert view.candidates(frozenset(ContextKey)) == ((), ())
     assert view.fingerprint == ((), ())
 
 
