@@ -191,12 +191,18 @@ def test_an_append_in_place_marks_the_older_snapshot_before_any_id_is_added() ->
 
 
 class _SlowList(list[Fact]):
-    """A store's list that takes a while to grow and longer to copy: the thread switches
-    land where two extensions of one snapshot would race without the lock, the one that
-    copies taking its copy while the one that appends in place is half done."""
+    """A store's list that takes a while to grow (`append` waits before it adds) and to read
+    (an item, or a copy with `slices_only`, waits after it is taken): the thread switches
+    land where a race would show."""
+
+    def __init__(
+        self, facts: list[Fact], *, grow: float = 0.0, read: float, slices_only: bool = False
+    ) -> None:
+        super().__init__(facts)
+        self.grow, self.read, self.slices_only = grow, read, slices_only
 
     def append(self, fact: Fact, /) -> None:
-        time.sleep(0.002)  # releases the GIL: the copies start meanwhile
+        time.sleep(self.grow)  # releases the GIL: the other threads run meanwhile
         super().append(fact)
 
     @overload
@@ -205,8 +211,8 @@ class _SlowList(list[Fact]):
     def __getitem__(self, index: slice, /) -> list[Fact]: ...
     def __getitem__(self, index: SupportsIndex | slice, /) -> Fact | list[Fact]:
         taken = super().__getitem__(index)
-        if isinstance(index, slice):
-            time.sleep(0.004)  # the append in place finishes meanwhile
+        if isinstance(index, slice) or not self.slices_only:
+            time.sleep(self.read)
         return taken
 
 
@@ -215,7 +221,8 @@ def test_threads_extending_one_snapshot_at_once_each_get_their_own_line() -> Non
     facts, leaves = _facts(1 + workers)
     _, base = _line(facts, leaves, 1)
     store = base._stores[S]  # pyright: ignore[reportPrivateUsage]
-    store.facts = _SlowList(store.facts)
+    # without the lock, the copies take theirs while the append in place is half done
+    store.facts = _SlowList(store.facts, grow=0.002, read=0.004, slices_only=True)
     results: list[ContextSnapshot | None] = [None] * workers
     barrier = threading.Barrier(workers)
 
@@ -282,19 +289,6 @@ def test_a_reader_of_an_older_snapshot_never_sees_what_a_thread_appends_meanwhil
     assert [fact.id for fact in published[-1].get(S)] == [fact.id for fact in facts]
 
 
-class _SlowLast(list[Fact]):
-    """A store's list whose items take a while to read: another thread appends meanwhile."""
-
-    @overload
-    def __getitem__(self, index: SupportsIndex, /) -> Fact: ...
-    @overload
-    def __getitem__(self, index: slice, /) -> list[Fact]: ...
-    def __getitem__(self, index: SupportsIndex | slice, /) -> Fact | list[Fact]:
-        taken = super().__getitem__(index)
-        time.sleep(0.002)  # releases the GIL: the writer appends now
-        return taken
-
-
 def test_an_older_snapshot_counts_its_facts_while_a_thread_appends_to_its_store() -> None:
     # `base` sees every SEEDS fact its store holds when it reads the last one; the writer
     # appends another before `base` counts them: it must count its own, not the list's.
@@ -307,7 +301,7 @@ def test_an_older_snapshot_counts_its_facts_while_a_thread_appends_to_its_store(
     _, base = _line(facts, leaves, 1)
     newest = base._extend([other], [bytes.fromhex(other.digest)], 2, 2)  # pyright: ignore[reportPrivateUsage]
     store = base._stores[S]  # pyright: ignore[reportPrivateUsage]
-    store.facts = _SlowLast(store.facts)
+    store.facts = _SlowList(store.facts, read=0.002)  # the writer appends while it reads
     counted: list[int] = []
     reader = threading.Thread(target=lambda: counted.append(base.count(S)))
     reader.start()
