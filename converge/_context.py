@@ -138,9 +138,7 @@ class ContextSnapshot:
         except KeyError:
             _known(key)
             return False
-        if store.facts and self._newest:  # the flag after the read: see `_sequence`
-            return True
-        return store.visible(self._size) != 0
+        return self._seen(store) != 0
 
     def get(self, key: KeyLike, /) -> Sequence[Fact]:
         """The facts under `key`, in insertion order (a view, nothing copied).

@@ -112,15 +112,10 @@ class FactStore:
 
         The caller holds `EXTENDING` and has cleared the extended snapshot's flag.
         """
-        positions = self.positions
-        by_id = self.by_id
-        for fact in facts:
-            ident = fact.id
-            positions[ident] = position  # before `by_id`: a reader that finds it finds this
-            by_id[ident] = fact
+        add = self.add
+        for fact, leaf in zip(facts, leaves, strict=True):
+            add(fact, leaf, position)
             position += 1
-        self.facts.extend(facts)
-        self.leaves.extend(leaves)
 
 
 @final
