@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Final, TextIO
+from typing import Final, Literal, TextIO, final
 
 from ._checkpoint import Checkpoint
 from ._cli_support import CliError, load_formation
-from ._exceptions import InvalidResumeError, StaleRecordError
+from ._exceptions import InvalidResumeError, StaleRecordError, StoreError
 from ._formation import EngineOptions, Formation
 from ._hitl import GateDecision
+from ._model import FrozenModel
 from ._result import ConvergeResult
 from ._stop import RunStatus, StopReason
 from ._store import RunRecord, RunStore
@@ -25,6 +26,8 @@ from ._store import RunRecord, RunStore
 __all__ = [
     "STALE",
     "Resumed",
+    "SignatureCheck",
+    "check_signature",
     "formation_locator",
     "paused_checkpoint",
     "resumable",
@@ -40,6 +43,49 @@ def signing_key() -> bytes | None:
     """`CONVERGE_SIGNING_KEY`, when set."""
     key = os.environ.get("CONVERGE_SIGNING_KEY")
     return key.encode() if key else None
+
+
+SignatureState = Literal["verified", "unchecked", "failed"]
+"""What a read command can say of a stored record's signature: checked and good, not
+checked (no signing key is set), or checked and bad (unsigned, changed, or another key's)."""
+
+
+@final
+class SignatureCheck(FrozenModel, frozen=True):
+    """What checking a stored record's signature found, for a command or page to show."""
+
+    run_id: str
+    """The run whose record was checked."""
+    state: SignatureState
+    """`"verified"`, `"unchecked"` (no key) or `"failed"`."""
+    message: str
+    """One line that says so, for people."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether a key is set and the record does not verify under it."""
+        return self.state == "failed"
+
+
+def check_signature(record: RunRecord, key: bytes | None) -> SignatureCheck:
+    """Check `record`'s signature under `key`; every read command shows what this says."""
+    run_id = record.run_id
+    if key is None:
+        return SignatureCheck(
+            run_id=run_id,
+            state="unchecked",
+            message=(
+                f"run {run_id}: the record is not authenticated (no signing key is set); "
+                "anyone with write access to the store could have changed it"
+            ),
+        )
+    try:
+        record.verify_signature(key)
+    except StoreError as error:
+        return SignatureCheck(run_id=run_id, state="failed", message=str(error))
+    return SignatureCheck(
+        run_id=run_id, state="verified", message=f"run {run_id}: signature verified"
+    )
 
 
 def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Checkpoint:
