@@ -1,10 +1,11 @@
 """What the command line trusts in a stored run, and how it checks it before acting.
 
 A stored record is data anyone with write access to the store could have changed. With a
-signing key (`CONVERGE_SIGNING_KEY`) every record the CLI or an engine saves is signed and
-every record `review`, `resume`, `replay` and `report` act on is verified first. Without one,
-the record is only checked for consistency, and the CLI says so before it imports a
-formation the record names.
+signing key (`CONVERGE_SIGNING_KEY`) every record the CLI or an engine saves is signed,
+every record `review`, `resume`, `replay` and `report` act on is verified first, and
+`verify`, `show`, `review` and `runs` say whether what they show verified
+(`check_signature`, `check_listed`). Without one, the record is only checked for
+consistency, and the CLI says so.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from ._hitl import GateDecision
 from ._model import FrozenModel
 from ._result import ConvergeResult
 from ._stop import RunStatus, StopReason
-from ._store import RunRecord, RunStore
+from ._store import RunRecord, RunStore, RunSummary
 
 __all__ = [
     "STALE",
+    "CheckedRun",
     "Resumed",
     "SignatureCheck",
+    "check_listed",
     "check_signature",
     "formation_locator",
     "paused_checkpoint",
@@ -71,20 +74,76 @@ def check_signature(record: RunRecord, key: bytes | None) -> SignatureCheck:
     """Check `record`'s signature under `key`; every read command shows what this says."""
     run_id = record.run_id
     if key is None:
-        return SignatureCheck(
-            run_id=run_id,
-            state="unchecked",
-            message=(
-                f"run {run_id}: the record is not authenticated (no signing key is set); "
-                "anyone with write access to the store could have changed it"
-            ),
-        )
+        return _unchecked(run_id)
     try:
         record.verify_signature(key)
     except StoreError as error:
         return SignatureCheck(run_id=run_id, state="failed", message=str(error))
     return SignatureCheck(
         run_id=run_id, state="verified", message=f"run {run_id}: signature verified"
+    )
+
+
+def _unchecked(run_id: str) -> SignatureCheck:
+    """What can be said of run `run_id`'s record without a key: it is not authenticated."""
+    return SignatureCheck(
+        run_id=run_id,
+        state="unchecked",
+        message=(
+            f"run {run_id}: the record is not authenticated (no signing key is set); "
+            "anyone with write access to the store could have changed it"
+        ),
+    )
+
+
+@final
+class CheckedRun(FrozenModel, frozen=True):
+    """One line of `converge runs`, and what checking it found."""
+
+    summary: RunSummary
+    """What the line shows: with a key, read from the run's record, else the store's listing."""
+    check: SignatureCheck
+    """What checking the record's signature found."""
+
+
+async def check_listed(
+    store: RunStore, runs: Sequence[RunSummary], key: bytes | None
+) -> tuple[CheckedRun, ...]:
+    """Each listed run as `converge runs` shows it, with its check, in order.
+
+    Without a key, every run is shown as listed and `"unchecked"`; nothing is loaded. With
+    one, each run's record is loaded and its signature checked (`check_signature`), and the
+    line shows what that record says, not the store's own columns (which no signature
+    covers); a record that cannot be loaded fails, and its line is the listing. Each row
+    holds its whole record today, so this loads every listed record.
+    """
+    checked: list[CheckedRun] = []
+    for run in runs:
+        if key is None:
+            checked.append(CheckedRun(summary=run, check=_unchecked(run.run_id)))
+            continue
+        try:
+            record = await store.load(run.run_id)
+        except StoreError as error:
+            failed = SignatureCheck(run_id=run.run_id, state="failed", message=str(error).strip())
+            checked.append(CheckedRun(summary=run, check=failed))
+            continue
+        check = check_signature(record, key)
+        checked.append(CheckedRun(summary=_shown(run, record), check=check))
+    return tuple(checked)
+
+
+def _shown(run: RunSummary, record: RunRecord) -> RunSummary:
+    """The line of `run` as its loaded `record` says (when it was saved: the listing's)."""
+    if record.stop_reason is not None:
+        return record.summary(run.saved_at)
+    return run.model_copy(  # a running run's line says where it is, not its root
+        update={
+            "status": record.status,
+            "cycles": record.cycles,
+            "fact_count": record.integrity.fact_count,
+            "name": record.name,
+        }
     )
 
 
