@@ -1,17 +1,22 @@
 """What the command line trusts in a stored run, and how it checks it before acting.
 
 A stored record is data anyone with write access to the store could have changed. With a
-signing key (`CONVERGE_SIGNING_KEY`) every record the CLI or an engine saves is signed,
-every record `review`, `resume`, `replay` and `report` act on is verified first, and
-`verify`, `show`, `review` and `runs` say whether what they show verified
-(`check_signature`, `check_listed`). Without one, the record is only checked for
-consistency, and the CLI says so.
+signing key every record the CLI or an engine saves is signed, every record `review`,
+`resume`, `replay` and `report` act on is verified first, and `verify`, `show`, `review`
+and `runs` say whether what they show verified (`check_signature`, `check_listed`). Without
+one, the record is only checked for consistency, and the CLI says so.
+
+The key is read once, when the command starts (`take_signing_key`): from `--key-file`,
+`CONVERGE_SIGNING_KEY_FILE` or `CONVERGE_SIGNING_KEY`, both variables then dropped from
+`os.environ` before any formation is imported, so suggestor code finds no key there (nor
+do the processes it starts). `signing_key` returns it for the rest of the command.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Final, Literal, TextIO, final
 
 from ._checkpoint import Checkpoint
@@ -25,27 +30,106 @@ from ._stop import RunStatus, StopReason
 from ._store import RunRecord, RunStore, RunSummary
 
 __all__ = [
+    "KEY_FILE_VARIABLE",
+    "KEY_VARIABLE",
     "STALE",
     "CheckedRun",
     "Resumed",
     "SignatureCheck",
     "check_listed",
     "check_signature",
+    "forget_signing_key",
     "formation_locator",
     "paused_checkpoint",
+    "read_signing_key",
     "resumable",
     "resume_stored",
     "signing_key",
+    "take_signing_key",
 ]
 
 STALE: Final = 8
 """Exit status when someone else saved the run first (a decision would have been lost)."""
 
 
+KEY_VARIABLE: Final = "CONVERGE_SIGNING_KEY"
+"""The environment variable that holds the signing key itself."""
+KEY_FILE_VARIABLE: Final = "CONVERGE_SIGNING_KEY_FILE"
+"""The environment variable that names a file holding the signing key."""
+
+
+@final
+class _Taken:
+    """The key the running command took at its start (`taken` is false outside a command)."""
+
+    __slots__ = ("key", "taken")
+
+    def __init__(self) -> None:
+        self.taken = False
+        self.key: bytes | None = None
+
+
+_TAKEN: Final = _Taken()
+
+
+def read_signing_key(key_file: str | None, environ: Mapping[str, str]) -> bytes | None:
+    """The signing key `key_file`, else `CONVERGE_SIGNING_KEY_FILE`, else
+    `CONVERGE_SIGNING_KEY` names (`None`: none is set, or the variable is empty).
+
+    A file holds the key as bytes; one final line ending (`\\n` or `\\r\\n`) is not part of
+    it, so `echo SECRET > FILE` gives the same key as `CONVERGE_SIGNING_KEY=SECRET`.
+
+    Raises:
+        CliError: The file cannot be read or holds no key, or both variables are set.
+    """
+    named = environ.get(KEY_FILE_VARIABLE) or None
+    given = environ.get(KEY_VARIABLE) or None
+    if key_file is None and named is not None and given is not None:
+        raise CliError(
+            f"both {KEY_VARIABLE} and {KEY_FILE_VARIABLE} are set: set one of them",
+            "--key-file FILE is the safer choice (see the threat model in the docs)",
+        )
+    path = key_file if key_file is not None else named
+    if path is None:
+        return None if given is None else given.encode("utf-8", "surrogateescape")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise CliError(f"cannot read the signing key file {path}: {error.strerror}") from None
+    key = data.removesuffix(b"\n").removesuffix(b"\r")
+    if not key:
+        raise CliError(f"the signing key file {path} is empty")
+    return key
+
+
+def take_signing_key(key_file: str | None) -> bytes | None:
+    """Read the signing key for this command (`read_signing_key`), then drop both variables
+    from `os.environ`; `signing_key` returns it until `forget_signing_key`.
+
+    Raises:
+        CliError: As `read_signing_key` (the variables are dropped all the same).
+    """
+    try:
+        key = read_signing_key(key_file, os.environ)
+    finally:
+        for name in (KEY_VARIABLE, KEY_FILE_VARIABLE):
+            os.environ.pop(name, None)
+    _TAKEN.key, _TAKEN.taken = key, True
+    return key
+
+
+def forget_signing_key() -> None:
+    """End the command's hold on its key: `signing_key` reads the environment again."""
+    _TAKEN.key, _TAKEN.taken = None, False
+
+
 def signing_key() -> bytes | None:
-    """`CONVERGE_SIGNING_KEY`, when set."""
-    key = os.environ.get("CONVERGE_SIGNING_KEY")
-    return key.encode() if key else None
+    """The signing key: the one the running command took at its start (`take_signing_key`);
+    outside a command (the console or a batch started from code), `read_signing_key` of
+    the environment, which is left as it is."""
+    if _TAKEN.taken:
+        return _TAKEN.key
+    return read_signing_key(None, os.environ)
 
 
 SignatureState = Literal["verified", "unchecked", "failed"]
@@ -223,7 +307,7 @@ def formation_locator(record: RunRecord, given: str | None, key: bytes | None, e
     if key is None:
         err.write(
             f"note: importing formation {record.formation!r} named by the stored record of run "
-            f"{record.run_id}; records are not authenticated without CONVERGE_SIGNING_KEY "
+            f"{record.run_id}; records are not authenticated without a signing key "
             "(pass --formation to choose the formation yourself)\n"
         )
     return record.formation
