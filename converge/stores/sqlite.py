@@ -16,7 +16,6 @@ read-only store opens the file now at the path.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from .._exceptions import RunNotFoundError, StoreError
 from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
 from ._db import load_record, renew_lease, write_progress, write_record
 from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
+from ._sqlite_file import has_log, identity, open_uri, shm_of, wal_mode
 
 if TYPE_CHECKING:
     import sqlite3
@@ -105,7 +105,7 @@ class SqliteRunStore:
         )
         connection.execute("PRAGMA busy_timeout = 30000")
         if not self._ready:
-            _wal(connection)
+            wal_mode(connection)
             connection.execute("BEGIN IMMEDIATE")
             try:
                 connection.execute(
@@ -144,12 +144,12 @@ class SqliteRunStore:
         import sqlite3
 
         if self._uri is not None:
-            return _open(self._uri)
+            return open_uri(self._uri)
         if not self._path.is_file():
             raise _NoStoreError(f"no store at {self._path}")
         uri = f"{self._path.absolute().as_uri()}?mode=ro"
         try:
-            connection = self._checked(_open(uri))
+            connection = self._checked(open_uri(uri))
         except sqlite3.OperationalError as error:
             # A WAL file needs its -shm file, missing here and not creatable (a read-only
             # folder: SQLITE_CANTOPEN as root, SQLITE_READONLY_DIRECTORY otherwise). With no
@@ -157,16 +157,16 @@ class SqliteRunStore:
             name = error.sqlite_errorname
             if name != "SQLITE_CANTOPEN" and not name.startswith("SQLITE_READONLY"):
                 raise StoreError(f"cannot read {self._path}: {error}") from None
-            if _shm(self._path).exists():
+            if shm_of(self._path).exists():
                 raise StoreError(f"cannot read {self._path}: {error}") from None
-            if _has_log(self._path):
+            if has_log(self._path):
                 raise StoreError(
                     f"cannot read {self._path} read-only: its write-ahead log "
                     f"({self._path.name}-wal) holds saves that need the missing "
                     f"{self._path.name}-shm file, which this folder does not let it create"
                 ) from None
             uri += "&immutable=1"
-            connection = self._checked(_open(uri))
+            connection = self._checked(open_uri(uri))
         self._uri = uri
         return connection
 
@@ -206,12 +206,12 @@ class SqliteRunStore:
         def task() -> T:
             with self._lock:
                 connection = self._connection
-                if connection is not None and _identity(self._path) != self._file:
+                if connection is not None and identity(self._path) != self._file:
                     self._moved(connection, run_id)
                     connection = None
                 if connection is None:
                     connection = self._connection = self._connect()
-                    self._file = _identity(self._path)
+                    self._file = identity(self._path)
                     # Closed when the store goes, before the connection's own finaliser
                     # could warn (garbage cycles included), or at interpreter exit.
                     weakref.finalize(self, connection.close)
@@ -245,7 +245,7 @@ class SqliteRunStore:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 value = work(_Db(connection))
-                if write and _identity(self._path) != self._file:  # gone while we waited
+                if write and identity(self._path) != self._file:  # gone while we waited
                     self._moved(connection, run_id)
             except BaseException:
                 connection.execute("ROLLBACK")
@@ -378,61 +378,6 @@ class _Db:
 
     def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
         self._connection.execute(statement, values)
-
-
-def _open(uri: str) -> sqlite3.Connection:
-    import sqlite3
-
-    connection = sqlite3.connect(
-        uri, uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
-    )
-    connection.execute("PRAGMA busy_timeout = 30000")
-    return connection
-
-
-def _wal(connection: sqlite3.Connection) -> None:
-    """Put the file in WAL mode, waiting while another process does the same.
-
-    Switching the journal mode ignores the busy timeout: two processes opening a new file at
-    once may be told "database is locked" at once, so this retries for up to 30 s.
-    """
-    import sqlite3
-    import time
-
-    deadline = time.monotonic() + 30.0
-    while True:
-        try:
-            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
-            if str(mode).lower() != "wal":
-                connection.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if error.sqlite_errorname not in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
-                time.monotonic() > deadline
-            ):
-                raise
-            time.sleep(0.02)
-
-
-def _shm(path: Path) -> Path:
-    return path.with_name(f"{path.name}-shm")
-
-
-def _has_log(path: Path) -> bool:
-    """Whether the write-ahead log beside `path` holds anything (it may hold saves)."""
-    try:
-        return path.with_name(f"{path.name}-wal").stat().st_size > 0
-    except OSError:
-        return False
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """The device and inode of the file at `path` (`None`: there is none)."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 def upgrade(connection: sqlite3.Connection) -> int:
