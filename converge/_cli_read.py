@@ -364,8 +364,12 @@ async def _replay(
 
 
 async def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge replay`: merge a stopped run's recorded effects again; same proof or fail."""
+    """`converge replay`: merge a stopped run's recorded effects again; same proof or fail.
+
+    With a key, the record's signature is checked first, whichever formation replays it.
+    """
     _, record = await _load(args, args.run_id)
+    record.verify_signature(signing_key())
     if record.stop_reason is None:
         raise CliError(
             f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",

@@ -342,3 +342,16 @@ def test_verify_of_what_show_json_prints_checks_it_again(
     code, out = cli("--store", store, "verify", str(shown))
     assert code == 7
     assert "bad signature" in out
+
+
+def test_replay_with_a_formation_given_refuses_a_forged_record_when_a_key_is_set(
+    store: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--formation` skips the record's formation, not its signature."""
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", SIGNING_KEY)
+    run_id = forged_run(store, _unsigned)
+    capsys.readouterr()
+    code, out = cli("--store", store, "replay", run_id, "--formation", FORMATION)
+    assert code == 1
+    assert "replayed" not in out
+    assert "unsigned" in capsys.readouterr().err
