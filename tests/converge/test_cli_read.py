@@ -355,3 +355,20 @@ def test_replay_with_a_formation_given_refuses_a_forged_record_when_a_key_is_set
     assert code == 1
     assert "replayed" not in out
     assert "unsigned" in capsys.readouterr().err
+
+
+def test_show_warns_when_the_facts_do_not_match_the_proof_even_without_a_key(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = converged_run(store)
+    record = stored_json(store, run_id)
+    [cheap] = [fact for fact in _facts(record) if fact["id"] == "cheap"]
+    cheap["content"] = "Buy everything"  # the stored digest is left as it was
+    write_json(store, run_id, record)
+    capsys.readouterr()
+    code, out = cli("--store", store, "show", run_id)
+    err = capsys.readouterr().err
+    assert code == 0
+    [warning] = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert "does not match its fields" in warning
+    assert "integrity    FAILED (" in out
