@@ -372,3 +372,27 @@ def test_show_warns_when_the_facts_do_not_match_the_proof_even_without_a_key(
     [warning] = [line for line in err.splitlines() if line.startswith("warning:")]
     assert "does not match its fields" in warning
     assert "integrity    FAILED (" in out
+
+
+def test_an_earlier_signed_record_of_the_same_run_put_back_is_accepted_a_stated_limit(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threat model says so: a signature proves who wrote a record, not that it is the
+    latest. Put back the paused record after its gate was decided, and it can be decided
+    again. (If this ever fails, the limit is gone: update docs/threat-model.md.)"""
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", SIGNING_KEY)
+    code, out = cli("--store", store, "run", FORMATION)
+    run_id = run_id_of(out)
+    paused = stored_json(store, run_id)
+    assert cli("--store", store, "resume", run_id, "--approve", GATE, "--by", "jane")[0] == 0
+    write_json(store, run_id, paused)
+    _update_row(
+        store,
+        run_id,
+        "UPDATE converge_runs SET stop_reason = 'awaiting_human', status = 'paused' "
+        "WHERE run_id = ?",
+    )
+    assert cli("--store", store, "verify", run_id)[1].endswith("; signature verified\n")
+    code, _ = cli("--store", store, "resume", run_id, "--reject", GATE, "--by", "mallory")
+    assert code == 0
+    assert "decided by mallory" in cli("--store", store, "review", run_id)[1]
