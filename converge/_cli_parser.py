@@ -1,8 +1,8 @@
 """The `converge` command line's arguments: global options, then each command's.
 
-Every command's `--help` has a description, its options (`--store` and `--debug` too, which
-work before or after the command) and the exit statuses it can return. Numeric options are
-checked by their argparse type, so a bad value is a usage error (status 2).
+Every command's `--help` has a description, its options (`--store`, `--key-file` and
+`--debug` too, which work before or after the command) and the exit statuses it can return.
+Numeric options are checked by their argparse type, so a bad value is a usage error (status 2).
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ Commands: TypeAlias = "argparse._SubParsersAction[UsageParser]"  # pyright: igno
 _FORMATION_HELP = "the formation to load (default: the one the stored run names)"
 _STORE_HELP = (
     "run store: a SQLite file or a PostgreSQL DSN (env CONVERGE_STORE; default .converge/runs.db)"
+)
+_KEY_FILE_HELP = (
+    "read the signing key from FILE (else env CONVERGE_SIGNING_KEY_FILE or "
+    "CONVERGE_SIGNING_KEY); both variables are dropped from the environment at start"
 )
 _WIDTH: Final = 78
 
@@ -145,6 +149,7 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--store", help=_STORE_HELP)
+    parser.add_argument("--key-file", metavar="FILE", help=_KEY_FILE_HELP)
     parser.add_argument(
         "--version",
         action="version",
@@ -166,6 +171,9 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
             action="store_true",
             default=argparse.SUPPRESS,
             help="show tracebacks on errors",
+        )
+        own.add_argument(
+            "--key-file", metavar="FILE", default=argparse.SUPPRESS, help=_KEY_FILE_HELP
         )
     return parser
 

@@ -10,6 +10,10 @@ converge batch PATH_OR_MODULE INPUTS.jsonl [--workers N | --scheduler ADDRESS] [
 converge ui [--port PORT] [--users FILE]
 ```
 
+`--key-file FILE` (or `CONVERGE_SIGNING_KEY_FILE`, or `CONVERGE_SIGNING_KEY`) gives the
+signing key, read once at start; both variables are then dropped from the environment
+(`_cli_records.take_signing_key`), before any formation is imported.
+
 Every command but `ui` takes `--json`: one JSON document on standard output instead of
 text, with the same exit status (the shapes are in `_cli_read` and `docs/cli.md`).
 
@@ -47,7 +51,13 @@ from ._cli_read import (
     cmd_verify,
     write_report,
 )
-from ._cli_records import STALE, resume_stored, signing_key
+from ._cli_records import (
+    STALE,
+    forget_signing_key,
+    resume_stored,
+    signing_key,
+    take_signing_key,
+)
 from ._cli_store import close_stores, open_store, report_path, store_argument
 from ._cli_support import (
     BROKEN_PIPE,
@@ -90,10 +100,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             return _main(command, args, stream)
     finally:
         close_stores()
+        forget_signing_key()
 
 
 def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
     try:
+        take_signing_key(args.key_file)  # before any formation is imported: see _cli_records
         status = anyio.run(command, args, stream)
         _flush(stream)  # a reader gone away shows here, not when the interpreter exits
         return status
@@ -183,8 +195,8 @@ def _engine_options(
         options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
     if not getattr(args, "json", False):
         options["observers"] = (Progress(out),)
-    key = os.environ.get("CONVERGE_SIGNING_KEY")
-    if key:
+    key = signing_key()
+    if key is not None:
         options["signing_key"] = key
     return options
 
