@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 import re
+import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Final, final
@@ -188,7 +189,8 @@ def guard_logs(scrubber: Scrubber) -> None:
     for as long as `scrubber` lives."""
     if not scrubber:
         return
-    _LIVE.add(scrubber)
+    with _LIVE_LOCK:
+        _LIVE.add(scrubber)
     for name in _LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
@@ -196,6 +198,7 @@ def guard_logs(scrubber: Scrubber) -> None:
 
 
 _LIVE: Final[weakref.WeakSet[Scrubber]] = weakref.WeakSet()
+_LIVE_LOCK: Final = threading.Lock()
 
 
 @final
@@ -203,10 +206,14 @@ class _LogScrubber(logging.Filter):
     """Rewrites a log record's message with every live scrubber; drops nothing."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        scrubbers = list(_LIVE)
+        with _LIVE_LOCK:  # a provider made in another thread meanwhile
+            scrubbers = list(_LIVE)
         if not scrubbers:
             return True
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a record that cannot be formatted: the handler will say so
+            return True
         clean = message
         for scrubber in scrubbers:
             clean = scrubber.scrub(clean)
