@@ -23,7 +23,7 @@ from ._cli_support import load_formation
 from ._durable import Durability
 from ._engine import Engine
 from ._exceptions import RunNotFoundError, StaleRecordError
-from ._formation import Formation
+from ._formation import Formation, command_timeout
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._stop import RunStatus
@@ -186,6 +186,7 @@ def run_shard(spec: ShardSpec, items: Sequence[ShardItem]) -> list[StoredRun | B
                     formation=spec.locator,
                     lease=spec.lease,
                     durability=spec.durability,
+                    suggestor_timeout=command_timeout(formation),
                 )
                 inputs = _inputs(item.inputs)
                 done.append(await _ensure(engine, store, run_id, item.index, inputs, spec.lease))

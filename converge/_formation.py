@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypedDict, Unpack, final
+from math import inf
+from typing import Final, TypedDict, Unpack, final
 
 from ._budget import Budget
 from ._context import ContextSnapshot
@@ -24,7 +25,11 @@ from ._store import RunStore
 from ._suggestor import Suggestor
 from ._sync import Backend, call_sync
 
-__all__ = ["EngineOptions", "Formation"]
+__all__ = ["DEFAULT_SUGGESTOR_TIMEOUT", "EngineOptions", "Formation", "command_timeout"]
+
+DEFAULT_SUGGESTOR_TIMEOUT: Final = 300.0
+"""Seconds one `execute` may take under the command line (`converge run`, `resume`, `batch`)
+and in batches, when the formation sets no `suggestor_timeout`."""
 
 
 class EngineOptions(TypedDict, total=False):
@@ -77,6 +82,11 @@ class Formation:
     `inputs=` (which replace them)."""
     record_effects: bool = True
     """Keep effects in the trace so the run can be replayed."""
+    suggestor_timeout: float | None = None
+    """Seconds one `execute` may take before the engine cancels it and records it as
+    `"timed_out"` (`Engine`'s `suggestor_timeout`). `None`: no limit in runs from code, and
+    300 s (`DEFAULT_SUGGESTOR_TIMEOUT`) under the command line and in batches; `math.inf`: no
+    limit anywhere."""
 
     def engine(self, **overrides: Unpack[EngineOptions]) -> Engine:
         """A new engine with this formation's settings and inputs (overridable) and registrations.
@@ -91,6 +101,8 @@ class Formation:
             "record_effects": self.record_effects,
             "inputs": self.inputs,
         }
+        if self.suggestor_timeout is not None:
+            options["suggestor_timeout"] = _limit(self.suggestor_timeout)
         options.update(overrides)
         engine = Engine(**options)
         for suggestor in self.suggestors:
@@ -123,3 +135,14 @@ class Formation:
                 the module-level `formation`.
         """
         return call_sync(backend, self.run, context, **overrides)
+
+
+def command_timeout(formation: Formation) -> float | None:
+    """The `suggestor_timeout` of `formation`'s engine under the command line and in batches:
+    its own, or `DEFAULT_SUGGESTOR_TIMEOUT` when it sets none (`None` for `math.inf`)."""
+    timeout = formation.suggestor_timeout
+    return DEFAULT_SUGGESTOR_TIMEOUT if timeout is None else _limit(timeout)
+
+
+def _limit(timeout: float) -> float | None:
+    return None if timeout == inf else timeout

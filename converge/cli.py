@@ -77,7 +77,7 @@ from ._cli_support import (
 )
 from ._cli_ui import cmd_ui
 from ._exceptions import ConvergeError, RunNotFoundError
-from ._formation import EngineOptions, Formation
+from ._formation import EngineOptions, Formation, command_timeout
 from ._hitl import GateDecision
 from ._result import ConvergeResult
 from ._store import RunRecord, RunStore
@@ -190,6 +190,7 @@ def _engine_options(
         "formation": locate(locator),
         "lease": args.lease,
         "durability": getattr(args, "durability", "cycle"),
+        "suggestor_timeout": command_timeout(formation),
     }
     if getattr(args, "max_cycles", None) is not None:
         options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
