@@ -245,9 +245,12 @@ class Merger:
                         decision = self._rejection(admitted, suggestor, reason)
                     else:
                         try:
-                            if hitl is not None and hitl.gates(admitted):
+                            rule = None if hitl is None else hitl.held_by(admitted)
+                            if rule is not None:
                                 check_hashable(admitted)
-                                decision = self._request(admitted, suggestor, stamp.suggestor_id)
+                                decision = self._request(
+                                    admitted, suggestor, stamp.suggestor_id, rule
+                                )
                             else:
                                 fact = stamp.promote(admitted, self._cycle, self._clock + 1)
                                 self._clock += 1
@@ -291,7 +294,9 @@ class Merger:
         reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
         return self._rejection(proposal, suggestor, reason)
 
-    def _request(self, proposal: ProposedFact, suggestor: str, suggestor_id: int) -> GateRequest:
+    def _request(
+        self, proposal: ProposedFact, suggestor: str, suggestor_id: int, rule: str
+    ) -> GateRequest:
         return GateRequest(
             gate_id=f"gate:{self._cycle}:{proposal.ref}",
             proposal=proposal,
@@ -300,6 +305,7 @@ class Merger:
             cycle=self._cycle,
             summary=proposal.content,
             deadline=self._deadline,
+            rule=rule,
         )
 
     def refuse(self, suggestor: str, refusals: Sequence[Refusal]) -> None:
