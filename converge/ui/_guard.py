@@ -109,7 +109,7 @@ class Guard:
             )
         if path == "/sign-out" and method == "POST":
             return await sign_in.sign_out(request, signed)
-        code = request.query_params.get("token") if method in _SAFE else None
+        code = request.query_params.get("token") if method == "GET" else None  # HEAD uses none
         if code is not None:
             return sign_in.link(request, code, signed)
         if signed is None:

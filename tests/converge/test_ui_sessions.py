@@ -536,6 +536,8 @@ def test_console_link_opened_from_another_site_asks_before_it_signs_in(
             assert asked.status_code == 200
             assert "set-cookie" not in asked.headers
             assert "opened from another site, signs you in as ana" in asked.text
+        assert client.head(f"/?token={code}").status_code == 401  # a HEAD uses no link
+        assert sessions.link_state(code)[0] == "valid"
         typed = client.get(f"/?token={code}", headers={"sec-fetch-site": "none"})
         assert typed.status_code == 200
         assert "reviewer <b>ana</b>" in typed.text
