@@ -426,17 +426,21 @@ def _console(commands: Commands) -> None:
         "serve the review console in the browser (the 'ui' extra)",
         (
             "Serve the runs of a store, live, and decide their human gates in the browser. "
-            "Every request needs a reviewer's token; by default one reviewer, you, with a new "
-            "token in the printed URL. It serves until Ctrl-C, and has no --json.",
+            "Every request needs a reviewer's session or token; by default one reviewer, you, "
+            "with a new token and a one-time sign-in link printed. It serves until Ctrl-C, "
+            "and has no --json.",
         ),
-        ((0, "--add added a reviewer"),),
+        ((0, "--add added a reviewer, or --remove removed one"),),
     )
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=port, default=8765, help="port (default 8765; 0: any free)")
     ui.add_argument("--users", metavar="FILE", help="admit the reviewers in this JSON file")
     ui.add_argument("--add", metavar="NAME", type=who, help="add reviewer NAME to --users FILE")
+    ui.add_argument("--remove", metavar="NAME", type=who, help="remove NAME from --users FILE")
     ui.add_argument("--reviewer", type=who, help="your name as recorded (default: login name)")
     ui.add_argument("--formation", help="resume every run with this formation")
+    ui.add_argument("--trust-unsigned", action="store_true", help="import what unsigned runs name")
+    ui.add_argument("--origin", metavar="URL", help="public origin behind TLS (https://...)")
     ui.add_argument(
         "--poll",
         type=seconds,

@@ -20,7 +20,7 @@ from ._report_parts import (
     violations,
 )
 from ._report_svg import esc, short
-from ._stop import StopReason
+from ._stop import RunStatus, StopReason
 from ._store import RunRecord
 
 __all__ = ["SUMMARY_FACT_LIMIT", "badge_class", "header", "summary"]
@@ -160,9 +160,18 @@ def _promoted(record: RunRecord, anchors: dict[str, str]) -> str:
 
 def summary(record: RunRecord, anchors: dict[str, str]) -> str:
     """What the run decided: its stop reason, who decided what, what it last promoted."""
-    stop = record.outcome.replace("_", " ")
     detail = f": {esc(record.detail)}" if record.detail else ""
-    body = f'<p data-summary="stop">The run stopped <b>{esc(stop)}</b>{detail}.</p>'
+    if record.status is RunStatus.RUNNING:
+        said = f"The run is <b>running</b>{detail}; it has not stopped yet"
+    elif record.status is RunStatus.INTERRUPTED:
+        cause = "cancelled" if record.interruption == "cancelled" else "its process stopped saving"
+        said = (
+            f"The run was <b>interrupted</b> ({cause}){detail}; it has not stopped: it can be "
+            "continued"
+        )
+    else:
+        said = f"The run stopped <b>{esc(record.outcome.replace('_', ' '))}</b>{detail}"
+    body = f'<p data-summary="stop">{said}.</p>'
     body += _flaws(record)
     if record.pending:
         body += (
