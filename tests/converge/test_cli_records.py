@@ -243,9 +243,11 @@ def test_the_console_the_command_starts_checks_records_with_the_key_it_took(
         base = url.partition("/?")[0]
         with httpx.Client(follow_redirects=True, timeout=10) as client:
             assert client.get(url).status_code == 200
-            assert client.get(f"{base}/runs/{signed}").status_code == 200
+            trusted = client.get(f"{base}/runs/{signed}")
+            assert trusted.status_code == 200
+            assert 'data-signature="verified"' in trusted.text
             refused = client.get(f"{base}/runs/{unsigned}")
-            assert refused.status_code == 409
+            assert 'data-signature="failed"' in refused.text
             assert "unsigned" in refused.text
     finally:
         console.terminate()
