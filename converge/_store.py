@@ -364,7 +364,9 @@ class RunStore(Protocol):
     async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
         """Extend a running run's lease to now plus `lease_seconds`, keeping its version.
 
-        Raises `StaleRecordError` when the run is no longer at `version`.
+        Called from the engine's lease thread, in an event loop of its own, while the run's
+        other calls go on in the run's loop: an implementation must allow that (the built-in
+        stores do). Raises `StaleRecordError` when the run is no longer at `version`.
         """
         ...
 

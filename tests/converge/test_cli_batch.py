@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,11 +27,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from converge import ContextKey, ProposedFact
+from converge import ContextKey, ProposedFact, RunRecord, RunStatus
 from converge._batch import BatchResult, open_store_url
 from converge._cli_support import BATCH_INCOMPLETE, load_formation
 from converge._store import RunStore
 from tests.cli_runs import cli
+from tests.converge.batch_formation import seed as batch_seed
 from tests.converge.test_store import postgres_or_skip
 
 pytest.importorskip("distributed")
@@ -234,3 +236,91 @@ def test_a_formation_that_raises_on_import_fails_with_one_line(
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == [f"error: formation {broken} failed to load: RuntimeError: no formation today"]
     assert not store.exists()
+
+
+# --- one stored run per input, whatever the step does -------------------------------------------
+
+STEPS_FILE = str(Path(__file__).resolve().parent / "batch_formation.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def steps_inputs(path: Path, contents: list[str]) -> Path:
+    """INPUTS.jsonl for `batch_formation.py`: one input per content, in order."""
+    lines = (
+        json.dumps({"inputs": [json.loads(batch_seed(content).model_dump_json())]})
+        for content in contents
+    )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def converge_process(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`converge ARGS` in a child process running this worktree's package."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "converge.cli", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def calls_of(log: Path) -> dict[str, list[str]]:
+    """Each input's step calls, as the pids of the processes that made them."""
+    found: dict[str, list[str]] = {}
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            content, pid = line.split("\t")
+            found.setdefault(content, []).append(pid)
+    return found
+
+
+def records_of(target: str, run_ids: list[str]) -> dict[str, RunRecord]:
+    async def read() -> dict[str, RunRecord]:
+        store: RunStore = open_store_url(target)
+        try:
+            return {i: await store.load(i) for i in run_ids}
+        finally:
+            store.close()  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+
+    return anyio.run(read)
+
+
+def test_two_batches_whose_steps_block_the_loop_never_take_a_run_from_each_other(
+    tmp_path: Path,
+) -> None:
+    """Two `converge batch` commands, one store, one --batch-id; each step blocks its event
+    loop three times longer than --lease. Each input's steps run once, in one process."""
+    log = tmp_path / "calls.log"
+    contents = [f"case {index} block=3" for index in range(2)]
+    inputs = steps_inputs(tmp_path / "inputs.jsonl", contents)
+    store = str(tmp_path / "runs.db")
+    batch = f"l{uuid.uuid4().hex[:8]}"
+    env = {"CONVERGE_TEST_LOG": str(log), "CONVERGE_TEST_STEPS": "2"}
+    args = (
+        "--store", store, "batch", STEPS_FILE, str(inputs), "--batch-id", batch,
+        "--workers", "1", "--lease", "1",
+    )  # fmt: skip
+    cli("--store", store, "runs")  # the store exists before the two commands race for it
+    commands = [converge_process(*args, env=env) for _ in range(2)]
+    try:
+        ended = [command.communicate(timeout=120) for command in commands]
+    finally:
+        for command in commands:
+            command.kill()
+    codes = [command.returncode for command in commands]
+    assert 0 in codes, ended
+    for code, (out, err) in zip(codes, ended, strict=True):
+        assert code in (0, BATCH_INCOMPLETE), (out, err)
+        if code == BATCH_INCOMPLETE:  # gave up on runs the other command was running
+            assert "still running elsewhere; not taken over" in out, out
+    calls = calls_of(log)
+    assert sorted(calls) == sorted(contents)
+    for content, pids in calls.items():
+        assert len(pids) == 2, (content, pids)  # two steps, each run once
+        assert len(set(pids)) == 1, (content, pids)  # by one process
+    expected = [f"{batch}-{index}" for index in range(2)]
+    assert sorted(stored_ids(store, f"{batch}-")) == expected
+    for record in records_of(store, expected).values():
+        assert record.status is RunStatus.FINISHED
+        assert record.trace.continuations == ()
