@@ -26,7 +26,7 @@ from ._cli_support import (
 )
 from ._durable import DEFAULT_LEASE
 from ._version import __version__
-from .dask import DEFAULT_RUNS_PER_WORKER
+from .dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 
 __all__ = ["at_least_one", "demo_names", "parser", "port", "seconds"]
 
@@ -386,7 +386,11 @@ def _batch(commands: Commands) -> None:
             "local Dask cluster or an existing one, and store every run; the same command "
             "with the same --batch-id completes an incomplete batch. Needs the dask extra.",
         ),
-        ((0, "every input ended as a stored run"), (BATCH_INCOMPLETE, "some did not")),
+        (
+            (0, "every input ended as a stored run, none converged with failures"),
+            (FAILURES, "a run converged with failed calls or rolled-back effects"),
+            (BATCH_INCOMPLETE, "an input did not end as a stored run"),
+        ),
     )
     batch.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     batch.add_argument("inputs", metavar="INPUTS.jsonl", help='one {"inputs": [...]} per line')
@@ -405,6 +409,25 @@ def _batch(commands: Commands) -> None:
         default=DEFAULT_RUNS_PER_WORKER,
         metavar="N",
         help=f"runs a worker runs at once (default {DEFAULT_RUNS_PER_WORKER}; 1 for CPU-bound)",
+    )
+    batch.add_argument(
+        "--connect-timeout",
+        type=seconds,
+        default=DEFAULT_WORKER_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on a --scheduler that cannot be reached, or has no worker, after "
+        f"this long (default {DEFAULT_WORKER_TIMEOUT:g})",
+    )
+    batch.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="run an input line that changed since its run was stored as a new run "
+        "(default: refuse it)",
+    )
+    batch.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 when runs converged with failed calls or rolled-back effects",
     )
     _lease(batch, "a run")
     _json(batch, "the batch result")

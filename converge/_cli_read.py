@@ -93,9 +93,12 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"no runs in {visible(label)}\n")
         return 0
     for run in runs:
+        reason = run.stop_reason.value if run.stop_reason else "-"
+        if run.failures:
+            reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
         out.write(
             f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {run.stop_reason.value if run.stop_reason else '-':<22} "
+            f"{run.status.value:<11} {reason:<22} "
             f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
         )
     return 0

@@ -41,7 +41,7 @@ __all__ = [
     "RunSummary",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The version of the tables every backend writes; a store refuses any other."""
 
 Interruption = Literal["cancelled", "lost"]
@@ -139,6 +139,9 @@ class RunSummary(FrozenModel, frozen=True):
     """When it was last saved (UTC)."""
     name: str | None = None
     """The formation's name, if recorded."""
+    failures: int = 0
+    """Its failed calls not made good and its rolled-back effects (`RunRecord.failure_count`);
+    0 while running or interrupted. A run that converged with any converged with failures."""
 
     @property
     def outcome(self) -> str:
@@ -258,6 +261,13 @@ class RunRecord(FrozenModel, frozen=True):
     def outcome(self) -> str:
         """The stop reason's value, or the status's while the run has none (`"running"`)."""
         return self.status.value if self.stop_reason is None else self.stop_reason.value
+
+    @property
+    def failure_count(self) -> int:
+        """Its calls that failed and were not made good (`RunTrace.failures`) plus its effects
+        that a structural invariant rolled back (`RunTrace.rolled_back`): a run that converged
+        with any converged with failures."""
+        return len(self.trace.failures()) + len(self.trace.rolled_back())
 
     def decided_by(self) -> str:
         """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""

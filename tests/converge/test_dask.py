@@ -370,3 +370,29 @@ def test_an_input_that_is_not_a_proposed_fact_names_its_index(chain: Chain, tmp_
     with pytest.raises(ConfigurationError, match=r"inputs\[2\]\[1\] must be a ProposedFact"):
         run_batch_sync(CHAIN, inputs, chain.client, store, batch_id="bad")
     assert count_rows(store, "bad") == 0
+
+
+def test_run_batch_on_a_cluster_without_workers_raises_after_worker_timeout(
+    tmp_path: Path,
+) -> None:
+    store = str(tmp_path / "runs.db")
+    with (
+        closing(
+            LocalCluster(
+                n_workers=0,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,  # pyright: ignore[reportArgumentType]  # None: no dashboard
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            )
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        started = time.monotonic()
+        with pytest.raises(TimeoutError) as caught:
+            run_batch_sync(CHAIN, seeds("none", 2), client, store, worker_timeout=1.5)
+        took = time.monotonic() - started
+        address = cluster.scheduler_address
+    assert str(caught.value) == f"scheduler {address} has no workers: none joined within 1.5 s"
+    assert 1.5 <= took < 20
+    assert count_rows(store, "none") == 0
