@@ -31,8 +31,11 @@ in the baseline alike.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -76,6 +79,7 @@ class Case:
     durability: Durability = "cycle"
     shard_size: int | None = None
     target: str = ""  # the TARGETS entry it is held to (its name by default)
+    command: bool = False  # also through the `converge batch` command
 
 
 def _cases(settings: Settings) -> list[Case]:
@@ -87,6 +91,7 @@ def _cases(settings: Settings) -> list[Case]:
         runs=200 if settings.quick else 1_000,
         runs_per_worker=256,
         facts=1 + 2 * batch_model_bound.STEPS,
+        command=True,
     )
     cpu = Case(
         name="cpu_bound",
@@ -96,12 +101,22 @@ def _cases(settings: Settings) -> list[Case]:
         runs=100 if settings.quick else 500,
         runs_per_worker=1,
         facts=2,
+        command=True,
     )
     return [
         model,
-        replace(model, name="model_bound_exit", durability="exit", target="model_bound"),
+        replace(
+            model, name="model_bound_exit", durability="exit", target="model_bound", command=False
+        ),
         cpu,
-        replace(cpu, name="cpu_bound_exit", durability="exit", shard_size=10, target="cpu_bound"),
+        replace(
+            cpu,
+            name="cpu_bound_exit",
+            durability="exit",
+            shard_size=10,
+            target="cpu_bound",
+            command=False,
+        ),
     ]
 
 
@@ -217,6 +232,60 @@ def _batch(case: Case, client: Client, url: str, runs: int, batch_id: str) -> fl
     return elapsed
 
 
+_ROOT: Final = _HERE.parent
+
+
+def _command(case: Case, url: str, runs: int, batch_id: str, where: list[str]) -> float:
+    """Seconds of one `converge batch` command of `runs` runs, whole (start to exit), checked.
+
+    `where` is `["--scheduler", ADDRESS]` (the warm cluster) or `["--workers", "2"]` (the
+    command starts its own local cluster, and that start is in the time).
+    """
+    with tempfile.TemporaryDirectory(prefix="converge-w7-cli-") as folder:
+        lines = Path(folder) / "inputs.jsonl"
+        with lines.open("w", encoding="utf-8") as out:
+            for index in range(runs):
+                facts = [json.loads(fact.model_dump_json()) for fact in case.inputs(index)]
+                out.write(json.dumps({"inputs": facts}) + "\n")
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": str(_ROOT) + (os.pathsep + path if path else "")}
+        command = [
+            sys.executable, "-m", "converge.cli", "--store", url, "batch", case.locator,
+            str(lines), "--batch-id", batch_id, "--runs-per-worker", str(case.runs_per_worker),
+            *where, "--json",
+        ]  # fmt: skip
+        started = perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        elapsed = perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"W7 {case.name}: converge batch exited {done.returncode}: {done.stderr[-500:]}"
+        )
+    _check(case, BatchResult.model_validate_json(done.stdout), runs)
+    return elapsed
+
+
+def _command_figures(
+    case: Case, client: Client, stores: Stores, backend: str, per_run: float
+) -> Figures:
+    """`converge batch` on the warm cluster (`--scheduler`) and on its own (`--workers 2`)."""
+    address = cast("str", client.scheduler.address)  # pyright: ignore[reportOptionalMemberAccess]
+    figures: Figures = {}
+    for label, where in (("scheduler", ["--scheduler", address]), ("local", ["--workers", "2"])):
+        progress(f"W7 {case.name} {backend}: converge batch --{label}, {case.runs} runs")
+        batch_id = f"w7-cli-{label}-{case.name}-{uuid.uuid4().hex[:8]}"
+        url = stores.url(backend, f"cli-{label}-{case.name}")
+        wall = _command(case, url, case.runs, batch_id, where)
+        stores.forget(backend, [f"{batch_id}-{index}" for index in range(case.runs)])
+        throughput = case.runs / wall
+        figures[label] = {
+            "command_wall_s": rounded(wall, 3),
+            "command_runs_per_s": rounded(throughput),
+            "speedup": rounded(throughput * per_run),
+        }
+    return figures
+
+
 def _concurrency(runs: int, per_worker: int) -> int:
     """Runs one worker task runs at once (`converge.dask` shards: at least 2 per worker)."""
     return max(1, min(per_worker, math.ceil(runs / (2 * WORKERS))))
@@ -248,7 +317,7 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
     sequential_throughput = 1 / per_run
     batch_throughput = case.runs / wall
     overhead = (wall - ideal) / case.runs
-    return {
+    found: Figures = {
         "sequential_sample_runs": len(times),
         "sequential_ms_per_run": rounded(per_run * 1000),
         "sequential_ms_per_run_median": rounded(median(times) * 1000),
@@ -265,6 +334,9 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
         "overhead_ms_per_run": rounded(overhead * 1000, 3),
         "overhead_worker_ms_per_run": rounded(overhead * WORKERS * 1000, 3),
     }
+    if case.command:
+        found["command"] = _command_figures(case, client, stores, backend, per_run)
+    return found
 
 
 def _start_cluster() -> tuple[Client, Callable[[], None], float]:
@@ -322,6 +394,15 @@ def measure(settings: Settings) -> Figures:
                         "at_least": goal,
                         "met": isinstance(speedup, float) and speedup >= goal,
                     }
+                    command = measured.get("command")
+                    if isinstance(command, dict):
+                        for label, numbers in cast("dict[str, Figures]", command).items():
+                            value = numbers["speedup"]
+                            targets[f"{backend}_{case.name}_command_{label}_speedup"] = {
+                                "value": value,
+                                "at_least": goal,
+                                "met": isinstance(value, float) and value >= goal,
+                            }
         finally:
             stop()
             stores.close()

@@ -25,10 +25,13 @@ from ._durable import Durability
 from ._engine import Engine
 from ._exceptions import RunNotFoundError, StaleRecordError
 from ._formation import Formation
+from ._grouped import grouped
 from ._model import FrozenModel
 from ._proposal import ProposedFact
-from ._stop import RunStatus
-from ._store import RunRecord, RunStore
+from ._result import ConvergeResult
+from ._stop import RunStatus, StopReason
+from ._store import RunRecord, RunStore, failure_count
+from ._trace import RunTrace
 
 __all__ = [
     "BatchFailure",
@@ -223,7 +226,8 @@ def run_shard(spec: ShardSpec, items: Sequence[ShardItem]) -> list[StoredRun | B
     Raises:
         converge._cli_support.CliError: The formation cannot be imported.
     """
-    formation, store = _cached(spec)
+    formation, cached = _cached(spec)
+    store = grouped(cached)  # per shard: its saves are grouped in this shard's event loop
     limiter = anyio.CapacityLimiter(spec.runs_per_worker)
     done: list[StoredRun | BatchFailure] = []
     later: list[tuple[ShardItem, RunRecord]] = []
@@ -335,15 +339,27 @@ async def _ensure(
     run_id = run_id_of(spec.batch_id, index)
     given = _INPUTS.dump_json(inputs)
     deadline = monotonic() + spec.lease + LEASE_GRACE
+    # A run saved every cycle claims its id before its first cycle (its first save must
+    # insert it): start it at once, and look in the store only when the id is taken. A run
+    # saved once, when it stops, would run whole before finding out: look first.
+    optimistic = spec.durability == "cycle"
     while True:
+        if optimistic:
+            optimistic = False
+            try:
+                result = await engine.run(inputs=inputs, run_id=run_id)
+            except StaleRecordError:
+                pass  # stored already (or taken over meanwhile): look at it
+            else:
+                return _from_result(result, index, "started")
         try:
             record = await store.load(run_id)
         except RunNotFoundError:
             try:
-                await engine.run(inputs=inputs, run_id=run_id)
+                result = await engine.run(inputs=inputs, run_id=run_id)
             except StaleRecordError:
                 continue  # another attempt created it meanwhile: look again
-            return await _stored(store, run_id, index, "started")
+            return _from_result(result, index, "started")
         if _INPUTS.dump_json(record.trace.inputs) != given:
             if not spec.rerun_changed or run_id != run_id_of(spec.batch_id, index):
                 raise InputChangedError(
@@ -367,17 +383,29 @@ async def _ensure(
                     "not continued again"
                 )
             try:
-                await engine.resume_run(run_id)
+                result = await engine.resume_run(run_id)
             except StaleRecordError:
                 continue
-            return await _stored(store, run_id, index, "continued")
+            return _from_result(result, index, "continued")
         if monotonic() > deadline:  # still running elsewhere, its lease renewed
             raise RuntimeError(f"run {run_id} is still running elsewhere; not taken over")
         await anyio.sleep(min(1.0, spec.lease / 3))
 
 
-async def _stored(store: RunStore, run_id: str, index: int, action: str) -> StoredRun:
-    return as_stored(await store.load(run_id), index, action)
+def _from_result(result: ConvergeResult, index: int, action: str) -> StoredRun:
+    """The stored run of a result this worker just saved (no need to read it back)."""
+    stop = result.stop_reason
+    paused = stop is StopReason.AWAITING_HUMAN
+    return StoredRun(
+        index=index,
+        run_id=result.run_id,
+        status=RunStatus.PAUSED if paused else RunStatus.FINISHED,
+        stop_reason=stop.value,
+        merkle_root=result.integrity.merkle_root,
+        action=action,
+        failures=failure_count(result.trace),
+        first_failure=first_failure(result.trace),
+    )
 
 
 def as_stored(record: RunRecord, index: int, action: str) -> StoredRun:
@@ -390,13 +418,12 @@ def as_stored(record: RunRecord, index: int, action: str) -> StoredRun:
         merkle_root=record.integrity.merkle_root,
         action=action,
         failures=record.failure_count,
-        first_failure=first_failure(record),
+        first_failure=first_failure(record.trace),
     )
 
 
-def first_failure(record: RunRecord) -> str | None:
+def first_failure(trace: RunTrace) -> str | None:
     """The first failed call not made good, else the first rolled-back effect, as one line."""
-    trace = record.trace
     for failure in trace.failures():
         cycle = next((c.cycle for c in trace.cycles if failure in c.executions), 0)
         return (

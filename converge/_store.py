@@ -39,6 +39,7 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "RunSummary",
+    "failure_count",
 ]
 
 SCHEMA_VERSION: Final = 4
@@ -115,6 +116,12 @@ class RunProgress:
     """How long the run counts as running without another save or `renew_lease`."""
     restart: bool = False
     """Drop the journal (and any finished record) first: this entry starts it again."""
+
+
+def failure_count(trace: RunTrace) -> int:
+    """A run's calls that failed and were not made good (`RunTrace.failures`) plus its
+    effects that a structural invariant rolled back (`RunTrace.rolled_back`)."""
+    return len(trace.failures()) + len(trace.rolled_back())
 
 
 @final
@@ -264,10 +271,10 @@ class RunRecord(FrozenModel, frozen=True):
 
     @property
     def failure_count(self) -> int:
-        """Its calls that failed and were not made good (`RunTrace.failures`) plus its effects
-        that a structural invariant rolled back (`RunTrace.rolled_back`): a run that converged
-        with any converged with failures."""
-        return len(self.trace.failures()) + len(self.trace.rolled_back())
+        """Its calls that failed and were not made good plus its effects that a structural
+        invariant rolled back (`failure_count`): a run that converged with any converged
+        with failures."""
+        return failure_count(self.trace)
 
     def decided_by(self) -> str:
         """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
