@@ -13,12 +13,17 @@ in the baseline alike.
   time stands for all of them.
 - Batch: `run_batch_sync` of 1,000 model-bound runs (200 with `--quick`) with
   `runs_per_worker=256`, and of 500 CPU-bound runs (100 with `--quick`) with
-  `runs_per_worker=1`, on `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`,
+  `runs_per_worker=1` (default shards), on `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`,
   into a fresh SQLite file (and PostgreSQL). Each batch is timed once, whole: submitting,
   the workers' runs, collecting the results. Before it, an untimed batch of 4 runs warms
   the workers (their imports of `converge` and the formation) as the baseline's process is.
 - Cluster start (the `LocalCluster` and its `Client`) is timed separately and is not part
   of any throughput.
+- Command: the model-bound and CPU-bound batches again through `converge batch --json`, timed
+  from start to exit, on the warm cluster (`--scheduler`) and with `--workers 2` (the command
+  starts its own cluster).
+- Before each batch, `parallel_ceiling_before`: how much faster 2 processes run the CPU-bound
+  loop than one, right then (other processes on the 2 cores lower it below 2).
 - Overhead of the batch machinery per run: `(batch wall - ideal) / runs`, where `ideal` is
   the sequential work (runs x mean sequential run time) divided by the parallelism (2
   workers x the runs a worker task runs at once). What it holds: Dask's scheduling and
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING, Final, cast, final
 import anyio
 
 from converge import Durability, Formation, PostgresRunStore, ProposedFact, RunStore, SqliteRunStore
-from converge.dask import BatchResult, run_batch_sync
+from converge.dask import LARGEST_SHARE, TASKS_PER_WORKER, BatchResult, run_batch_sync
 
 from . import batch_cpu_bound, batch_model_bound
 from ._common import Figures, Settings, median, progress, quartiles, rounded
@@ -286,9 +291,17 @@ def _command_figures(
     return figures
 
 
-def _concurrency(runs: int, per_worker: int) -> int:
-    """Runs one worker task runs at once (`converge.dask` shards: at least 2 per worker)."""
-    return max(1, min(per_worker, math.ceil(runs / (2 * WORKERS))))
+def _shard_size(case: Case) -> int:
+    """Runs per task, as `converge.dask` shards them by default (or `case.shard_size`)."""
+    if case.shard_size is not None:
+        return case.shard_size
+    share = min(LARGEST_SHARE, math.ceil(case.runs / (TASKS_PER_WORKER * WORKERS)))
+    return max(1, min(max(case.runs_per_worker, share), math.ceil(case.runs / (2 * WORKERS))))
+
+
+def _concurrency(case: Case) -> int:
+    """Runs one worker task runs at once: its runs, at most `runs_per_worker`."""
+    return min(case.runs_per_worker, _shard_size(case))
 
 
 def _case_figures(case: Case, client: Client, stores: Stores, backend: str, sample: int) -> Figures:
@@ -306,12 +319,13 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
     warm_id = f"w7-warm-{case.name}-{tag}"
     _batch(case, client, stores.url(backend, f"warm-{case.name}"), WARMUP_RUNS, warm_id)
     stores.forget(backend, [f"{warm_id}-{index}" for index in range(WARMUP_RUNS)])
+    ceiling = _parallel_ceiling(10)  # what 2 processes get of the 2 cores, right now
     progress(f"W7 {case.name} {backend}: batch of {case.runs} runs")
     batch_id = f"w7-{case.name}-{tag}"
     wall = _batch(case, client, stores.url(backend, f"batch-{case.name}"), case.runs, batch_id)
     stores.forget(backend, [f"{batch_id}-{index}" for index in range(case.runs)])
 
-    concurrency = _concurrency(case.runs, case.runs_per_worker)
+    concurrency = _concurrency(case)
     parallelism = WORKERS * concurrency
     ideal = case.runs * per_run / parallelism
     sequential_throughput = 1 / per_run
@@ -327,7 +341,8 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
         "batch_wall_s": rounded(wall, 3),
         "batch_runs_per_s": rounded(batch_throughput),
         "speedup": rounded(batch_throughput / sequential_throughput),
-        "shards": math.ceil(case.runs / (case.shard_size or concurrency)),
+        "parallel_ceiling_before": rounded(ceiling),
+        "shards": math.ceil(case.runs / _shard_size(case)),
         "durability": case.durability,
         "runs_at_once_per_worker": concurrency,
         "ideal_wall_s": rounded(ideal, 3),
@@ -337,6 +352,31 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
     if case.command:
         found["command"] = _command_figures(case, client, stores, backend, per_run)
     return found
+
+
+def _crunches(count: int) -> float:
+    """Seconds of `count` CPU-bound runs' loops, one after another (in a pool process)."""
+    started = perf_counter()
+    for seed in range(count):
+        batch_cpu_bound.crunch(seed)
+    return perf_counter() - started
+
+
+def _parallel_ceiling(count: int) -> float:
+    """How much faster 2 processes run the CPU-bound loop than one, on this machine now.
+
+    The bound of any CPU-bound speedup with 2 workers: below 2 when other processes (or the
+    scheduler and the client) take a share of the 2 cores.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(WORKERS) as pool:
+        list(pool.map(_crunches, [1] * WORKERS))  # the processes started and warm
+        alone = pool.submit(_crunches, count).result()
+        started = perf_counter()
+        list(pool.map(_crunches, [count] * WORKERS))
+        together = perf_counter() - started
+    return (WORKERS * count / together) / (count / alone)
 
 
 def _start_cluster() -> tuple[Client, Callable[[], None], float]:

@@ -51,6 +51,10 @@ __all__ = ["BatchFailure", "BatchResult", "StoredRun", "run_batch", "run_batch_s
 
 DEFAULT_RUNS_PER_WORKER = 32
 """Runs a worker task runs at once: sized for model-bound formations (set 1 for CPU-bound)."""
+TASKS_PER_WORKER = 4
+"""Tasks a batch gives each worker by default, when its runs are many and short."""
+LARGEST_SHARE = 64
+"""Runs a default shard holds at most for `TASKS_PER_WORKER`: progress stays fine-grained."""
 DEFAULT_WORKER_TIMEOUT = 30.0
 """Seconds a batch waits for its cluster to have a worker."""
 
@@ -84,8 +88,9 @@ async def run_batch(
         batch_id: Names the batch and its run ids (a new id by default). Running a batch again
             with the same id and inputs keeps what is stored and completes the rest.
         runs_per_worker: Runs a task runs at once, in one event loop (1 for CPU-bound work).
-        shard_size: Runs per task (default: `runs_per_worker`, and at most a share that gives
-            each worker two tasks). Larger shards spread the per-task cost over more runs.
+        shard_size: Runs per task (default: `runs_per_worker`, raised to a share that gives
+            each worker 4 tasks, up to 64 runs, and at most one that gives it two). Larger
+            shards spread the per-task cost (about 3 ms of a worker's time) over more runs.
         durability: The runs' durability (see `Engine`): `"exit"` saves each run once, when
             it stops, for formations cheap enough to restart from their inputs.
         lease: The runs' lease (see `Engine`): how long a dead worker's run counts as running.
@@ -231,11 +236,17 @@ class _Future(Protocol):
 def _shards(
     items: list[ShardItem], size: int, workers: int, *, fixed: bool
 ) -> list[list[ShardItem]]:
-    """Whole runs in shards of `size` (when not `fixed`, at most two shards a worker)."""
+    """Whole runs in shards of `size`, or by default of a share of the runs.
+
+    When not `fixed`, a shard holds at least a share that gives each worker
+    `TASKS_PER_WORKER` tasks (up to `LARGEST_SHARE` runs), and at most one that gives each
+    worker two.
+    """
     if not items:
         return []
     if not fixed:
-        size = max(1, min(size, math.ceil(len(items) / (2 * workers))))
+        share = min(LARGEST_SHARE, math.ceil(len(items) / (TASKS_PER_WORKER * workers)))
+        size = max(1, min(max(size, share), math.ceil(len(items) / (2 * workers))))
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
