@@ -13,7 +13,8 @@ in the baseline alike.
   time stands for all of them.
 - Batch: `run_batch_sync` of 1,000 model-bound runs (200 with `--quick`) with
   `runs_per_worker=256`, and of 500 CPU-bound runs (100 with `--quick`) with
-  `runs_per_worker=1` (default shards), on `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`,
+  `runs_per_worker=1` (default shards), on
+  `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`,
   into a fresh SQLite file (and PostgreSQL). Each batch is timed once, whole: submitting,
   the workers' runs, collecting the results. Before it, an untimed batch of 4 runs warms
   the workers (their imports of `converge` and the formation) as the baseline's process is.
