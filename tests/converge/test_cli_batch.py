@@ -10,7 +10,14 @@ the worker processes inherit them (the `dask worker` processes get them explicit
 - `--scheduler ADDRESS` of a `dask scheduler` and two `dask worker` processes, into SQLite and
   into PostgreSQL (DATABASE_URL): exit 0, every input stored once;
 - a malformed input line, and a formation that raises on import: one error line, exit 1,
-  nothing stored and no cluster started.
+  nothing stored and no cluster started;
+- with `batch_formation.py` (each input says what its step does): two commands on one
+  --batch-id whose steps block the event loop past --lease never take a run from each other;
+  runs that converged with failures are counted, listed and exit 9 (`runs` shows them); a
+  changed line is refused, or run as a new run with --rerun-changed; a scheduler without
+  workers (or unreachable) fails after --connect-timeout; after Ctrl-C no progress line
+  counts more runs than the store holds; an input that kills its worker is left interrupted
+  and reported, its shard-mates stored.
 """
 
 from __future__ import annotations

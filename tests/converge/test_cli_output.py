@@ -114,7 +114,9 @@ def test_runs_json_is_the_list_of_run_summaries(store: str, paused: str) -> None
         "merkle_root",
         "saved_at",
         "name",
+        "failures",
     }
+    assert runs[0]["failures"] == 0
 
 
 def test_runs_json_of_an_empty_store_is_an_empty_list(store: str) -> None:

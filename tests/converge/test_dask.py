@@ -11,7 +11,8 @@ processes inherit them, and the in-process references are fresh imports under th
 - a worker killed with SIGKILL mid-batch: the batch still ends ok, every input stored exactly
   once, and the runs the dead worker had in flight are continued after their lease ran out;
 - a formation that raises on import, and an input that is not a `ProposedFact`, fail the batch
-  before any task runs, with one `ConfigurationError` naming the culprit.
+  before any task runs, with one `ConfigurationError` naming the culprit;
+- a cluster with no worker raises `TimeoutError` naming its scheduler after `worker_timeout`.
 """
 
 from __future__ import annotations
