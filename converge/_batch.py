@@ -20,18 +20,23 @@ from typing import Final, final
 import anyio
 from pydantic import TypeAdapter
 
+from ._batch_result import (
+    BatchFailure,
+    BatchResult,
+    StoredRun,
+    as_stored,
+    first_failure,
+    of_result,
+)
 from ._cli_support import load_formation
 from ._durable import Durability
 from ._engine import Engine
 from ._exceptions import RunNotFoundError, StaleRecordError
 from ._formation import Formation
 from ._grouped import grouped
-from ._model import FrozenModel
 from ._proposal import ProposedFact
-from ._result import ConvergeResult
-from ._stop import RunStatus, StopReason
-from ._store import RunRecord, RunStore, failure_count
-from ._trace import RunTrace
+from ._stop import RunStatus
+from ._store import RunRecord, RunStore
 
 __all__ = [
     "BatchFailure",
@@ -64,95 +69,6 @@ class InputChangedError(ValueError):
 def run_id_of(batch_id: str, index: int) -> str:
     """The run id of input `index` of batch `batch_id`."""
     return f"{batch_id}-{index}"
-
-
-@final
-class BatchFailure(FrozenModel, frozen=True):
-    """An input that did not end as a stored run, and why."""
-
-    index: int
-    """The input's position."""
-    run_id: str
-    """The run id it would have had."""
-    error: str
-    """`"ExceptionType: message"`."""
-
-
-@final
-class StoredRun(FrozenModel, frozen=True):
-    """How one input of a batch ended: its stored run."""
-
-    index: int
-    """The input's position."""
-    run_id: str
-    """Its run id."""
-    status: RunStatus
-    """Its stored status."""
-    stop_reason: str | None
-    """Its stop reason (`None` unless finished or paused)."""
-    merkle_root: str
-    """Its context's Merkle root."""
-    action: str
-    """What this batch did with it: `"started"`, `"continued"` or `"kept"` (already stopped),
-    or `"found"` (stored by an attempt of this batch whose task failed after)."""
-    failures: int = 0
-    """Its failed calls not made good and rolled-back effects (`RunRecord.failure_count`)."""
-    first_failure: str | None = None
-    """The first of them: `"suggestor (phase, cycle N, outcome): error"` or
-    `"invariant (cycle N): reason"`; `None` without failures."""
-
-    @property
-    def with_failures(self) -> bool:
-        """Whether it converged with failures (`converge run` would exit 9)."""
-        return self.failures > 0 and self.stop_reason == "converged"
-
-    @property
-    def outcome(self) -> str:
-        """Its stop reason (status while it has none), or `"converged_with_failures"`."""
-        if self.with_failures:
-            return "converged_with_failures"
-        return self.stop_reason or self.status.value
-
-
-@final
-class BatchResult(FrozenModel, frozen=True):
-    """A batch's outcome: a run id per input, counts, and the inputs that failed."""
-
-    batch_id: str
-    """The batch."""
-    runs: tuple[StoredRun, ...]
-    """Each stored run, in input order."""
-    failures: tuple[BatchFailure, ...] = ()
-    """Inputs that did not end as a stored run."""
-
-    @property
-    def run_ids(self) -> tuple[str, ...]:
-        """The run id of each stored input, in input order."""
-        return tuple(run.run_id for run in self.runs)
-
-    @property
-    def complete(self) -> bool:
-        """Whether every input ended as a stored run (whatever its stop reason)."""
-        return not self.failures
-
-    @property
-    def with_failures(self) -> tuple[StoredRun, ...]:
-        """The stored runs that converged with failed calls or rolled-back effects."""
-        return tuple(run for run in self.runs if run.with_failures)
-
-    @property
-    def ok(self) -> bool:
-        """Whether every input ended as a stored run and none converged with failures (runs
-        that stopped for another reason, a budget or a gate, are in `counts`)."""
-        return self.complete and not self.with_failures
-
-    def counts(self) -> dict[str, int]:
-        """How many stored runs ended with each outcome: the stop reason (status when not
-        stopped), with `"converged_with_failures"` apart from `"converged"`."""
-        found: dict[str, int] = {}
-        for run in self.runs:
-            found[run.outcome] = found.get(run.outcome, 0) + 1
-        return dict(sorted(found.items()))
 
 
 @final
@@ -227,59 +143,79 @@ def run_shard(spec: ShardSpec, items: Sequence[ShardItem]) -> list[StoredRun | B
         converge._cli_support.CliError: The formation cannot be imported.
     """
     formation, cached = _cached(spec)
-    store = grouped(cached)  # per shard: its saves are grouped in this shard's event loop
-    limiter = anyio.CapacityLimiter(spec.runs_per_worker)
-    done: list[StoredRun | BatchFailure] = []
-    later: list[tuple[ShardItem, RunRecord]] = []
+    shard = _Shard(spec, formation, grouped(cached))  # saves grouped in this shard's loop
+    anyio.run(shard.main, items)
+    return sorted(shard.done, key=lambda entry: entry.index)
 
-    def failed(item: ShardItem, error: Exception) -> BatchFailure:
-        text = f"{type(error).__name__}: {error}"
-        return BatchFailure(
-            index=item.index, run_id=run_id_of(spec.batch_id, item.index), error=text
-        )
 
-    async def ensure(item: ShardItem, *, defer: bool) -> None:
+@final
+class _Shard:
+    """One shard's runs in one event loop: the outcomes, and the runs left for later."""
+
+    __slots__ = ("done", "formation", "later", "limiter", "spec", "store")
+
+    def __init__(self, spec: ShardSpec, formation: Formation, store: RunStore) -> None:
+        self.spec = spec
+        self.formation = formation
+        self.store = store
+        self.limiter = anyio.CapacityLimiter(spec.runs_per_worker)
+        self.done: list[StoredRun | BatchFailure] = []
+        self.later: list[tuple[ShardItem, RunRecord]] = []
+
+    async def main(self, items: Sequence[ShardItem]) -> None:
+        """Each item's run; the ones found running or lost last, one at a time."""
+        async with anyio.create_task_group() as group:
+            for item in items:
+                group.start_soon(self.first, item)
+        deferred = {item.index: item for item, _ in self.later}
+        order: list[tuple[int, int]] = []
+        async with anyio.create_task_group() as group:
+            for item, record in self.later:
+                group.start_soon(self.settle, item, record, order)
+        self.later.clear()
+        for _, index in sorted(order):
+            await self.ensure(deferred[index], defer=False)
+
+    async def first(self, item: ShardItem) -> None:
+        """The item's run, `runs_per_worker` at a time; deferred if running or lost."""
+        async with self.limiter:
+            await self.ensure(item, defer=True)
+
+    async def settle(self, item: ShardItem, record: RunRecord, into: list[tuple[int, int]]) -> None:
+        """Wait until a deferred run no longer runs; note how often it was lost."""
         try:
-            engine = formation.engine(
-                store=store, formation=spec.locator, lease=spec.lease, durability=spec.durability
-            )
-            inputs = _inputs(item.inputs)
-            outcome = await _ensure(engine, store, spec, item.index, inputs, defer=defer)
+            record = await settled(self.store, record, self.spec.lease)
         except Exception as error:
-            done.append(failed(item, error))
-            return
-        if isinstance(outcome, StoredRun):
-            done.append(outcome)
-        else:
-            later.append((item, outcome))
-
-    async def first(item: ShardItem) -> None:
-        async with limiter:
-            await ensure(item, defer=True)
-
-    async def settle(item: ShardItem, record: RunRecord, into: list[tuple[int, int]]) -> None:
-        try:
-            record = await settled(store, record, spec.lease)
-        except Exception as error:
-            done.append(failed(item, error))
+            self.done.append(self.failed(item, error))
             return
         into.append((_losses(record), item.index))
 
-    async def main() -> None:
-        async with anyio.create_task_group() as group:
-            for item in items:
-                group.start_soon(first, item)
-        deferred = {item.index: item for item, _ in later}
-        order: list[tuple[int, int]] = []
-        async with anyio.create_task_group() as group:
-            for item, record in later:
-                group.start_soon(settle, item, record, order)
-        later.clear()
-        for _, index in sorted(order):
-            await ensure(deferred[index], defer=False)
+    async def ensure(self, item: ShardItem, *, defer: bool) -> None:
+        """Keep, continue or start the item's run (see `_ensure`), and note the outcome."""
+        spec = self.spec
+        try:
+            engine = self.formation.engine(
+                store=self.store,
+                formation=spec.locator,
+                lease=spec.lease,
+                durability=spec.durability,
+            )
+            inputs = _inputs(item.inputs)
+            outcome = await _ensure(engine, self.store, spec, item.index, inputs, defer=defer)
+        except Exception as error:
+            self.done.append(self.failed(item, error))
+            return
+        if isinstance(outcome, StoredRun):
+            self.done.append(outcome)
+        else:
+            self.later.append((item, outcome))
 
-    anyio.run(main)
-    return sorted(done, key=lambda entry: entry.index)
+    def failed(self, item: ShardItem, error: Exception) -> BatchFailure:
+        """The failure of `item`, saying why."""
+        run_id = run_id_of(self.spec.batch_id, item.index)
+        return BatchFailure(
+            index=item.index, run_id=run_id, error=f"{type(error).__name__}: {error}"
+        )
 
 
 def _inputs(text: str) -> tuple[ProposedFact, ...]:
@@ -339,35 +275,19 @@ async def _ensure(
     run_id = run_id_of(spec.batch_id, index)
     given = _INPUTS.dump_json(inputs)
     deadline = monotonic() + spec.lease + LEASE_GRACE
-    # A run saved every cycle claims its id before its first cycle (its first save must
-    # insert it): start it at once, and look in the store only when the id is taken. A run
-    # saved once, when it stops, would run whole before finding out: look first.
-    optimistic = spec.durability == "cycle"
+    # A run saved every cycle claims its id with its first save, before its first cycle: start
+    # it at once. One saved when it stops would run whole before finding the id taken.
+    if spec.durability == "cycle" and (started := await _start(engine, inputs, run_id, index)):
+        return started
     while True:
-        if optimistic:
-            optimistic = False
-            try:
-                result = await engine.run(inputs=inputs, run_id=run_id)
-            except StaleRecordError:
-                pass  # stored already (or taken over meanwhile): look at it
-            else:
-                return _from_result(result, index, "started")
         try:
             record = await store.load(run_id)
         except RunNotFoundError:
-            try:
-                result = await engine.run(inputs=inputs, run_id=run_id)
-            except StaleRecordError:
-                continue  # another attempt created it meanwhile: look again
-            return _from_result(result, index, "started")
+            if started := await _start(engine, inputs, run_id, index):
+                return started
+            continue  # another attempt created it meanwhile: look again
         if _INPUTS.dump_json(record.trace.inputs) != given:
-            if not spec.rerun_changed or run_id != run_id_of(spec.batch_id, index):
-                raise InputChangedError(
-                    f"input {index} is not the one run {run_id} was stored with "
-                    "(changed since); kept as stored, not run "
-                    "(--rerun-changed runs it as a new run)"
-                )
-            run_id = changed_run_id(spec.batch_id, index, inputs)
+            run_id = _changed(spec, index, run_id, inputs)
             continue
         if record.status in (RunStatus.FINISHED, RunStatus.PAUSED):
             return as_stored(record, index, "kept")
@@ -386,50 +306,33 @@ async def _ensure(
                 result = await engine.resume_run(run_id)
             except StaleRecordError:
                 continue
-            return _from_result(result, index, "continued")
+            return of_result(result, index, "continued")
         if monotonic() > deadline:  # still running elsewhere, its lease renewed
             raise RuntimeError(f"run {run_id} is still running elsewhere; not taken over")
         await anyio.sleep(min(1.0, spec.lease / 3))
 
 
-def _from_result(result: ConvergeResult, index: int, action: str) -> StoredRun:
-    """The stored run of a result this worker just saved (no need to read it back)."""
-    stop = result.stop_reason
-    paused = stop is StopReason.AWAITING_HUMAN
-    return StoredRun(
-        index=index,
-        run_id=result.run_id,
-        status=RunStatus.PAUSED if paused else RunStatus.FINISHED,
-        stop_reason=stop.value,
-        merkle_root=result.integrity.merkle_root,
-        action=action,
-        failures=failure_count(result.trace),
-        first_failure=first_failure(result.trace),
-    )
+async def _start(
+    engine: Engine, inputs: tuple[ProposedFact, ...], run_id: str, index: int
+) -> StoredRun | None:
+    """Start the run, or `None` when its id was taken (stored already, or taken over)."""
+    try:
+        result = await engine.run(inputs=inputs, run_id=run_id)
+    except StaleRecordError:
+        return None
+    return of_result(result, index, "started")
 
 
-def as_stored(record: RunRecord, index: int, action: str) -> StoredRun:
-    stop = record.stop_reason
-    return StoredRun(
-        index=index,
-        run_id=record.run_id,
-        status=record.status,
-        stop_reason=None if stop is None else stop.value,
-        merkle_root=record.integrity.merkle_root,
-        action=action,
-        failures=record.failure_count,
-        first_failure=first_failure(record.trace),
-    )
+def _changed(spec: ShardSpec, index: int, run_id: str, inputs: tuple[ProposedFact, ...]) -> str:
+    """The run id to try for input `index`, whose run `run_id` was stored with other inputs.
 
-
-def first_failure(trace: RunTrace) -> str | None:
-    """The first failed call not made good, else the first rolled-back effect, as one line."""
-    for failure in trace.failures():
-        cycle = next((c.cycle for c in trace.cycles if failure in c.executions), 0)
-        return (
-            f"{failure.suggestor} ({failure.phase}, cycle {cycle}, {failure.outcome}): "
-            f"{failure.error or 'no error text'}"
+    Raises:
+        InputChangedError: The batch does not rerun changed inputs (or this is already the
+            changed input's own run id).
+    """
+    if not spec.rerun_changed or run_id != run_id_of(spec.batch_id, index):
+        raise InputChangedError(
+            f"input {index} is not the one run {run_id} was stored with (changed since); "
+            "kept as stored, not run (--rerun-changed runs it as a new run)"
         )
-    for violation in trace.rolled_back():
-        return f"{violation.invariant} (cycle {violation.cycle}): {violation.reason}"
-    return None
+    return changed_run_id(spec.batch_id, index, inputs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast, final
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
+    "BATCH_DESCRIPTION",
+    "BATCH_FLAGS",
+    "BATCH_STATUSES",
     "DEFAULT_WORKERS",
     "batch_status",
     "cmd_batch",
@@ -52,6 +55,23 @@ DEFAULT_WORKERS: Final = 2
 """Worker processes of the local cluster when neither --workers nor --scheduler is given."""
 PLAIN_LINES: Final = 10
 """About how many progress lines a batch prints when standard output is not a terminal."""
+BATCH_DESCRIPTION: Final = (
+    'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a local Dask '
+    "cluster or an existing one, and store every run; the same command with the same "
+    "--batch-id completes an incomplete batch. Needs the dask extra."
+)
+"""`converge batch --help`'s description."""
+BATCH_STATUSES: Final = (
+    (0, "every input ended as a stored run, none converged with failures"),
+    (FAILURES, "a run converged with failed calls or rolled-back effects"),
+    (BATCH_INCOMPLETE, "an input did not end as a stored run"),
+)
+"""The exit statuses of `converge batch` (besides 1, 2, 130 and 141)."""
+BATCH_FLAGS: Final = (
+    ("--rerun-changed", "run an input line that changed since its run was stored as a new run"),
+    ("--allow-failures", "exit 0 when runs converged with failed calls or rolled-back effects"),
+)
+"""The on/off options of `converge batch`."""
 LISTED: Final = 20
 """Runs or inputs the summary lists under each heading (`--json` has them all)."""
 _WITH_FAILURES: Final = "converged_with_failures"
@@ -272,6 +292,35 @@ def _listed(entries: list[str], more: str) -> list[str]:
     return shown
 
 
+def _run_lines(result: BatchResult, line: Callable[[int], str]) -> list[str]:
+    """The runs that converged with failures, those that did not converge, and the changed
+    inputs that ran as new runs, each under its heading (none when there is none)."""
+    lines: list[str] = []
+    failed = result.with_failures
+    if failed:
+        lines.append(
+            f"with failures {len(failed)} run(s) converged with failed calls or rolled-back "
+            "effects:"
+        )
+        entries = [
+            f"  {line(run.index)} ({visible(run.run_id)}): {run.failures} failure(s), first "
+            f"{visible(run.first_failure or 'not recorded')}"
+            for run in failed
+        ]
+        lines.extend(_listed(entries, "runs with failures"))
+    stopped = [run for run in result.runs if run.outcome not in ("converged", _WITH_FAILURES)]
+    if stopped:
+        lines.append(f"not converged {len(stopped)} run(s) stopped for another reason:")
+        entries = [f"  {line(run.index)} ({visible(run.run_id)}): {run.outcome}" for run in stopped]
+        lines.extend(_listed(entries, "runs"))
+    changed = [run for run in result.runs if run.run_id != run_id_of(result.batch_id, run.index)]
+    if changed:
+        lines.append(f"changed      {len(changed)} changed input(s) ran as new runs:")
+        entries = [f"  {line(run.index)}: {visible(run.run_id)}" for run in changed]
+        lines.extend(_listed(entries, "changed inputs"))
+    return lines
+
+
 def summary(
     result: BatchResult,
     target: str,
@@ -298,28 +347,7 @@ def summary(
         f"stop reasons {counts or 'none'}",
         f"runs         {batch}-0 to {batch}-{total - 1} in {store} ({listing})",
     ]
-    failed = result.with_failures
-    if failed:
-        lines.append(
-            f"with failures {len(failed)} run(s) converged with failed calls or rolled-back "
-            "effects:"
-        )
-        entries = [
-            f"  {line(run.index)} ({visible(run.run_id)}): {run.failures} failure(s), first "
-            f"{visible(run.first_failure or 'not recorded')}"
-            for run in failed
-        ]
-        lines.extend(_listed(entries, "runs with failures"))
-    stopped = [run for run in result.runs if run.outcome not in ("converged", _WITH_FAILURES)]
-    if stopped:
-        lines.append(f"not converged {len(stopped)} run(s) stopped for another reason:")
-        entries = [f"  {line(run.index)} ({visible(run.run_id)}): {run.outcome}" for run in stopped]
-        lines.extend(_listed(entries, "runs"))
-    changed = [run for run in result.runs if run.run_id != run_id_of(result.batch_id, run.index)]
-    if changed:
-        lines.append(f"changed      {len(changed)} changed input(s) ran as new runs:")
-        entries = [f"  {line(run.index)}: {visible(run.run_id)}" for run in changed]
-        lines.extend(_listed(entries, "changed inputs"))
+    lines.extend(_run_lines(result, line))
     if result.failures:
         lines.append(f"failures     {len(result.failures)} input(s) did not end as a stored run:")
         entries = [
@@ -331,7 +359,7 @@ def summary(
             f"incomplete: exit status {BATCH_INCOMPLETE}; "
             "run the same command with --batch-id to complete the batch"
         )
-    elif failed and not allow_failures:
+    elif result.with_failures and not allow_failures:
         lines.append(
             f"converged, but with failures: exit status {FAILURES} (--allow-failures exits 0)"
         )

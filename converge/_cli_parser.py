@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Final, NoReturn, TypeAlias
 
+from ._cli_batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
 from ._cli_records import STALE
 from ._cli_support import (
     BATCH_INCOMPLETE,
@@ -381,16 +382,8 @@ def _batch(commands: Commands) -> None:
         commands,
         "batch",
         "run a formation once per input line, on Dask",
-        (
-            'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a '
-            "local Dask cluster or an existing one, and store every run; the same command "
-            "with the same --batch-id completes an incomplete batch. Needs the dask extra.",
-        ),
-        (
-            (0, "every input ended as a stored run, none converged with failures"),
-            (FAILURES, "a run converged with failed calls or rolled-back effects"),
-            (BATCH_INCOMPLETE, "an input did not end as a stored run"),
-        ),
+        (BATCH_DESCRIPTION,),
+        BATCH_STATUSES,
     )
     batch.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     batch.add_argument("inputs", metavar="INPUTS.jsonl", help='one {"inputs": [...]} per line')
@@ -418,17 +411,8 @@ def _batch(commands: Commands) -> None:
         help="give up on a --scheduler that cannot be reached, or has no worker, after "
         f"this long (default {DEFAULT_WORKER_TIMEOUT:g})",
     )
-    batch.add_argument(
-        "--rerun-changed",
-        action="store_true",
-        help="run an input line that changed since its run was stored as a new run "
-        "(default: refuse it)",
-    )
-    batch.add_argument(
-        "--allow-failures",
-        action="store_true",
-        help="exit 0 when runs converged with failed calls or rolled-back effects",
-    )
+    for flag, text in BATCH_FLAGS:
+        batch.add_argument(flag, action="store_true", help=text)
     _lease(batch, "a run")
     _json(batch, "the batch result")
 

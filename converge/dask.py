@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
 import anyio
@@ -109,31 +110,14 @@ async def run_batch(
         raise ConfigurationError(f"runs_per_worker must be at least 1, got {runs_per_worker}")
     if shard_size is not None and shard_size < 1:
         raise ConfigurationError(f"shard_size must be at least 1, got {shard_size}")
-    locator = locate(formation)
-    try:
-        load_formation(locator)  # fails the batch early, with one error, not once per input
-    except CliError as error:
-        hint = f" ({error.hint})" if error.hint else ""
-        raise ConfigurationError(f"formation {formation!r}: {error}{hint}") from None
-    except Exception as error:  # the formation's module raised while it was imported
-        raise ConfigurationError(
-            f"formation {formation!r} failed to load: {type(error).__name__}: {error}"
-        ) from error
+    locator = _loaded(formation)
     items = _items(inputs)
     batch = batch_id or uuid.uuid4().hex[:12]
     size = shard_size or runs_per_worker
     workers = await _wait_for_workers(client, worker_timeout)
     shards = _shards(items, size, workers, fixed=shard_size is not None)
-    spec = ShardSpec(
-        locator,
-        store,
-        batch,
-        runs_per_worker,
-        lease,
-        durability,
-        rerun_changed=rerun_changed,
-        max_losses=_allowed_failures(),
-    )
+    spec = ShardSpec(locator, store, batch, runs_per_worker, lease, durability)
+    spec = replace(spec, rerun_changed=rerun_changed, max_losses=_allowed_failures())
     outcomes = await _submit(client, spec, shards, progress)
     runs = sorted((o for o in outcomes if isinstance(o, StoredRun)), key=lambda r: r.index)
     failures = sorted((o for o in outcomes if isinstance(o, BatchFailure)), key=lambda f: f.index)
@@ -172,6 +156,25 @@ def run_batch_sync(
         rerun_changed=rerun_changed,
         worker_timeout=worker_timeout,
     )
+
+
+def _loaded(formation: str) -> str:
+    """The formation's locator, once it imports here: one error, not one per input.
+
+    Raises:
+        ConfigurationError: It cannot be found, or its module raised while imported.
+    """
+    locator = locate(formation)
+    try:
+        load_formation(locator)
+    except CliError as error:
+        hint = f" ({error.hint})" if error.hint else ""
+        raise ConfigurationError(f"formation {formation!r}: {error}{hint}") from None
+    except Exception as error:  # the formation's module raised while it was imported
+        raise ConfigurationError(
+            f"formation {formation!r} failed to load: {type(error).__name__}: {error}"
+        ) from error
+    return locator
 
 
 def _items(inputs: Iterable[Sequence[ProposedFact]]) -> list[ShardItem]:
