@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Final, NoReturn, TypeAlias
 
+from ._cli_batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
 from ._cli_records import STALE
 from ._cli_support import (
     BATCH_INCOMPLETE,
@@ -26,7 +27,7 @@ from ._cli_support import (
 )
 from ._durable import DEFAULT_LEASE
 from ._version import __version__
-from .dask import DEFAULT_RUNS_PER_WORKER
+from .dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 
 __all__ = ["at_least_one", "demo_names", "parser", "port", "seconds"]
 
@@ -389,12 +390,8 @@ def _batch(commands: Commands) -> None:
         commands,
         "batch",
         "run a formation once per input line, on Dask",
-        (
-            'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a '
-            "local Dask cluster or an existing one, and store every run; the same command "
-            "with the same --batch-id completes an incomplete batch. Needs the dask extra.",
-        ),
-        ((0, "every input ended as a stored run"), (BATCH_INCOMPLETE, "some did not")),
+        (BATCH_DESCRIPTION,),
+        BATCH_STATUSES,
     )
     batch.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     batch.add_argument("inputs", metavar="INPUTS.jsonl", help='one {"inputs": [...]} per line')
@@ -414,6 +411,16 @@ def _batch(commands: Commands) -> None:
         metavar="N",
         help=f"runs a worker runs at once (default {DEFAULT_RUNS_PER_WORKER}; 1 for CPU-bound)",
     )
+    batch.add_argument(
+        "--connect-timeout",
+        type=seconds,
+        default=DEFAULT_WORKER_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on a --scheduler that cannot be reached, or has no worker, after "
+        f"this long (default {DEFAULT_WORKER_TIMEOUT:g})",
+    )
+    for flag, text in BATCH_FLAGS:
+        batch.add_argument(flag, action="store_true", help=text)
     _lease(batch, "a run")
     _json(batch, "the batch result")
 

@@ -152,9 +152,12 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     for checked in listed:
         run = checked.summary
         mark = "  signature FAILED" if checked.check.failed else ""
+        reason = run.stop_reason.value if run.stop_reason else "-"
+        if run.failures:
+            reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
         out.write(
             f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {run.stop_reason.value if run.stop_reason else '-':<22} "
+            f"{run.status.value:<11} {reason:<22} "
             f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
             f"{mark}\n"
         )

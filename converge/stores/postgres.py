@@ -22,7 +22,15 @@ from .._checkpoint import Checkpoint
 from .._exceptions import RunNotFoundError, StoreError
 from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
 from ._db import load_record, renew_lease, write_progress, write_record
-from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
+from ._sql import (
+    COLUMNS,
+    JOURNAL_TABLE,
+    RECOUNT_SELECT,
+    RECOUNT_UPDATE,
+    UPGRADES,
+    recounted,
+    to_summary,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -103,7 +111,8 @@ class PostgresRunStore:
                         "merkle_root TEXT NOT NULL, saved_at TIMESTAMPTZ NOT NULL, "
                         "name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
                         "version INTEGER NOT NULL DEFAULT 1, "
-                        "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT)"
+                        "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT, "
+                        "failures INTEGER NOT NULL DEFAULT 0)"
                     )
                     connection.execute(JOURNAL_TABLE)
                     version = _upgrade(connection)
@@ -322,6 +331,10 @@ def _upgrade(connection: psycopg.Connection[tuple[object, ...]]) -> int:
     while version in UPGRADES and version < SCHEMA_VERSION:
         for statement in UPGRADES[version]:
             connection.execute(statement)
+        if version == 3:
+            rows = connection.execute(RECOUNT_SELECT).fetchall()
+            with connection.cursor() as cursor:
+                cursor.executemany(RECOUNT_UPDATE.replace("?", "%s"), recounted(rows))
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = %s WHERE key = 'schema_version'", (str(version),)

@@ -29,7 +29,15 @@ from .._checkpoint import Checkpoint
 from .._exceptions import RunNotFoundError, StoreError
 from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
 from ._db import load_record, renew_lease, write_progress, write_record
-from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
+from ._sql import (
+    COLUMNS,
+    JOURNAL_TABLE,
+    RECOUNT_SELECT,
+    RECOUNT_UPDATE,
+    UPGRADES,
+    recounted,
+    to_summary,
+)
 from ._sqlite_file import has_log, identity, open_uri, shm_of, wal_mode
 
 if TYPE_CHECKING:
@@ -118,7 +126,8 @@ class SqliteRunStore:
                     "fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
                     "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
                     "version INTEGER NOT NULL DEFAULT 1, "
-                    "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT)"
+                    "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT, "
+                    "failures INTEGER NOT NULL DEFAULT 0)"
                 )
                 connection.execute(
                     "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
@@ -393,6 +402,9 @@ def upgrade(connection: sqlite3.Connection) -> int:
     while version in UPGRADES and version < SCHEMA_VERSION:
         for statement in UPGRADES[version]:
             connection.execute(statement)
+        if version == 3:
+            rows = connection.execute(RECOUNT_SELECT).fetchall()
+            connection.executemany(RECOUNT_UPDATE, recounted(rows))
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)
