@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, final
 import anyio
 import anyio.lowlevel
 
+from ._abort import SuggestorAbort
 from ._budget import Stopwatch
 from ._calls import records
 from ._checkpoint import Checkpoint
@@ -117,7 +118,8 @@ class RunLoop:
         """Run cycles to a stop reason (unless `result` is one already), then flush the events.
 
         With a saver, the run is saved before each cycle, and a cancelled run is kept as
-        interrupted at its last merged cycle before the cancellation goes on.
+        interrupted at its last merged cycle before the cancellation goes on; so is a run a
+        suggestor's `BaseException` stopped (`SuggestorAbort`), which then says where.
         """
         saver = self._saver
         try:
@@ -128,6 +130,13 @@ class RunLoop:
         except anyio.get_cancelled_exc_class():
             if saver is not None:
                 await saver.interrupted(self._state, self._stopwatch.elapsed())
+            raise
+        except SuggestorAbort as abort:
+            state = self._state
+            saved = None
+            if saver is not None:
+                saved = await saver.interrupted(state, self._stopwatch.elapsed())
+            abort.stop(state.cycle, state.run_id, saved)
             raise
         return result
 
@@ -230,6 +239,8 @@ class RunLoop:
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
         self.events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
+        if merger.rejections and self.events.warn:
+            self.events.invalid(0, merger.rejections)
         if conflict is not None:
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
         stop = source.budget_stop(len(state.snapshot), state.tokens)
@@ -381,6 +392,8 @@ class RunLoop:
             events.cycle_finished(
                 cycle, len(batch.eligible), len(promoted), len(rejected), len(held), facts
             )
+        if rejected and events.warn:
+            events.invalid(cycle, rejected)
         self._state.cycles.record(
             cycle,
             dirty,
