@@ -27,12 +27,11 @@ from ._fact import Fact, GateKind
 from ._gate import Gate
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation, check_invariants
-from ._key import AnyKey, ContextKey
+from ._key import AnyKey
 from ._live import LiveEffects
 from ._log import EventLog
 from ._merge import ConflictMode, Merger
 from ._pause import checkpoint_of
-from ._proposal import ProposedFact
 from ._registry import RegistryView
 from ._result import Conflict, ConvergeResult
 from ._run_events import RunEvents
@@ -40,6 +39,7 @@ from ._source import Batch, EffectSource
 from ._state import RunState, run_trace
 from ._stop import StopReason
 from ._trace import Rejection
+from ._verdict import rejection_note
 from ._watch import CancelWatch
 
 if TYPE_CHECKING:
@@ -239,8 +239,7 @@ class RunLoop:
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
         self.events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
-        if merger.rejections and self.events.warn:
-            self.events.invalid(0, merger.rejections)
+        self.events.invalid(0, merger.rejections)
         if conflict is not None:
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
         stop = source.budget_stop(len(state.snapshot), state.tokens)
@@ -272,7 +271,7 @@ class RunLoop:
                 )
             else:
                 rejected.add((proposal.key, proposal.id))
-                note = _rejection_note(proposal, decision)
+                note = rejection_note(proposal, decision)
                 approvals.merge("human", HUMAN_SUGGESTOR_ID, None, (note,), approved_by=decision.by)
             self.events.gate_decided(cycle, request.gate_id, decision.approved, decision.by)
         self.events.merged(
@@ -448,15 +447,3 @@ class RunLoop:
             pending=pending,
             checkpoint=checkpoint,
         )
-
-
-def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:
-    """The `DIAGNOSTIC` fact a human rejection leaves behind."""
-    reason = decision.reason or "no reason provided"
-    return ProposedFact(
-        key=ContextKey.DIAGNOSTIC,
-        id=f"hitl-rejected:{proposal.id}",
-        content=f"HITL gate rejected proposal '{proposal.id}' by {decision.by}: {reason}",
-        provenance=f"human:{decision.by}",
-        evidence=tuple(proposal.evidence),
-    )

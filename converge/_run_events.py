@@ -140,6 +140,8 @@ class RunEvents:
     def invalid(self, cycle: int, rejected: Sequence[Rejection]) -> None:
         """Log each rejection of a broken proposal (`_shortfall.invalid`), a failure of its
         suggestor's; observers hear of every rejection at debug level (`merged`)."""
+        if not self.warn:
+            return
         for rejection in rejected:
             if invalid(rejection):
                 self._log.warning(

@@ -1,9 +1,9 @@
-"""`verdict`: what a human decided of a promoted fact, as the command and the report say it.
+"""What a human decided of a proposal: the note a rejection leaves, and how to label a fact.
 
 A proposal a human approved is promoted with its approver (`approved_by`). A human's
-rejection is promoted too, as the `DIAGNOSTIC` note `hitl-rejected:{id}` with the decider as
-its approver (only the human gate may write such a note): that fact records a rejection,
-and is never to be labelled "approved".
+rejection is promoted too, as the `DIAGNOSTIC` note `hitl-rejected:{id}` (`rejection_note`)
+with the decider as its approver (only the human gate may write such a note): that fact
+records a rejection, and `verdict` never labels it "approved".
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from typing import Literal, Protocol
 
 from ._fact import PromotionRecord
 from ._gate import RESERVED_PREFIX
+from ._hitl import GateDecision
 from ._key import AnyKey, ContextKey
+from ._proposal import ProposedFact
 
-__all__ = ["Verdict", "verdict"]
+__all__ = ["Verdict", "rejection_note", "verdict"]
 
 Verdict = Literal["approved", "rejected"]
 """What a human decided."""
@@ -37,3 +39,15 @@ def verdict(fact: _Promoted) -> tuple[Verdict, str] | None:
     if fact.key is ContextKey.DIAGNOSTIC and fact.id.startswith(RESERVED_PREFIX):
         return "rejected", by
     return "approved", by
+
+
+def rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:
+    """The `DIAGNOSTIC` fact a human rejection leaves behind."""
+    reason = decision.reason or "no reason provided"
+    return ProposedFact(
+        key=ContextKey.DIAGNOSTIC,
+        id=f"{RESERVED_PREFIX}{proposal.id}",
+        content=f"HITL gate rejected proposal '{proposal.id}' by {decision.by}: {reason}",
+        provenance=f"human:{decision.by}",
+        evidence=tuple(proposal.evidence),
+    )
