@@ -47,7 +47,10 @@ class Stopped:
     def describe(self) -> str:
         """`suggestor 'x' raised it in execute(), cycle 2 of run ID; the run ...` (one line)."""
         if self.saved is None:
-            kept = "nothing was saved (the engine saves after each cycle only with a store)"
+            kept = (
+                "nothing was saved (a run is saved as it goes only with a store and "
+                'durability="cycle")'
+            )
         elif self.saved:
             kept = "it was saved as interrupted, to be continued from its last merged cycle"
         else:

@@ -201,9 +201,23 @@ def test_run_without_a_store_raises_it_and_says_nothing_was_saved() -> None:
         engine_of(None, Raiser(KeyboardInterrupt)).run_sync()
     (note,) = caught.value.__notes__
     assert note.endswith(
-        "which stopped there; nothing was saved (the engine saves after each cycle only with "
-        "a store)"
+        "which stopped there; nothing was saved (a run is saved as it goes only with a store and "
+        'durability="cycle")'
     )
+
+
+def test_run_saved_only_at_its_end_leaves_no_row_when_a_suggestor_stops_it(
+    store: SqliteRunStore,
+) -> None:
+    engine = Engine(store=store, durability="exit", inputs=[seed()])
+    for suggestor in (Step(), Raiser(KeyboardInterrupt)):
+        engine.register_suggestor(suggestor)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        engine.run_sync()
+    stopped = stopped_by(caught.value)
+    assert stopped is not None
+    assert stopped.saved is None
+    assert anyio.run(store.list_runs) == ()  # never saved, so never left `running`
 
 
 async def test_stream_raises_a_keyboard_interrupt_to_the_consumer_unwrapped(
