@@ -29,7 +29,7 @@ from ._durable import DEFAULT_LEASE
 from ._version import __version__
 from .dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 
-__all__ = ["at_least_one", "demo_names", "parser", "port", "seconds"]
+__all__ = ["MAX_COUNT", "at_least_one", "demo_names", "parser", "port", "seconds"]
 
 Commands: TypeAlias = "argparse._SubParsersAction[UsageParser]"  # pyright: ignore[reportPrivateUsage]
 
@@ -46,7 +46,7 @@ _WIDTH: Final = 78
 _ALWAYS: Final = (
     (1, "an error: one line on standard error, often with a hint line"),
     (2, "a usage error (an unknown option, a missing argument, a bad value)"),
-    (INTERRUPTED, "interrupted (Ctrl-C)"),
+    (INTERRUPTED, "interrupted (Ctrl-C, or a suggestor raised KeyboardInterrupt)"),
     (BROKEN_PIPE, "the reader of the output went away (`| head`): nothing more is written"),
 )
 _RUN: Final = (
@@ -55,9 +55,10 @@ _RUN: Final = (
     (4, "an invariant was violated"),
     (5, "a conflict stopped the run"),
     (6, "the run awaits a human"),
-    (FAILURES, "converged, with failed calls or rolled-back effects (--allow-failures: 0)"),
+    (FAILURES, "converged, with failed calls or invalid proposals (--allow-failures: 0)"),
 )
 _STALE: Final = ((STALE, "someone else decided or continued the run first (or it runs elsewhere)"),)
+_TAKEN: Final = ((STALE, "the run was taken over while it ran (its lease ran out): not saved"),)
 _ALL: Final = (
     (0, "converged, or the command succeeded"),
     *_RUN[1:],
@@ -77,14 +78,23 @@ def _statuses(own: Sequence[tuple[int, str]]) -> str:
     return "exit status:\n" + "\n".join(f"  {code:<5}{meaning}" for code, meaning in rows)
 
 
+MAX_COUNT: Final = 1_000_000_000
+"""The largest count an option takes (cycles, runs listed, workers): more is a usage error,
+not an overflow where the number meets a store or a cluster."""
+
+
 def at_least_one(value: str) -> int:
-    """A whole number of at least 1 (an argparse type: anything else is a usage error)."""
+    """A whole number from 1 to `MAX_COUNT` (an argparse type: anything else is a usage
+    error)."""
+    shown = value if len(value) <= 40 else f"{value[:40]}..."
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {shown!r}") from None
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {shown.strip()}")
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT:_}, got {shown.strip()}")
     return number
 
 
@@ -212,7 +222,7 @@ def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
             "written beside the store.",
             "--json prints the run record as one JSON document instead.",
         ),
-        _RUN,
+        (*_RUN, *_TAKEN),
     )
     run.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     demo = _command(
@@ -223,7 +233,7 @@ def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
             f"Run one of the demos of {demo_package} (offline, the same every time), as "
             f"`run` would; without NAME, {default_demo}.",
         ),
-        _RUN,
+        (*_RUN, *_TAKEN),
         add_help=False,
     )
     demo.add_argument(
@@ -282,7 +292,8 @@ def _run_options(sub: UsageParser, record: str) -> None:
     sub.add_argument(
         "--allow-failures",
         action="store_true",
-        help="exit 0 for a run that converged with failed calls or rolled-back effects",
+        help="exit 0 for a run that converged with failed calls, invalid proposals or "
+        "rolled-back effects",
     )
     _lease(sub, "the run")
 

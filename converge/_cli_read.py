@@ -47,9 +47,11 @@ from ._cli_support import (
     VERIFY_FAILED,
     CliError,
     VisibleLines,
+    decided,
     error_text,
     json_visible,
     load_formation,
+    program,
     summary_lines,
     visible,
 )
@@ -191,12 +193,10 @@ async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             key = fact.key
             out.write(f"\n{key.value}:\n")
         promotion = fact.promotion
-        by = promotion.approved_by
-        approved = f", approved by {visible(by)}" if by else ""
         out.write(
             f"  {visible(fact.id)}: {visible(fact.content)}\n"
             f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
-            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{approved}\n"
+            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{decided(fact)}\n"
         )
     if record.rejections:
         out.write("\nrejections:\n")
@@ -221,7 +221,7 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     _say(check, sys.stderr)
     gates = " ".join(gate.gate_id for gate in pending)
     where = store_argument(args.store)
-    commands = [f"converge resume {record.run_id} --approve {gates} --by NAME{where}"]
+    commands = [f"{program()} resume {record.run_id} --approve {gates} --by NAME{where}"]
     status = EXIT_CODES[StopReason.AWAITING_HUMAN] if pending else 0
     if args.json:
         out.write(

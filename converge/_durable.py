@@ -77,16 +77,21 @@ class CycleSaver:
         """
         await self._save(state, elapsed, RunStatus.RUNNING)
 
-    async def interrupted(self, state: RunState, elapsed: float) -> None:
-        """Mark the run interrupted at its last merged cycle; never raises (it is logged)."""
+    async def interrupted(self, state: RunState, elapsed: float) -> bool:
+        """Mark the run interrupted at its last merged cycle; whether that was saved.
+
+        Never raises (a failure is logged): the cancellation must propagate, not a store error.
+        """
         try:
             await self._save(state, elapsed, RunStatus.INTERRUPTED)
-        except Exception as error:  # the cancellation must propagate, not a store error
+        except Exception as error:
             _log.warning(
                 "interrupted run not saved",
                 run_id=state.run_id,
                 error=f"{type(error).__name__}: {error}",
             )
+            return False
+        return True
 
     async def _save(
         self,

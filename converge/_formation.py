@@ -12,6 +12,7 @@ from ._budget import Budget
 from ._context import ContextSnapshot
 from ._durable import Durability
 from ._engine import Engine
+from ._error import ConfigurationError
 from ._events import Observer
 from ._executor import ErrorMode
 from ._gate import PromotionPolicy
@@ -61,7 +62,8 @@ class Formation:
     """Suggestors, invariants, budget, HITL policy and inputs: one runnable formation.
 
     A formation file is a Python file or module with a module-level `formation`; the
-    `converge` command runs it. `engine()` builds a fresh engine with everything registered
+    `converge` command runs it. Two suggestors with one name are refused when it is built
+    (`ConfigurationError`, naming both). `engine()` builds a fresh engine with everything registered
     and the formation's inputs; `run()` and `run_sync()` run such an engine once.
     """
 
@@ -87,6 +89,22 @@ class Formation:
     `"timed_out"` (`Engine`'s `suggestor_timeout`). `None`: no limit in runs from code, and
     300 s (`DEFAULT_SUGGESTOR_TIMEOUT`) under the command line and in batches; `math.inf`: no
     limit anywhere."""
+
+    def __post_init__(self) -> None:
+        """Refuse two suggestors with one name now, naming both, rather than at the run."""
+        first: dict[str, int] = {}
+        for index, suggestor in enumerate(self.suggestors):
+            name: object = getattr(suggestor, "name", None)
+            if not isinstance(name, str):
+                continue  # registration says what is wrong with it
+            seen = first.setdefault(str.__str__(name), index)
+            if seen != index:
+                earlier = type(self.suggestors[seen]).__name__
+                raise ConfigurationError(
+                    f"formation {self.name!r}: suggestors[{seen}] ({earlier}) and "
+                    f"suggestors[{index}] ({type(suggestor).__name__}) are both named "
+                    f"{name!r}; give each a name of its own"
+                )
 
     def engine(self, **overrides: Unpack[EngineOptions]) -> Engine:
         """A new engine with this formation's settings and inputs (overridable) and registrations.
