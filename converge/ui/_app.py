@@ -33,7 +33,7 @@ from .._cli_support import CliError, VisibleLines, error_text
 from .._durable import DEFAULT_LEASE
 from .._events import EngineEvent
 from .._exceptions import ConvergeError, RunNotFoundError
-from .._formation import EngineOptions, Formation
+from .._formation import EngineOptions, Formation, command_timeout
 from .._hitl import GateDecision
 from .._stop import RunStatus
 from .._store import RunRecord, RunStore
@@ -264,6 +264,7 @@ class _Console:
                 "durability": "cycle",
                 "lease": DEFAULT_LEASE,
                 "observers": (_Claim(claimed),),
+                "suggestor_timeout": command_timeout(formation),
             }
             key = signing_key()
             if key is not None:

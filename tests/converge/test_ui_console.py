@@ -383,3 +383,29 @@ def test_with_a_signing_key_an_unsigned_run_is_shown_under_a_banner_and_not_deci
         assert response.status_code == 409
         assert "Nothing was decided" in response.text
     assert cli("--store", store, "review", run_id)[0] != 0  # still paused and refused
+
+
+def test_a_run_the_console_resumes_gets_the_commands_default_call_deadline(
+    tmp_path: Path, two: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suggestor that stalls after the decision is stopped at the deadline `converge run`
+    gives (shortened here), not awaited for ever by the console's task."""
+    store = str(tmp_path / "runs.db")
+    code, out = cli("--store", store, "run", str(HERE / "slow_after_gate_formation.py"))
+    assert code == 6
+    run_id = run_id_of(out)
+    monkeypatch.setattr("converge._formation.DEFAULT_SUGGESTOR_TIMEOUT", 0.3)
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users), token=ana) as client:
+        page = client.get(gate_url(run_id)).text
+        data = {"csrf": csrf_of(page), "version": version_of(page), f"gate:{GATE}": "approve"}
+        assert client.post(gate_url(run_id), data=data, follow_redirects=False).status_code == 303
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            record = anyio.run(SqliteRunStore(store).load, run_id)
+            if record.status is RunStatus.FINISHED:
+                break
+            time.sleep(0.1)
+    assert record.status is RunStatus.FINISHED
+    [failure] = record.trace.failures()
+    assert (failure.suggestor, failure.outcome) == ("stalls", "timed_out")
