@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from hashlib import sha256
 from time import monotonic
 from typing import Final, final
@@ -109,6 +109,8 @@ class ShardSpec:
     """Run an input that changed since its run was stored as a new run (`changed_run_id`)."""
     max_losses: int = 3
     """Times a run may be lost (its process died) before it is not continued again."""
+    signing_key: bytes | None = field(default=None, repr=False)
+    """Signs every run the batch saves, and checks every stored run it keeps or continues."""
 
 
 _FORMATIONS: dict[str, Formation] = {}
@@ -200,6 +202,7 @@ class _Shard:
                 lease=spec.lease,
                 durability=spec.durability,
                 suggestor_timeout=command_timeout(self.formation),
+                signing_key=spec.signing_key,
             )
             inputs = _inputs(item.inputs)
             outcome = await _ensure(engine, self.store, spec, item.index, inputs, defer=defer)
@@ -287,6 +290,7 @@ async def _ensure(
             if started := await _start(engine, inputs, run_id, index):
                 return started
             continue  # another attempt created it meanwhile: look again
+        record.verify_signature(spec.signing_key)
         if _INPUTS.dump_json(record.trace.inputs) != given:
             run_id = _changed(spec, index, run_id, inputs)
             continue

@@ -21,6 +21,7 @@ import anyio.to_thread
 from pydantic import ValidationError
 
 from ._batch import BatchResult, run_id_of
+from ._cli_records import signing_key
 from ._cli_store import given_store, open_store
 from ._cli_support import (
     BATCH_INCOMPLETE,
@@ -259,6 +260,7 @@ async def cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
             progress=progress,
             rerun_changed=args.rerun_changed,
             worker_timeout=args.connect_timeout,
+            signing_key=signing_key(),
         )
     except TimeoutError as error:
         raise CliError(error_text(error), "start workers, or raise --connect-timeout") from None

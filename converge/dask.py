@@ -77,6 +77,7 @@ async def run_batch(
     progress: Progress | None = None,
     rerun_changed: bool = False,
     worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
+    signing_key: bytes | str | None = None,
 ) -> BatchResult:
     """Run `formation` once per input set on the cluster of `client`; every input is stored.
 
@@ -100,6 +101,9 @@ async def run_batch(
         rerun_changed: Run an input that is not the one its stored run was started from as
             a new run, `changed_run_id` (by default it is refused: a `BatchFailure`).
         worker_timeout: Seconds to wait for the cluster to have a worker before giving up.
+        signing_key: Signs every run the batch saves and refuses a stored run that does not
+            verify under it (as `Engine(signing_key=...)`). It travels to the workers with
+            the tasks: over a cluster's own connections, which should then use TLS.
 
     Raises:
         ConfigurationError: `runs_per_worker` is not positive, an input is not a sequence of
@@ -117,7 +121,10 @@ async def run_batch(
     workers = await _wait_for_workers(client, worker_timeout)
     shards = _shards(items, size, workers, fixed=shard_size is not None)
     spec = ShardSpec(locator, store, batch, runs_per_worker, lease, durability)
-    spec = replace(spec, rerun_changed=rerun_changed, max_losses=_allowed_failures())
+    key = signing_key.encode() if isinstance(signing_key, str) else signing_key
+    spec = replace(
+        spec, rerun_changed=rerun_changed, max_losses=_allowed_failures(), signing_key=key
+    )
     outcomes = await _submit(client, spec, shards, progress)
     runs = sorted((o for o in outcomes if isinstance(o, StoredRun)), key=lambda r: r.index)
     failures = sorted((o for o in outcomes if isinstance(o, BatchFailure)), key=lambda f: f.index)
@@ -138,6 +145,7 @@ def run_batch_sync(
     progress: Progress | None = None,
     rerun_changed: bool = False,
     worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
+    signing_key: bytes | str | None = None,
 ) -> BatchResult:
     """`run_batch` for scripts, with a synchronous `Client` (not inside a running loop)."""
     return call_sync(
@@ -155,6 +163,7 @@ def run_batch_sync(
         progress=progress,
         rerun_changed=rerun_changed,
         worker_timeout=worker_timeout,
+        signing_key=signing_key,
     )
 
 

@@ -583,3 +583,43 @@ def test_batch_stores_a_poisoned_input_as_failed_and_its_shard_mates_as_stored(
     assert f"{batch}-2 " in listing
     row = next(line for line in listing.splitlines() if line.startswith(f"{batch}-2 "))
     assert " interrupted " in row
+
+
+def test_a_batch_with_a_signing_key_stores_signed_runs_and_refuses_a_forged_one(
+    chain_env: None, tmp_path: Path
+) -> None:
+    """The key read from --key-file reaches the workers: every run is signed and verifies,
+    and a stored run forged in the store is not reported as kept on a rerun."""
+    inputs = write_inputs(tmp_path / "inputs.jsonl", count=4)
+    store = str(tmp_path / "runs.db")
+    key_file = tmp_path / "key"
+    key_file.write_text("batch-secret\n")
+    batch = f"b{uuid.uuid4().hex[:8]}"
+    args = ("--store", store, "--key-file", str(key_file), "batch", FORMATION, str(inputs))
+    args += ("--batch-id", batch, "--workers", "1")
+
+    code, out = cli(*args)
+
+    assert code == 0, out
+    for index in range(4):
+        reader = ("--store", store, "--key-file", str(key_file))
+        code, said = cli(*reader, "verify", f"{batch}-{index}")
+        assert code == 0, said
+        assert said.endswith("; signature verified\n"), said
+    with sqlite3.connect(store) as connection:
+        (text,) = connection.execute(
+            "SELECT record FROM converge_runs WHERE run_id = ?", (f"{batch}-1",)
+        ).fetchone()
+        connection.execute(
+            "UPDATE converge_runs SET record = ? WHERE run_id = ?",
+            (text.replace('"fixed point reached"', '"forged"'), f"{batch}-1"),
+        )
+
+    code, out = cli(*args, "--json")
+
+    assert code == 10, out
+    result = BatchResult.model_validate_json(out)
+    [failure] = result.failures
+    assert failure.index == 1
+    assert "bad signature" in failure.error
+    assert {run.action for run in result.runs} == {"kept"}
