@@ -11,6 +11,7 @@ event loop exits 8, as any other writer that lost the run.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -180,20 +181,27 @@ def test_a_writer_whose_run_was_taken_over_exits_stale(
     )
     try:
         deadline = time.monotonic() + 30
+        while not Path(f"{go}.blocked").exists():
+            assert time.monotonic() < deadline, "the run never reached its blocking step"
+            time.sleep(0.1)
+        # The whole process stops (its lease thread too), as a machine that froze would:
+        # its lease runs out and another process takes the run over.
+        os.kill(writer.pid, signal.SIGSTOP)
         status = RunStatus.RUNNING
-        while status is not RunStatus.INTERRUPTED:  # its lease runs out while it blocks
-            assert time.monotonic() < deadline, "the blocked run never counted as interrupted"
+        while status is not RunStatus.INTERRUPTED:
+            assert time.monotonic() < deadline, "the stopped run never counted as interrupted"
             time.sleep(0.2)
-            if Path(f"{go}.blocked").exists():
-                _, status = stored(store)
+            _, status = stored(store)
         run_id, _ = stored(store)
         taken = converge("--store", store, "resume", run_id, "--formation", formation)
         assert taken.returncode == 0, taken.stderr
+        os.kill(writer.pid, signal.SIGCONT)
         go.touch()
         out, err = writer.communicate(timeout=30)
     finally:
         go.touch()
         if writer.poll() is None:
+            os.kill(writer.pid, signal.SIGCONT)
             writer.kill()
             writer.wait()
     assert writer.returncode == 8, (out, err)
