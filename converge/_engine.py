@@ -7,7 +7,7 @@ from contextlib import aclosing
 from datetime import datetime
 from typing import Literal, final
 
-from ._arguments import check_settings, checked_inputs, checked_start
+from ._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._budget import Budget
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
@@ -101,6 +101,8 @@ class Engine:
         check_settings(
             observers, max_concurrency, suggestor_timeout, on_conflict, on_suggestor_error
         )
+        check_label("name", name)
+        check_label("formation", formation)
         self._config = RunConfig(
             budget=budget or Budget(),
             policy=policy or PromotionPolicy(),
