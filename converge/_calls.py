@@ -21,9 +21,10 @@ from pydantic import JsonValue
 
 from ._canonical import freeze_json
 from ._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
-from ._gate import PromotionPolicy, admit, check_hashable, field_reason, recordable
+from ._gate import PromotionPolicy, admit, check_hashable, field_reason
 from ._model import trusted, trusted_builder
 from ._proposal import ProposedFact
+from ._recordable import recordable
 from ._registry import Registration
 from ._text import storable
 from ._trace import Execution, Outcome

@@ -31,13 +31,11 @@ from ._seal import Stamp
 from ._text import storable, utf8_size
 
 __all__ = [
-    "PREVIEW",
     "RESERVED_PREFIX",
     "Gate",
     "PromotionPolicy",
     "Stamps",
     "field_reason",
-    "recordable",
     "stand_in",
     "unhashable",
 ]
@@ -303,47 +301,6 @@ def stand_in(proposal: object) -> ProposedFact:
         )
     except Exception:  # nothing of it validates: a bare placeholder
         return ProposedFact(key=ContextKey.DIAGNOSTIC, id="invalid", content="", provenance="")
-
-
-PREVIEW: Final = 1024
-"""The characters a rejection keeps of a field over the gate's limits (`recordable`)."""
-
-
-def recordable(proposal: object, policy: PromotionPolicy) -> ProposedFact:
-    """`proposal` as a rejection keeps it: validated (else its `stand_in`), and no field past
-    `policy`'s limits, so what the gate refused for its size is not stored whole.
-
-    An oversized content, provenance or id keeps its first `PREVIEW` characters and ends with
-    `… [N characters, truncated]`; an oversized payload becomes the same preview of its
-    canonical JSON, as text.
-    """
-    admitted = admit(proposal)
-    if isinstance(admitted, str):
-        admitted = stand_in(proposal)
-    else:
-        try:
-            check_hashable(admitted)
-        except ValueError:
-            admitted = stand_in(admitted)
-    own = admitted.__dict__
-    content: str = own["content"]
-    provenance: str = own["provenance"]
-    ident: str = own["id"]
-    payload: JsonValue | None = own["payload"]
-    changes: dict[str, object] = {}
-    if len(content) > PREVIEW and utf8_size(content) > policy.max_content_bytes:
-        changes["content"] = storable(content, limit=PREVIEW)
-    if len(provenance) > max(PREVIEW, policy.max_provenance_length):
-        changes["provenance"] = storable(provenance, limit=PREVIEW)
-    if len(ident) > max(PREVIEW, policy.max_id_length):
-        changes["id"] = storable(ident, limit=PREVIEW)
-    if payload is not None:
-        text = payload_json(payload)
-        if len(text) > PREVIEW and utf8_size(text) > policy.max_payload_bytes:
-            changes["payload"] = storable(text, limit=PREVIEW)
-    if not changes:
-        return admitted
-    return admitted.model_copy(update=changes)
 
 
 def check_hashable(proposal: ProposedFact) -> None:

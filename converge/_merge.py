@@ -26,12 +26,13 @@ from ._canonical import payload_json
 from ._context import ContextSnapshot
 from ._effect import Refusal
 from ._fact import Fact
-from ._gate import Gate, admit, check_hashable, recordable, stand_in, unhashable
+from ._gate import Gate, admit, check_hashable, stand_in, unhashable
 from ._hitl import GateRequest, HitlPolicy, utc_now
 from ._invariant import Invariant, Violation, check_invariants
 from ._key import AnyKey
 from ._model import trusted
 from ._proposal import ProposedFact
+from ._recordable import recordable
 from ._result import Conflict
 from ._seal import Stamp
 from ._text import storable

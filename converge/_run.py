@@ -404,8 +404,8 @@ class RunLoop:
         pending: tuple[GateRequest, ...] = (),
         checkpoint: Checkpoint | None = None,
     ) -> ConvergeResult:
-        state = self._state
-        snapshot = state.snapshot
+        if ended := (state := self._state).changed_facts():  # a fact changed below the API
+            (reason, detail), conflict, pending, checkpoint = ended, None, (), None
         fields: dict[str, object] = {
             "run_id": state.run_id,
             "inputs": state.inputs,
@@ -418,14 +418,14 @@ class RunLoop:
             "final_root": "",
             "continuations": state.continuations,
         }
-        ends = (state.origin, snapshot)
+        ends = (state.origin, state.snapshot)
         trace = partial(run_trace, fields, state.cycles, len(state.cycles), ends)
-        proof = self.events.run_finished(state.cycle, reason, detail, snapshot, state.tokens)
+        proof = self.events.run_finished(state.cycle, reason, detail, state.snapshot, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
             cycles=state.cycle,
-            context=snapshot,
+            context=state.snapshot,
             _integrity=proof,  # else built on the first read of `integrity`
             _trace=trace,
             rejections=tuple(state.rejections),
