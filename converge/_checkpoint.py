@@ -77,10 +77,9 @@ def fact_records(
     given), each with the leaf digest the context kept at its promotion, and what changed
     below the API since, if anything (`_integrity.changed`'s words; `None`: nothing).
 
-    Each fact is checked against its kept leaf; with `since` the chain of kept leaves is
-    not (that is the whole context's check, for the end of a run and the records of one). A
-    changed fact is recorded as it reads now, made valid and storable, with the leaf kept
-    for it, so the record says the change: its fields never match its digest.
+    Each fact is checked against its kept leaf. A changed fact is recorded as it reads now,
+    made valid and storable, with the leaf kept for it, so the record says the change: its
+    fields never match its digest.
     """
     records: list[FactRecord] = []
     problem: str | None = None
@@ -93,8 +92,6 @@ def fact_records(
         records.append(_changed_record(key, ident, own, leaf))
         if problem is None:
             problem = changed_since(key, ident)
-    if problem is None and since is None and not snapshot._chained():  # pyright: ignore[reportPrivateUsage]
-        problem = changed_since(None, None)
     return tuple(records), problem
 
 

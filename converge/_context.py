@@ -17,40 +17,26 @@ than `stores.get(key)` (a specialised subscript against a method call). The `Key
 about 0.3 µs, which is why the keys declared so far are there from the start: keys are
 declared when their modules are imported, before any run.
 
-The Merkle root is built from the kept leaves, never from a digest read off a fact later. Each
-snapshot also keeps a running SHA-256 over those leaves in the order they were added to its
-line (`_chain`, a hash object of its own, copied and fed the new leaves by `_extend`): the
-leaves are checked against it before the root is hashed (`merkle_root`), and by the
-integrity checks (`_integrity`). So code below the public API that rewrites a fact's fields
-and its `digest` is found by the leaf kept for it; code that rewrites the kept leaf as well
-is found by the chain, and the root then hashes to `TAMPERED_ROOT`, which no set of facts
-gives. Code that also rewrites the chain, which takes the snapshot's private state found and
-rewritten on purpose (`gc`, `ctypes`, the slots below the API), is where the line lies: see
-the integrity docs, "In-process code".
+The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
+a fact object changed below the public API (its `__dict__` written with
+`object.__setattr__`, say, and its `digest` recomputed) changes neither the root nor the
+proof, and `verify` finds it. Code that rewrites the kept leaf as well (the stores'
+private lists) is past what the process can find by itself: replaying the recorded effects
+finds it (see the integrity docs, "In-process code").
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Final, Protocol, final
+from typing import Protocol, final
 
 from ._canonical import merkle_root
 from ._fact import Fact
 from ._key import AnyKey, KeyLike, in_key_order, key_named, known_keys
 from ._sequence import EMPTY_FACTS, EMPTY_STORE, EXTENDING, FactSequence, FactStore
 
-if TYPE_CHECKING:
-    from hashlib import _Hash  # pyright: ignore[reportPrivateUsage]
-
-__all__ = ["TAMPERED_ROOT", "Context", "ContextSnapshot"]
-
-TAMPERED_ROOT: Final = hashlib.sha256(b"converge: leaves changed after promotion").hexdigest()
-"""The root of a snapshot whose kept leaves no longer chain to the digest taken as they were
-added: no set of facts hashes to it, so a proof holding it never verifies."""
-_NO_LEAVES: Final = hashlib.sha256()
-"""The chain of a line without facts: copied, never fed."""
+__all__ = ["Context", "ContextSnapshot"]
 
 
 class Context(Protocol):
@@ -91,16 +77,7 @@ class ContextSnapshot:
     other. A snapshot from one run may start the next (`engine.run(context=...)`).
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_chain",
-        "_clock",
-        "_cycle",
-        "_newest",
-        "_root",
-        "_size",
-        "_stores",
-    )
+    __slots__ = ("__weakref__", "_clock", "_cycle", "_newest", "_root", "_size", "_stores")
 
     _stores: dict[AnyKey, FactStore]
     """The line's stores, shared with the other snapshots of the line."""
@@ -114,9 +91,6 @@ class ContextSnapshot:
     """The Merkle root, set when first computed (`merkle_root`)."""
     _size: int
     """How many facts: as many as the context ever gained (a fact is never removed)."""
-    _chain: _Hash
-    """SHA-256 over the leaves of this snapshot's facts, in the order they were added to its
-    line: its own object, never fed after it was made (`_extend` feeds a copy)."""
 
     def __init__(self) -> None:
         raise TypeError("use ContextSnapshot.empty(); the engine derives every other snapshot")
@@ -127,7 +101,6 @@ class ContextSnapshot:
         stores: dict[AnyKey, FactStore],
         cycle: int,
         clock: int,
-        chain: _Hash,
         size: int = 0,
         newest: bool = True,
     ) -> ContextSnapshot:
@@ -139,13 +112,12 @@ class ContextSnapshot:
         _set_stores(snapshot, stores)
         _set_cycle(snapshot, cycle)
         _set_clock(snapshot, clock)
-        _set_chain(snapshot, chain)
         return snapshot
 
     @classmethod
     def empty(cls) -> ContextSnapshot:
         """A context with no facts, at cycle 0."""
-        return cls._make(dict.fromkeys(known_keys(), EMPTY_STORE), 0, 0, _NO_LEAVES)
+        return cls._make(dict.fromkeys(known_keys(), EMPTY_STORE), 0, 0)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ContextSnapshot is immutable; cannot set {name!r}")
@@ -246,18 +218,13 @@ class ContextSnapshot:
         """The hex Merkle root over the facts' leaves, in `facts()` order; computed once.
 
         The leaves are the digests the engine computed when it promoted (or restored) each
-        fact, kept by the context, not the `digest` a fact object carries now. When they no
-        longer hash to the chain taken as they were added (they were rewritten below the
-        API), the root is `TAMPERED_ROOT`, which no set of facts hashes to.
+        fact, kept by the context, not the `digest` a fact object carries now.
         """
         try:
             return self._root
         except AttributeError:  # not computed yet
-            if self._chained():
-                leaves = chain.from_iterable(view.leaves() for _, view in self._views())
-                root = merkle_root(leaves)
-            else:
-                root = TAMPERED_ROOT
+            leaves = chain.from_iterable(view.leaves() for _, view in self._views())
+            root = merkle_root(leaves)
             _set_root(self, root)
             return root
 
@@ -278,23 +245,6 @@ class ContextSnapshot:
                 facts = store.facts[start:length] if start else islice(store.facts, length)
                 for fact, leaf in zip(facts, store.leaves[start:length], strict=False):
                     yield key, store, fact, leaf
-
-    def _chained(self) -> bool:
-        """Whether the kept leaves, in the order they were added, hash to the chain."""
-        size = self._size
-        ordered: list[bytes | None] = [None] * size
-        try:
-            for store in self._stores.values():
-                length = self._seen(store)
-                places = islice(store.positions.values(), length)
-                for position, leaf in zip(places, store.leaves[:length], strict=False):
-                    ordered[position] = leaf
-            joined = b"".join(ordered)  # pyright: ignore[reportArgumentType]  # None: TypeError
-        except (IndexError, TypeError):  # positions or leaves rewritten
-            return False
-        chained = _NO_LEAVES.copy()
-        chained.update(joined)
-        return chained.digest() == self._chain.digest()
 
     def _seen(self, store: FactStore) -> int:
         """How many of `store`'s facts this snapshot sees."""
@@ -321,9 +271,7 @@ class ContextSnapshot:
         with EXTENDING:  # the line goes to the new snapshot, or to neither
             newest = self._newest
             _set_newest(self, False)
-        return ContextSnapshot._make(
-            self._stores, cycle, self._clock, self._chain, self._size, newest
-        )
+        return ContextSnapshot._make(self._stores, cycle, self._clock, self._size, newest)
 
     def _extend(
         self, facts: Sequence[Fact], leaves: Sequence[bytes], cycle: int, clock: int
@@ -340,8 +288,6 @@ class ContextSnapshot:
         if not facts:
             return self._at_cycle(cycle)
         size = self._size
-        sealed = self._chain.copy()  # the chain of the snapshot to come: this one's, fed
-        sealed.update(leaves[0] if len(leaves) == 1 else b"".join(leaves))
         EXTENDING.acquire()  # not `with`: about 0.1 µs less per cycle
         try:
             if self._newest:
@@ -361,7 +307,7 @@ class ContextSnapshot:
                     stores = _appended(stores, key, group, group_leaves, position)
         finally:
             EXTENDING.release()
-        return ContextSnapshot._make(stores, cycle, clock, sealed, size + len(facts))
+        return ContextSnapshot._make(stores, cycle, clock, size + len(facts))
 
 
 _slots = ContextSnapshot.__dict__
@@ -371,7 +317,6 @@ _set_cycle = _slots["_cycle"].__set__
 _set_clock = _slots["_clock"].__set__
 _set_root = _slots["_root"].__set__
 _set_newest = _slots["_newest"].__set__
-_set_chain = _slots["_chain"].__set__
 
 
 def _known(key: KeyLike) -> None:

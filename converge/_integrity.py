@@ -1,10 +1,9 @@
 """`IntegrityProof` and `verify`: check that a snapshot holds exactly the facts a run promoted.
 
 `changed` is the engine's own check of the same, against what the context kept at promotion:
-each fact's leaf re-derived from its fields, and the kept leaves against the chain taken as
-they were added (`_context`). A run ends with it (`RunState.changed_facts`, from
-`RunLoop._finish`), and every record built for saving or signing runs it
-(`_checkpoint.fact_records`).
+each fact's leaf re-derived from its fields. A run whose facts leave the process (it has a
+store or a signing key) ends with it (`RunState.changed_facts`, from `RunLoop._finish`), and
+every record built for saving or signing runs it (`_checkpoint.fact_records`).
 """
 
 from __future__ import annotations
@@ -61,8 +60,7 @@ def changed(snapshot: ContextSnapshot) -> str | None:
     naming the first fact found, or `None` when every fact is as promoted.
 
     Each fact's leaf is re-derived from its fields and compared with the leaf the context
-    kept when it promoted (or restored) the fact, and with the `digest` the fact carries;
-    then the kept leaves are checked against the chain the context took as they were added.
+    kept when it promoted (or restored) the fact, and with the `digest` the fact carries.
     The fact is named by the key and id the context kept, not by what the fact says now.
     About a microsecond per fact (a tenth of what promoting one costs); a payload is
     encoded again from its values.
@@ -70,19 +68,11 @@ def changed(snapshot: ContextSnapshot) -> str | None:
     for key, store, fact, leaf in snapshot._kept():  # pyright: ignore[reportPrivateUsage]
         if not unchanged(fact, leaf):
             return changed_since(key, store.ident(fact))
-    if not snapshot._chained():  # pyright: ignore[reportPrivateUsage]
-        return changed_since(None, None)
     return None
 
 
-def changed_since(key: object, ident: str | None) -> str:
-    """The words for a fact changed since its promotion (`key/ident`), or for kept leaves
-    that no longer chain (`None`)."""
-    if ident is None:
-        return (
-            "the leaf digests the engine kept for the facts were changed after their "
-            "promotion: they no longer hash to the chain taken as they were added"
-        )
+def changed_since(key: object, ident: str) -> str:
+    """The words for a fact changed since its promotion (`key/ident`)."""
     return (
         f"fact {key}/{ident} was changed after its promotion: its fields no longer give "
         "the leaf digest the engine kept for it"
@@ -109,14 +99,10 @@ def verify(snapshot: ContextSnapshot, proof: IntegrityProof) -> bool:
 
     Each fact's digest is recomputed from its fields and compared with the leaf the context
     kept when the engine promoted (or restored) that fact, and with the `digest` the fact
-    carries; the kept leaves are checked against the chain the context took as they were
-    added; the root is built from the kept leaves. A fact changed in any way since (its
-    digest, or its kept leaf, recomputed or not), or a fact added, missing or reordered,
-    makes this false.
+    carries; the root is built from the kept leaves. A fact changed in any way since (its
+    digest recomputed or not), or a fact added, missing or reordered, makes this false.
     """
     if len(snapshot) != proof.fact_count or snapshot.clock != proof.clock:
-        return False
-    if not snapshot._chained():  # pyright: ignore[reportPrivateUsage]
         return False
     leaves: list[bytes] = []
     for fact, leaf in snapshot._sealed():  # pyright: ignore[reportPrivateUsage]

@@ -57,6 +57,7 @@ class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
     __slots__ = (
+        "_check_facts",
         "_config",
         "_cycle_start",
         "_kept",
@@ -74,8 +75,13 @@ class RunLoop:
         view: RegistryView,
         state: RunState,
         saver: CycleSaver | None = None,
+        *,
+        check_facts: bool = False,
     ) -> None:
         self._config = config
+        self._check_facts = check_facts
+        """Check every fact against its kept leaf when the run ends (`RunState.changed_facts`):
+        for a run whose facts leave the process, saved or signed."""
         self._view = view
         self._state = state
         self._saver = saver
@@ -404,7 +410,10 @@ class RunLoop:
         pending: tuple[GateRequest, ...] = (),
         checkpoint: Checkpoint | None = None,
     ) -> ConvergeResult:
-        if ended := (state := self._state).changed_facts():  # a fact changed below the API
+        state = self._state
+        # a fact changed below the API since its promotion: checked when the facts leave the
+        # process (a saved or signed run, a checkpoint), not for a run that stays in memory
+        if (self._check_facts or checkpoint is not None) and (ended := state.changed_facts()):
             (reason, detail), conflict, pending, checkpoint = ended, None, (), None
         fields: dict[str, object] = {
             "run_id": state.run_id,

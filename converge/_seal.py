@@ -103,68 +103,14 @@ def fact_digest(fact: Fact) -> bytes:
     return _leaf(own, text, head, clock, cycle, tail)
 
 
-_encode: Final = json.encoder.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-).encode
-
-
-_TEXTS: Final[dict[tuple[object, ...], tuple[str, str]]] = {}
-"""Each promotion record's text (`_record_text`) by its approver, gate, suggestor and id,
-kept once written: every `Stamp` writes its own here, so the facts a run promoted are
-checked (`unchanged`) and restored (`seal`) without writing it again. At most `_MAX_TEXTS`."""
-_MAX_TEXTS: Final = 4096
-
-
-def _texts_of(
-    approved_by: str | None, gate: str, suggestor: str, suggestor_id: int
-) -> tuple[str, str]:
-    """`_record_text`, kept in `_TEXTS` while it has room."""
-    key = (approved_by, gate, suggestor, suggestor_id)
-    texts = _TEXTS.get(key)
-    if texts is None:
-        texts = _record_text(approved_by, gate, suggestor, suggestor_id)
-        if len(_TEXTS) < _MAX_TEXTS:
-            _TEXTS[key] = texts
-    return texts
-
-
 def unchanged(fact: Fact, leaf: bytes) -> bool:
-    """Whether `fact`'s fields give `leaf`, and the fact carries it as its `digest`: the leaf
-    re-derived as `fact_digest` does, for the end-of-run check (`_integrity.changed`) and
-    every record of a context's facts (`_checkpoint.fact_records`), which run it over each
-    fact. The record's text comes from `_TEXTS`, a payload is encoded from its values (never
-    from the text cached when it was frozen), and `_leaf`'s text is written in place.
-
-    False, never an exception, for a fact whose fields were changed below the API in any
-    way: another value, another type, a field missing, text that cannot be encoded.
+    """Whether `fact`'s fields still give `leaf`, and the fact carries it as its `digest`
+    (`fact_digest`, for the checks of a context's facts: `_integrity.changed` and
+    `_checkpoint.fact_records`). False, never an exception, for a fact changed below the API
+    in any way: another value, another type, a field missing, text that cannot be encoded.
     """
     try:
-        own = fact.__dict__
-        cycle, suggestor, suggestor_id, clock, gate, approved_by = own["promotion"]
-        confidence = own["confidence"]
-        if (
-            type(confidence) is not float
-            or type(clock) is not int
-            or type(cycle) is not int
-            or type(suggestor_id) is not int
-        ):
-            return False
-        head, tail = _texts_of(approved_by, gate, suggestor, suggestor_id)
-        quote = _quote
-        payload = own["payload"]
-        target = own["target"]
-        evidence = own["evidence"]
-        record = (  # `_leaf`'s text, written in place
-            f'\x00{{"confidence":{"1.0" if confidence == 1.0 else repr(confidence)},'
-            f'"content":{quote(own["content"])},'
-            f'"evidence":[{",".join(map(quote, evidence)) if evidence else ""}],'
-            f'"id":{quote(own["id"])},"key":{quote(own["key"])},'
-            f'"payload":{"null" if payload is None else _encode(payload)},'
-            f'"promotion":{head}{clock},"cycle":{cycle}{tail},'
-            f'"provenance":{quote(own["provenance"])},'
-            f'"target":{"null" if target is None else quote(target)}}}'
-        )
-        return _sha256(record.encode("utf-8")).digest() == leaf and own["digest"] == leaf
+        return fact_digest(fact) == leaf and fact.__dict__["digest"] == leaf
     except Exception:  # a field of another type, missing, unhashable or unencodable
         return False
 
@@ -216,7 +162,7 @@ def seal(proposal: ProposedFact, promotion: PromotionRecord) -> Fact:
     own = proposal.__dict__
     payload, text = _frozen_payload(own["payload"])
     record = promotion.__dict__
-    head, tail = _texts_of(
+    head, tail = _record_text(
         record["approved_by"], record["gate"], record["suggestor"], record["suggestor_id"]
     )
     digest = _leaf(own, text, head, record["clock"], record["cycle"], tail)
@@ -239,7 +185,7 @@ class Stamp:
         self.suggestor_id = suggestor_id
         self.gate: GateKind = gate
         self.approved_by = approved_by
-        self._head, self._tail = _texts_of(approved_by, gate, suggestor, suggestor_id)
+        self._head, self._tail = _record_text(approved_by, gate, suggestor, suggestor_id)
 
     def promote(self, proposal: ProposedFact, cycle: int, clock: int) -> Fact:
         """The fact of `proposal`, promoted now, in `cycle` at Lamport time `clock`.
