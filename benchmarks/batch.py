@@ -13,12 +13,18 @@ in the baseline alike.
   time stands for all of them.
 - Batch: `run_batch_sync` of 1,000 model-bound runs (200 with `--quick`) with
   `runs_per_worker=256`, and of 500 CPU-bound runs (100 with `--quick`) with
-  `runs_per_worker=1`, on `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`,
+  `runs_per_worker=1` (default shards), on
+  `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`,
   into a fresh SQLite file (and PostgreSQL). Each batch is timed once, whole: submitting,
   the workers' runs, collecting the results. Before it, an untimed batch of 4 runs warms
   the workers (their imports of `converge` and the formation) as the baseline's process is.
 - Cluster start (the `LocalCluster` and its `Client`) is timed separately and is not part
   of any throughput.
+- Command: the model-bound and CPU-bound batches again through `converge batch --json`, timed
+  from start to exit, on the warm cluster (`--scheduler`) and with `--workers 2` (the command
+  starts its own cluster).
+- Before each batch, `parallel_ceiling_before`: how much faster 2 processes run the CPU-bound
+  loop than one, right then (other processes on the 2 cores lower it below 2).
 - Overhead of the batch machinery per run: `(batch wall - ideal) / runs`, where `ideal` is
   the sequential work (runs x mean sequential run time) divided by the parallelism (2
   workers x the runs a worker task runs at once). What it holds: Dask's scheduling and
@@ -31,8 +37,11 @@ in the baseline alike.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -44,7 +53,7 @@ from typing import TYPE_CHECKING, Final, cast, final
 import anyio
 
 from converge import Durability, Formation, PostgresRunStore, ProposedFact, RunStore, SqliteRunStore
-from converge.dask import BatchResult, run_batch_sync
+from converge.dask import LARGEST_SHARE, TASKS_PER_WORKER, BatchResult, run_batch_sync
 
 from . import batch_cpu_bound, batch_model_bound
 from ._common import Figures, Settings, median, progress, quartiles, rounded
@@ -76,6 +85,7 @@ class Case:
     durability: Durability = "cycle"
     shard_size: int | None = None
     target: str = ""  # the TARGETS entry it is held to (its name by default)
+    command: bool = False  # also through the `converge batch` command
 
 
 def _cases(settings: Settings) -> list[Case]:
@@ -87,6 +97,7 @@ def _cases(settings: Settings) -> list[Case]:
         runs=200 if settings.quick else 1_000,
         runs_per_worker=256,
         facts=1 + 2 * batch_model_bound.STEPS,
+        command=True,
     )
     cpu = Case(
         name="cpu_bound",
@@ -96,12 +107,22 @@ def _cases(settings: Settings) -> list[Case]:
         runs=100 if settings.quick else 500,
         runs_per_worker=1,
         facts=2,
+        command=True,
     )
     return [
         model,
-        replace(model, name="model_bound_exit", durability="exit", target="model_bound"),
+        replace(
+            model, name="model_bound_exit", durability="exit", target="model_bound", command=False
+        ),
         cpu,
-        replace(cpu, name="cpu_bound_exit", durability="exit", shard_size=10, target="cpu_bound"),
+        replace(
+            cpu,
+            name="cpu_bound_exit",
+            durability="exit",
+            shard_size=10,
+            target="cpu_bound",
+            command=False,
+        ),
     ]
 
 
@@ -217,9 +238,71 @@ def _batch(case: Case, client: Client, url: str, runs: int, batch_id: str) -> fl
     return elapsed
 
 
-def _concurrency(runs: int, per_worker: int) -> int:
-    """Runs one worker task runs at once (`converge.dask` shards: at least 2 per worker)."""
-    return max(1, min(per_worker, math.ceil(runs / (2 * WORKERS))))
+_ROOT: Final = _HERE.parent
+
+
+def _command(case: Case, url: str, runs: int, batch_id: str, where: list[str]) -> float:
+    """Seconds of one `converge batch` command of `runs` runs, whole (start to exit), checked.
+
+    `where` is `["--scheduler", ADDRESS]` (the warm cluster) or `["--workers", "2"]` (the
+    command starts its own local cluster, and that start is in the time).
+    """
+    with tempfile.TemporaryDirectory(prefix="converge-w7-cli-") as folder:
+        lines = Path(folder) / "inputs.jsonl"
+        with lines.open("w", encoding="utf-8") as out:
+            for index in range(runs):
+                facts = [json.loads(fact.model_dump_json()) for fact in case.inputs(index)]
+                out.write(json.dumps({"inputs": facts}) + "\n")
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": str(_ROOT) + (os.pathsep + path if path else "")}
+        command = [
+            sys.executable, "-m", "converge.cli", "--store", url, "batch", case.locator,
+            str(lines), "--batch-id", batch_id, "--runs-per-worker", str(case.runs_per_worker),
+            *where, "--json",
+        ]  # fmt: skip
+        started = perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        elapsed = perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"W7 {case.name}: converge batch exited {done.returncode}: {done.stderr[-500:]}"
+        )
+    _check(case, BatchResult.model_validate_json(done.stdout), runs)
+    return elapsed
+
+
+def _command_figures(
+    case: Case, client: Client, stores: Stores, backend: str, per_run: float
+) -> Figures:
+    """`converge batch` on the warm cluster (`--scheduler`) and on its own (`--workers 2`)."""
+    address = cast("str", client.scheduler.address)  # pyright: ignore[reportOptionalMemberAccess]
+    figures: Figures = {}
+    for label, where in (("scheduler", ["--scheduler", address]), ("local", ["--workers", "2"])):
+        progress(f"W7 {case.name} {backend}: converge batch --{label}, {case.runs} runs")
+        batch_id = f"w7-cli-{label}-{case.name}-{uuid.uuid4().hex[:8]}"
+        url = stores.url(backend, f"cli-{label}-{case.name}")
+        wall = _command(case, url, case.runs, batch_id, where)
+        stores.forget(backend, [f"{batch_id}-{index}" for index in range(case.runs)])
+        throughput = case.runs / wall
+        figures[label] = {
+            "command_wall_s": rounded(wall, 3),
+            "command_runs_per_s": rounded(throughput),
+            "speedup": rounded(throughput * per_run),
+        }
+    return figures
+
+
+def _shard_size(case: Case) -> int:
+    """Runs per task, as `converge.dask` shards them by default (or `case.shard_size`)."""
+    if case.shard_size is not None:
+        return case.shard_size
+    share = min(LARGEST_SHARE, math.ceil(case.runs / (TASKS_PER_WORKER * WORKERS)))
+    return max(1, min(max(case.runs_per_worker, share), math.ceil(case.runs / (2 * WORKERS))))
+
+
+def _concurrency(case: Case) -> int:
+    """Runs one worker task runs at once: its runs, at most `runs_per_worker`."""
+    return min(case.runs_per_worker, _shard_size(case))
 
 
 def _case_figures(case: Case, client: Client, stores: Stores, backend: str, sample: int) -> Figures:
@@ -237,18 +320,19 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
     warm_id = f"w7-warm-{case.name}-{tag}"
     _batch(case, client, stores.url(backend, f"warm-{case.name}"), WARMUP_RUNS, warm_id)
     stores.forget(backend, [f"{warm_id}-{index}" for index in range(WARMUP_RUNS)])
+    ceiling = _parallel_ceiling(10)  # what 2 processes get of the 2 cores, right now
     progress(f"W7 {case.name} {backend}: batch of {case.runs} runs")
     batch_id = f"w7-{case.name}-{tag}"
     wall = _batch(case, client, stores.url(backend, f"batch-{case.name}"), case.runs, batch_id)
     stores.forget(backend, [f"{batch_id}-{index}" for index in range(case.runs)])
 
-    concurrency = _concurrency(case.runs, case.runs_per_worker)
+    concurrency = _concurrency(case)
     parallelism = WORKERS * concurrency
     ideal = case.runs * per_run / parallelism
     sequential_throughput = 1 / per_run
     batch_throughput = case.runs / wall
     overhead = (wall - ideal) / case.runs
-    return {
+    found: Figures = {
         "sequential_sample_runs": len(times),
         "sequential_ms_per_run": rounded(per_run * 1000),
         "sequential_ms_per_run_median": rounded(median(times) * 1000),
@@ -258,13 +342,42 @@ def _case_figures(case: Case, client: Client, stores: Stores, backend: str, samp
         "batch_wall_s": rounded(wall, 3),
         "batch_runs_per_s": rounded(batch_throughput),
         "speedup": rounded(batch_throughput / sequential_throughput),
-        "shards": math.ceil(case.runs / (case.shard_size or concurrency)),
+        "parallel_ceiling_before": rounded(ceiling),
+        "shards": math.ceil(case.runs / _shard_size(case)),
         "durability": case.durability,
         "runs_at_once_per_worker": concurrency,
         "ideal_wall_s": rounded(ideal, 3),
         "overhead_ms_per_run": rounded(overhead * 1000, 3),
         "overhead_worker_ms_per_run": rounded(overhead * WORKERS * 1000, 3),
     }
+    if case.command:
+        found["command"] = _command_figures(case, client, stores, backend, per_run)
+    return found
+
+
+def _crunches(count: int) -> float:
+    """Seconds of `count` CPU-bound runs' loops, one after another (in a pool process)."""
+    started = perf_counter()
+    for seed in range(count):
+        batch_cpu_bound.crunch(seed)
+    return perf_counter() - started
+
+
+def _parallel_ceiling(count: int) -> float:
+    """How much faster 2 processes run the CPU-bound loop than one, on this machine now.
+
+    The bound of any CPU-bound speedup with 2 workers: below 2 when other processes (or the
+    scheduler and the client) take a share of the 2 cores.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(WORKERS) as pool:
+        list(pool.map(_crunches, [1] * WORKERS))  # the processes started and warm
+        alone = pool.submit(_crunches, count).result()
+        started = perf_counter()
+        list(pool.map(_crunches, [count] * WORKERS))
+        together = perf_counter() - started
+    return (WORKERS * count / together) / (count / alone)
 
 
 def _start_cluster() -> tuple[Client, Callable[[], None], float]:
@@ -322,6 +435,15 @@ def measure(settings: Settings) -> Figures:
                         "at_least": goal,
                         "met": isinstance(speedup, float) and speedup >= goal,
                     }
+                    command = measured.get("command")
+                    if isinstance(command, dict):
+                        for label, numbers in cast("dict[str, Figures]", command).items():
+                            value = numbers["speedup"]
+                            targets[f"{backend}_{case.name}_command_{label}_speedup"] = {
+                                "value": value,
+                                "at_least": goal,
+                                "met": isinstance(value, float) and value >= goal,
+                            }
         finally:
             stop()
             stores.close()

@@ -44,6 +44,8 @@ from ._exceptions import (
     RunNotFoundError,
     StaleRecordError,
     StoreError,
+    SuggestorExitError,
+    SuggestorFailuresError,
 )
 from ._executor import ErrorMode
 from ._fact import Fact, GateKind, PromotionRecord
@@ -145,7 +147,9 @@ __all__ = [
     "StoreError",
     "Suggestor",
     "SuggestorBlocked",
+    "SuggestorExitError",
     "SuggestorFailed",
+    "SuggestorFailuresError",
     "SuggestorFinished",
     "SuggestorFunction",
     "SuggestorId",

@@ -12,19 +12,28 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from hashlib import sha256
 from time import monotonic
 from typing import Final, final
 
 import anyio
 from pydantic import TypeAdapter
 
+from ._batch_result import (
+    BatchFailure,
+    BatchResult,
+    StoredRun,
+    as_stored,
+    first_failure,
+    of_result,
+)
 from ._cli_support import load_formation
 from ._durable import Durability
 from ._engine import Engine
 from ._exceptions import RunNotFoundError, StaleRecordError
-from ._formation import Formation
-from ._model import FrozenModel
+from ._formation import Formation, command_timeout
+from ._grouped import grouped
 from ._proposal import ProposedFact
 from ._stop import RunStatus
 from ._store import RunRecord, RunStore
@@ -32,12 +41,19 @@ from ._store import RunRecord, RunStore
 __all__ = [
     "BatchFailure",
     "BatchResult",
+    "InputChangedError",
     "ShardItem",
     "ShardSpec",
     "StoredRun",
+    "as_stored",
+    "changed_run_id",
+    "first_failure",
+    "inputs_of",
     "open_store_url",
     "run_id_of",
     "run_shard",
+    "same_inputs",
+    "settled",
 ]
 
 _INPUTS: Final = TypeAdapter(tuple[ProposedFact, ...])
@@ -46,69 +62,13 @@ LEASE_GRACE: Final = 5.0
 """Seconds a shard waits beyond a running run's lease before giving up on it."""
 
 
+class InputChangedError(ValueError):
+    """An input of a batch is not the one its stored run was started from."""
+
+
 def run_id_of(batch_id: str, index: int) -> str:
     """The run id of input `index` of batch `batch_id`."""
     return f"{batch_id}-{index}"
-
-
-@final
-class BatchFailure(FrozenModel, frozen=True):
-    """An input that did not end as a stored run, and why."""
-
-    index: int
-    """The input's position."""
-    run_id: str
-    """The run id it would have had."""
-    error: str
-    """`"ExceptionType: message"`."""
-
-
-@final
-class StoredRun(FrozenModel, frozen=True):
-    """How one input of a batch ended: its stored run."""
-
-    index: int
-    """The input's position."""
-    run_id: str
-    """Its run id."""
-    status: RunStatus
-    """Its stored status."""
-    stop_reason: str | None
-    """Its stop reason (`None` unless finished or paused)."""
-    merkle_root: str
-    """Its context's Merkle root."""
-    action: str
-    """What this batch did with it: `"started"`, `"continued"` or `"kept"` (already stopped)."""
-
-
-@final
-class BatchResult(FrozenModel, frozen=True):
-    """A batch's outcome: a run id per input, counts, and the inputs that failed."""
-
-    batch_id: str
-    """The batch."""
-    runs: tuple[StoredRun, ...]
-    """Each stored run, in input order."""
-    failures: tuple[BatchFailure, ...] = ()
-    """Inputs that did not end as a stored run."""
-
-    @property
-    def run_ids(self) -> tuple[str, ...]:
-        """The run id of each stored input, in input order."""
-        return tuple(run.run_id for run in self.runs)
-
-    @property
-    def ok(self) -> bool:
-        """Whether every input ended as a stored run (whatever its stop reason)."""
-        return not self.failures
-
-    def counts(self) -> dict[str, int]:
-        """How many stored runs ended with each stop reason (or status, when not stopped)."""
-        found: dict[str, int] = {}
-        for run in self.runs:
-            label = run.stop_reason or run.status.value
-            found[label] = found.get(label, 0) + 1
-        return dict(sorted(found.items()))
 
 
 @final
@@ -145,6 +105,12 @@ class ShardSpec:
     runs_per_worker: int
     lease: float
     durability: Durability = "cycle"
+    rerun_changed: bool = False
+    """Run an input that changed since its run was stored as a new run (`changed_run_id`)."""
+    max_losses: int = 3
+    """Times a run may be lost (its process died) before it is not continued again."""
+    signing_key: bytes | None = field(default=None, repr=False)
+    """Signs every run the batch saves, and checks every stored run it keeps or continues."""
 
 
 _FORMATIONS: dict[str, Formation] = {}
@@ -168,87 +134,210 @@ def run_shard(spec: ShardSpec, items: Sequence[ShardItem]) -> list[StoredRun | B
     """Run (or find, or continue) each item's run, `runs_per_worker` at a time; in a worker.
 
     The formation is imported and the store opened once per worker process, and reused by
-    every shard that process runs.
+    every shard that process runs. Runs found running elsewhere or lost (their process died)
+    wait until the rest of the shard is done; then, once none of them is running any more,
+    the lost ones are continued one at a time, the least often lost first. So a run whose
+    step kills its process (a poisoned input) dies alone, the others are never lost because
+    of it, and once it has been lost `spec.max_losses` times it is not continued again: it
+    stays interrupted, and is reported as failed.
 
     Raises:
         converge._cli_support.CliError: The formation cannot be imported.
     """
-    formation, store = _cached(spec)
-    limiter = anyio.CapacityLimiter(spec.runs_per_worker)
-    done: list[StoredRun | BatchFailure] = []
+    formation, cached = _cached(spec)
+    shard = _Shard(spec, formation, grouped(cached))  # saves grouped in this shard's loop
+    anyio.run(shard.main, items)
+    return sorted(shard.done, key=lambda entry: entry.index)
 
-    async def one(item: ShardItem) -> None:
-        async with limiter:
-            run_id = run_id_of(spec.batch_id, item.index)
-            try:
-                engine = formation.engine(
-                    store=store,
-                    formation=spec.locator,
-                    lease=spec.lease,
-                    durability=spec.durability,
-                )
-                inputs = _inputs(item.inputs)
-                done.append(await _ensure(engine, store, run_id, item.index, inputs, spec.lease))
-            except Exception as error:
-                text = f"{type(error).__name__}: {error}"
-                done.append(BatchFailure(index=item.index, run_id=run_id, error=text))
 
-    async def main() -> None:
+@final
+class _Shard:
+    """One shard's runs in one event loop: the outcomes, and the runs left for later."""
+
+    __slots__ = ("done", "formation", "later", "limiter", "spec", "store")
+
+    def __init__(self, spec: ShardSpec, formation: Formation, store: RunStore) -> None:
+        self.spec = spec
+        self.formation = formation
+        self.store = store
+        self.limiter = anyio.CapacityLimiter(spec.runs_per_worker)
+        self.done: list[StoredRun | BatchFailure] = []
+        self.later: list[tuple[ShardItem, RunRecord]] = []
+
+    async def main(self, items: Sequence[ShardItem]) -> None:
+        """Each item's run; the ones found running or lost last, one at a time."""
         async with anyio.create_task_group() as group:
             for item in items:
-                group.start_soon(one, item)
+                group.start_soon(self.first, item)
+        deferred = {item.index: item for item, _ in self.later}
+        order: list[tuple[int, int]] = []
+        async with anyio.create_task_group() as group:
+            for item, record in self.later:
+                group.start_soon(self.settle, item, record, order)
+        self.later.clear()
+        for _, index in sorted(order):
+            await self.ensure(deferred[index], defer=False)
 
-    anyio.run(main)
-    return sorted(done, key=lambda entry: entry.index)
+    async def first(self, item: ShardItem) -> None:
+        """The item's run, `runs_per_worker` at a time; deferred if running or lost."""
+        async with self.limiter:
+            await self.ensure(item, defer=True)
+
+    async def settle(self, item: ShardItem, record: RunRecord, into: list[tuple[int, int]]) -> None:
+        """Wait until a deferred run no longer runs; note how often it was lost."""
+        try:
+            record = await settled(self.store, record, self.spec.lease)
+        except Exception as error:
+            self.done.append(self.failed(item, error))
+            return
+        into.append((_losses(record), item.index))
+
+    async def ensure(self, item: ShardItem, *, defer: bool) -> None:
+        """Keep, continue or start the item's run (see `_ensure`), and note the outcome."""
+        spec = self.spec
+        try:
+            engine = self.formation.engine(
+                store=self.store,
+                formation=spec.locator,
+                lease=spec.lease,
+                durability=spec.durability,
+                suggestor_timeout=command_timeout(self.formation),
+                signing_key=spec.signing_key,
+            )
+            inputs = _inputs(item.inputs)
+            outcome = await _ensure(engine, self.store, spec, item.index, inputs, defer=defer)
+        except Exception as error:
+            self.done.append(self.failed(item, error))
+            return
+        if isinstance(outcome, StoredRun):
+            self.done.append(outcome)
+        else:
+            self.later.append((item, outcome))
+
+    def failed(self, item: ShardItem, error: Exception) -> BatchFailure:
+        """The failure of `item`, saying why."""
+        run_id = run_id_of(self.spec.batch_id, item.index)
+        return BatchFailure(
+            index=item.index, run_id=run_id, error=f"{type(error).__name__}: {error}"
+        )
 
 
 def _inputs(text: str) -> tuple[ProposedFact, ...]:
     return _INPUTS.validate_json(text)
 
 
+def inputs_of(item: ShardItem) -> tuple[ProposedFact, ...]:
+    """The facts of `item`."""
+    return _inputs(item.inputs)
+
+
+def same_inputs(record: RunRecord, item: ShardItem) -> bool:
+    """Whether `record` is the run of `item`'s inputs (as its trace recorded them)."""
+    return _INPUTS.dump_json(record.trace.inputs).decode() == item.inputs
+
+
+def _losses(record: RunRecord) -> int:
+    """How often the run's process died under it: its lost continuations, and now if lost."""
+    lost = sum(1 for continuation in record.trace.continuations if continuation.cause == "lost")
+    return lost + (record.interruption == "lost")
+
+
+def changed_run_id(batch_id: str, index: int, inputs: tuple[ProposedFact, ...]) -> str:
+    """The run id of input `index` when it changed since `run_id_of` was stored."""
+    digest = sha256(_INPUTS.dump_json(inputs)).hexdigest()[:12]
+    return f"{run_id_of(batch_id, index)}-{digest}"
+
+
+async def settled(store: RunStore, record: RunRecord, lease: float) -> RunRecord:
+    """The run once it no longer runs (its lease ran out, or it stopped).
+
+    Raises:
+        RuntimeError: It still runs, its lease renewed, `lease` plus `LEASE_GRACE` seconds on.
+    """
+    deadline = monotonic() + lease + LEASE_GRACE
+    while record.status is RunStatus.RUNNING:
+        if monotonic() > deadline:  # its lease renewed: its process is alive
+            raise RuntimeError(f"run {record.run_id} is still running elsewhere; not taken over")
+        await anyio.sleep(min(1.0, lease / 3))
+        record = await store.load(record.run_id)
+    return record
+
+
 async def _ensure(
     engine: Engine,
     store: RunStore,
-    run_id: str,
+    spec: ShardSpec,
     index: int,
     inputs: tuple[ProposedFact, ...],
-    lease: float,
-) -> StoredRun:
-    """The stored run of `run_id`: kept if stopped, continued if interrupted, else started."""
-    deadline = monotonic() + lease + LEASE_GRACE
+    *,
+    defer: bool,
+) -> StoredRun | RunRecord:
+    """The stored run of input `index`: kept if stopped, continued if interrupted, else started.
+
+    With `defer`, a run found running, or lost, comes back as its record, untouched.
+    """
+    run_id = run_id_of(spec.batch_id, index)
+    given = _INPUTS.dump_json(inputs)
+    deadline = monotonic() + spec.lease + LEASE_GRACE
+    # A run saved every cycle claims its id with its first save, before its first cycle: start
+    # it at once. One saved when it stops would run whole before finding the id taken.
+    if spec.durability == "cycle" and (started := await _start(engine, inputs, run_id, index)):
+        return started
     while True:
         try:
             record = await store.load(run_id)
         except RunNotFoundError:
-            try:
-                await engine.run(inputs=inputs, run_id=run_id)
-            except StaleRecordError:
-                continue  # another attempt created it meanwhile: look again
-            return await _stored(store, run_id, index, "started")
+            if started := await _start(engine, inputs, run_id, index):
+                return started
+            continue  # another attempt created it meanwhile: look again
+        record.verify_signature(spec.signing_key)
+        if _INPUTS.dump_json(record.trace.inputs) != given:
+            run_id = _changed(spec, index, run_id, inputs)
+            continue
         if record.status in (RunStatus.FINISHED, RunStatus.PAUSED):
-            return _as_stored(record, index, "kept")
+            return as_stored(record, index, "kept")
+        lost = record.status is RunStatus.RUNNING or record.interruption == "lost"
+        if defer and lost:
+            return record
         if record.status is RunStatus.INTERRUPTED:
+            losses = _losses(record)
+            if losses >= spec.max_losses:
+                raise RuntimeError(
+                    f"run {run_id} was lost {losses} times: its process died each time it ran "
+                    f"(a poisoned input?); left interrupted after cycle {record.cycles}, "
+                    "not continued again"
+                )
             try:
-                await engine.resume_run(run_id)
+                result = await engine.resume_run(run_id)
             except StaleRecordError:
                 continue
-            return await _stored(store, run_id, index, "continued")
+            return of_result(result, index, "continued")
         if monotonic() > deadline:  # still running elsewhere, its lease renewed
             raise RuntimeError(f"run {run_id} is still running elsewhere; not taken over")
-        await anyio.sleep(min(1.0, lease / 3))
+        await anyio.sleep(min(1.0, spec.lease / 3))
 
 
-async def _stored(store: RunStore, run_id: str, index: int, action: str) -> StoredRun:
-    return _as_stored(await store.load(run_id), index, action)
+async def _start(
+    engine: Engine, inputs: tuple[ProposedFact, ...], run_id: str, index: int
+) -> StoredRun | None:
+    """Start the run, or `None` when its id was taken (stored already, or taken over)."""
+    try:
+        result = await engine.run(inputs=inputs, run_id=run_id)
+    except StaleRecordError:
+        return None
+    return of_result(result, index, "started")
 
 
-def _as_stored(record: RunRecord, index: int, action: str) -> StoredRun:
-    stop = record.stop_reason
-    return StoredRun(
-        index=index,
-        run_id=record.run_id,
-        status=record.status,
-        stop_reason=None if stop is None else stop.value,
-        merkle_root=record.integrity.merkle_root,
-        action=action,
-    )
+def _changed(spec: ShardSpec, index: int, run_id: str, inputs: tuple[ProposedFact, ...]) -> str:
+    """The run id to try for input `index`, whose run `run_id` was stored with other inputs.
+
+    Raises:
+        InputChangedError: The batch does not rerun changed inputs (or this is already the
+            changed input's own run id).
+    """
+    if not spec.rerun_changed or run_id != run_id_of(spec.batch_id, index):
+        raise InputChangedError(
+            f"input {index} is not the one run {run_id} was stored with (changed since); "
+            "kept as stored, not run (--rerun-changed runs it as a new run)"
+        )
+    return changed_run_id(spec.batch_id, index, inputs)

@@ -137,10 +137,11 @@ def failure(
     )
 
 
-Returned = tuple[Registration, float, int, int, JsonValue, AgentEffect | None]
+Returned = tuple[Registration, float, int, int, JsonValue, AgentEffect | None, bool]
 """What a call that returned an effect leaves for its record: the registration, the duration
-(ms), the proposal count, the tokens, the metadata, and the effect itself only when effects
-are recorded (so a cycle's log does not keep every effect's proposals alive)."""
+(ms), the proposal count, the tokens, the metadata, the effect itself only when effects
+are recorded (so a cycle's log does not keep every effect's proposals alive), and whether its
+tokens are only part of what it spent."""
 
 
 @final
@@ -281,11 +282,19 @@ def returned(
     """
     kept = None if recorder is None else recorder.keep(effect)
     duration = (finished - started) * 1000.0
-    return (reg, duration, len(effect.proposals), effect.tokens, effect.metadata, kept)
+    return (
+        reg,
+        duration,
+        len(effect.proposals),
+        effect.tokens,
+        effect.metadata,
+        kept,
+        effect.tokens_unknown,
+    )
 
 
 def _ok(returned: Returned) -> Execution:
-    reg, duration, proposals, tokens, metadata, effect = returned
+    reg, duration, proposals, tokens, metadata, effect, unknown = returned
     return _build_execution(
         {
             "suggestor": reg.name,
@@ -297,7 +306,7 @@ def _ok(returned: Returned) -> Execution:
             "error": None,
             "phase": "execute",
             "attempt": 1,
-            "tokens_unknown": False,
+            "tokens_unknown": unknown,
             "metadata": metadata,
             "traceback": None,
             "effect": effect,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import threading
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast, final
@@ -19,10 +20,12 @@ import anyio
 import anyio.to_thread
 from pydantic import ValidationError
 
-from ._batch import BatchResult
+from ._batch import BatchResult, run_id_of
+from ._cli_records import signing_key
 from ._cli_store import given_store, open_store
 from ._cli_support import (
     BATCH_INCOMPLETE,
+    FAILURES,
     CliError,
     error_text,
     json_visible,
@@ -36,12 +39,43 @@ from ._proposal import ProposedFact
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["DEFAULT_WORKERS", "cmd_batch", "read_inputs", "store_target"]
+__all__ = [
+    "BATCH_DESCRIPTION",
+    "BATCH_FLAGS",
+    "BATCH_STATUSES",
+    "DEFAULT_WORKERS",
+    "batch_status",
+    "cmd_batch",
+    "read_inputs",
+    "read_lines",
+    "store_target",
+    "summary",
+]
 
 DEFAULT_WORKERS: Final = 2
 """Worker processes of the local cluster when neither --workers nor --scheduler is given."""
 PLAIN_LINES: Final = 10
 """About how many progress lines a batch prints when standard output is not a terminal."""
+BATCH_DESCRIPTION: Final = (
+    'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a local Dask '
+    "cluster or an existing one, and store every run; the same command with the same "
+    "--batch-id completes an incomplete batch. Needs the dask extra."
+)
+"""`converge batch --help`'s description."""
+BATCH_STATUSES: Final = (
+    (0, "every input ended as a stored run, none converged with failures"),
+    (FAILURES, "a run converged with failed calls or rolled-back effects"),
+    (BATCH_INCOMPLETE, "an input did not end as a stored run"),
+)
+"""The exit statuses of `converge batch` (besides 1, 2, 130 and 141)."""
+BATCH_FLAGS: Final = (
+    ("--rerun-changed", "run an input line that changed since its run was stored as a new run"),
+    ("--allow-failures", "exit 0 when runs converged with failed calls or rolled-back effects"),
+)
+"""The on/off options of `converge batch`."""
+LISTED: Final = 20
+"""Runs or inputs the summary lists under each heading (`--json` has them all)."""
+_WITH_FAILURES: Final = "converged_with_failures"
 
 
 @final
@@ -57,16 +91,25 @@ def read_inputs(path: str) -> list[tuple[ProposedFact, ...]]:
     Raises:
         CliError: The file cannot be read, has no input, or a line is not `{"inputs": [...]}`.
     """
+    return [facts for _, facts in read_lines(path)]
+
+
+def read_lines(path: str) -> list[tuple[int, tuple[ProposedFact, ...]]]:
+    """`(line number, input set)` of each non-blank line of INPUTS.jsonl.
+
+    Raises:
+        CliError: The file cannot be read, has no input, or a line is not `{"inputs": [...]}`.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise CliError(f"cannot read {path}: {error_text(error)}") from None
-    found: list[tuple[ProposedFact, ...]] = []
+    found: list[tuple[int, tuple[ProposedFact, ...]]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            found.append(_Line.model_validate_json(line).inputs)
+            found.append((number, _Line.model_validate_json(line).inputs))
         except ValidationError as error:
             raise CliError(
                 f"{path} line {number}: {error_text(error)}",
@@ -99,7 +142,11 @@ def _load(locator: str) -> None:
 
 
 def _client(args: argparse.Namespace) -> AbstractContextManager[Client]:
-    """A synchronous client of the cluster the options name (in a thread: it blocks)."""
+    """A synchronous client of the cluster the options name (in a thread: it blocks).
+
+    Raises:
+        CliError: `--scheduler` cannot be reached within `--connect-timeout`.
+    """
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -108,7 +155,14 @@ def _client(args: argparse.Namespace) -> AbstractContextManager[Client]:
             "install the `dask` extra: pip install 'converge-engine[dask]'",
         ) from None
     if args.scheduler:
-        return _Owned(Client(args.scheduler), None)
+        try:
+            return _Owned(Client(args.scheduler, timeout=args.connect_timeout), None)
+        except (OSError, TimeoutError) as error:
+            raise CliError(
+                f"cannot reach the scheduler at {args.scheduler} within "
+                f"{args.connect_timeout:g} s: {type(error).__name__}: {error_text(error)}",
+                "check the address, or raise --connect-timeout",
+            ) from None
     cluster = LocalCluster(
         n_workers=args.workers or DEFAULT_WORKERS,
         threads_per_worker=1,
@@ -142,68 +196,151 @@ class _Owned(AbstractContextManager["Client"]):
 
 @final
 class BatchProgress:
-    """`batch: DONE/TOTAL runs stored`: rewritten in place on a terminal, else ~10 lines."""
+    """`batch: STORED/TOTAL runs stored`: rewritten in place on a terminal, else ~10 lines.
+
+    Only runs the store holds count, never inputs merely submitted or given up on.
+    """
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._tty = out.isatty()
         self._next = 0
+        self._open = False
         self._lock = threading.Lock()
 
-    def __call__(self, done: int, total: int) -> None:
-        """Show that `done` of `total` inputs have ended (called from any thread)."""
+    def __call__(self, stored: int, total: int) -> None:
+        """Show that `stored` of `total` inputs are stored runs (called from any thread)."""
         with self._lock:
-            line = f"batch: {done}/{total} runs stored"
+            line = f"batch: {stored}/{total} runs stored"
             if self._tty:
-                self._out.write(f"\r{line}" + ("\n" if done >= total else ""))
-            elif done >= self._next or done >= total:
+                self._out.write(f"\r{line}")
+                self._open = True
+            elif stored >= self._next or stored >= total:
                 self._out.write(line + "\n")
-                self._next = done + math.ceil(total / PLAIN_LINES)
+                self._next = stored + math.ceil(total / PLAIN_LINES)
             self._out.flush()
+
+    def close(self) -> None:
+        """End the line rewritten in place, if any."""
+        with self._lock:
+            if self._open:
+                self._out.write("\n")
+                self._open = False
 
 
 async def cmd_batch(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge batch`: run every input line, print the summary; exit 0 if all are stored.
+    """`converge batch`: run every input line, print the summary; exit 0 if all are stored
+    and none converged with failures (9, unless `--allow-failures`; 10 if one is not stored).
 
-    The parser's types have checked `--workers`, `--runs-per-worker` and `--lease`.
+    The parser's types have checked `--workers`, `--runs-per-worker`, `--lease` and
+    `--connect-timeout`.
     """
     from .dask import run_batch
 
-    inputs = read_inputs(args.inputs)
+    lines = read_lines(args.inputs)
     locator = locate(args.formation)
     _load(locator)
     target = store_target(args.store)
     open_store(target)  # creates the file and its tables once, before the workers race
     if not args.json:
         where = f"scheduler {args.scheduler}" if args.scheduler else "a local cluster"
-        out.write(f"converge: batch of {len(inputs)} runs of {visible(locator)} on {where}\n")
+        out.write(f"converge: batch of {len(lines)} runs of {visible(locator)} on {where}\n")
         out.flush()
     client = await anyio.to_thread.run_sync(_client, args)
+    progress = None if args.json else BatchProgress(out)
     try:
         result = await run_batch(
             locator,
-            inputs,
+            [facts for _, facts in lines],
             client.__enter__(),
             target,
             batch_id=args.batch_id,
             runs_per_worker=args.runs_per_worker,
             lease=args.lease,
-            progress=None if args.json else BatchProgress(out),
+            progress=progress,
+            rerun_changed=args.rerun_changed,
+            worker_timeout=args.connect_timeout,
+            signing_key=signing_key(),
         )
+    except TimeoutError as error:
+        raise CliError(error_text(error), "start workers, or raise --connect-timeout") from None
     finally:
+        if progress is not None:
+            progress.close()
         await anyio.to_thread.run_sync(client.__exit__, None, None, None)
     if args.json:
         out.write(json_visible(result.model_dump_json(indent=2)) + "\n")
     else:
-        out.write("\n".join(summary(result, target)) + "\n")
-    return 0 if result.ok else BATCH_INCOMPLETE
+        numbers = [number for number, _ in lines]
+        out.write("\n".join(summary(result, target, numbers, args.allow_failures)) + "\n")
+    return batch_status(result, allow_failures=args.allow_failures)
 
 
-def summary(result: BatchResult, target: str) -> list[str]:
-    """The batch's summary: counts per stop reason, where the runs are, each failure."""
+def batch_status(result: BatchResult, *, allow_failures: bool = False) -> int:
+    """10 when an input is not stored, else 9 when a run converged with failures (unless
+    `allow_failures`), else 0."""
+    if not result.complete:
+        return BATCH_INCOMPLETE
+    if result.with_failures and not allow_failures:
+        return FAILURES
+    return 0
+
+
+def _listed(entries: list[str], more: str) -> list[str]:
+    """At most `LISTED` entries, and a line saying how many more there are."""
+    shown = entries[:LISTED]
+    if len(entries) > LISTED:
+        shown.append(f"  ... and {len(entries) - LISTED} more {more} (--json lists every one)")
+    return shown
+
+
+def _run_lines(result: BatchResult, line: Callable[[int], str]) -> list[str]:
+    """The runs that converged with failures, those that did not converge, and the changed
+    inputs that ran as new runs, each under its heading (none when there is none)."""
+    lines: list[str] = []
+    failed = result.with_failures
+    if failed:
+        lines.append(
+            f"with failures {len(failed)} run(s) converged with failed calls or rolled-back "
+            "effects:"
+        )
+        entries = [
+            f"  {line(run.index)} ({visible(run.run_id)}): {run.failures} failure(s), first "
+            f"{visible(run.first_failure or 'not recorded')}"
+            for run in failed
+        ]
+        lines.extend(_listed(entries, "runs with failures"))
+    stopped = [run for run in result.runs if run.outcome not in ("converged", _WITH_FAILURES)]
+    if stopped:
+        lines.append(f"not converged {len(stopped)} run(s) stopped for another reason:")
+        entries = [f"  {line(run.index)} ({visible(run.run_id)}): {run.outcome}" for run in stopped]
+        lines.extend(_listed(entries, "runs"))
+    changed = [run for run in result.runs if run.run_id != run_id_of(result.batch_id, run.index)]
+    if changed:
+        lines.append(f"changed      {len(changed)} changed input(s) ran as new runs:")
+        entries = [f"  {line(run.index)}: {visible(run.run_id)}" for run in changed]
+        lines.extend(_listed(entries, "changed inputs"))
+    return lines
+
+
+def summary(
+    result: BatchResult,
+    target: str,
+    numbers: Sequence[int] = (),
+    allow_failures: bool = False,
+) -> list[str]:
+    """The batch's summary: counts per outcome, where the runs are, the runs that converged
+    with failures (each with its first failure), those that did not converge, the inputs
+    that changed and each input not stored. `numbers` are the inputs' line numbers."""
+
+    def line(index: int) -> str:
+        return f"line {numbers[index]}" if index < len(numbers) else f"input {index}"
+
     batch = visible(result.batch_id)
     total = len(result.runs) + len(result.failures)
-    counts = ", ".join(f"{reason} {count}" for reason, count in result.counts().items())
+    counts = ", ".join(
+        f"{reason.replace('_with_', ' with ')} {count}" for reason, count in result.counts().items()
+    )
     postgres = target.startswith(("postgresql://", "postgres://"))
     store = "the PostgreSQL store" if postgres else visible(target)
     listing = "converge --store URL runs" if postgres else f"converge --store {store} runs"
@@ -212,14 +349,20 @@ def summary(result: BatchResult, target: str) -> list[str]:
         f"stop reasons {counts or 'none'}",
         f"runs         {batch}-0 to {batch}-{total - 1} in {store} ({listing})",
     ]
+    lines.extend(_run_lines(result, line))
     if result.failures:
         lines.append(f"failures     {len(result.failures)} input(s) did not end as a stored run:")
-        lines.extend(
-            f"  input {failure.index} ({visible(failure.run_id)}): {visible(failure.error)}"
+        entries = [
+            f"  {line(failure.index)} ({visible(failure.run_id)}): {visible(failure.error)}"
             for failure in result.failures
-        )
+        ]
+        lines.extend(_listed(entries, "inputs"))
         lines.append(
             f"incomplete: exit status {BATCH_INCOMPLETE}; "
             "run the same command with --batch-id to complete the batch"
+        )
+    elif result.with_failures and not allow_failures:
+        lines.append(
+            f"converged, but with failures: exit status {FAILURES} (--allow-failures exits 0)"
         )
     return lines

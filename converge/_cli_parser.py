@@ -1,8 +1,8 @@
 """The `converge` command line's arguments: global options, then each command's.
 
-Every command's `--help` has a description, its options (`--store` and `--debug` too, which
-work before or after the command) and the exit statuses it can return. Numeric options are
-checked by their argparse type, so a bad value is a usage error (status 2).
+Every command's `--help` has a description, its options (`--store`, `--key-file` and
+`--debug` too, which work before or after the command) and the exit statuses it can return.
+Numeric options are checked by their argparse type, so a bad value is a usage error (status 2).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Final, NoReturn, TypeAlias
 
+from ._cli_batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
 from ._cli_records import STALE
 from ._cli_support import (
     BATCH_INCOMPLETE,
@@ -26,9 +27,9 @@ from ._cli_support import (
 )
 from ._durable import DEFAULT_LEASE
 from ._version import __version__
-from .dask import DEFAULT_RUNS_PER_WORKER
+from .dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 
-__all__ = ["at_least_one", "demo_names", "parser", "port", "seconds"]
+__all__ = ["MAX_COUNT", "at_least_one", "demo_names", "parser", "port", "seconds"]
 
 Commands: TypeAlias = "argparse._SubParsersAction[UsageParser]"  # pyright: ignore[reportPrivateUsage]
 
@@ -36,12 +37,16 @@ _FORMATION_HELP = "the formation to load (default: the one the stored run names)
 _STORE_HELP = (
     "run store: a SQLite file or a PostgreSQL DSN (env CONVERGE_STORE; default .converge/runs.db)"
 )
+_KEY_FILE_HELP = (
+    "read the signing key from FILE (else env CONVERGE_SIGNING_KEY_FILE or "
+    "CONVERGE_SIGNING_KEY); both variables are dropped from the environment at start"
+)
 _WIDTH: Final = 78
 
 _ALWAYS: Final = (
     (1, "an error: one line on standard error, often with a hint line"),
     (2, "a usage error (an unknown option, a missing argument, a bad value)"),
-    (INTERRUPTED, "interrupted (Ctrl-C)"),
+    (INTERRUPTED, "interrupted (Ctrl-C, or a suggestor raised KeyboardInterrupt)"),
     (BROKEN_PIPE, "the reader of the output went away (`| head`): nothing more is written"),
 )
 _RUN: Final = (
@@ -50,9 +55,10 @@ _RUN: Final = (
     (4, "an invariant was violated"),
     (5, "a conflict stopped the run"),
     (6, "the run awaits a human"),
-    (FAILURES, "converged, with failed calls or rolled-back effects (--allow-failures: 0)"),
+    (FAILURES, "converged, with failed calls or invalid proposals (--allow-failures: 0)"),
 )
 _STALE: Final = ((STALE, "someone else decided or continued the run first (or it runs elsewhere)"),)
+_TAKEN: Final = ((STALE, "the run was taken over while it ran (its lease ran out): not saved"),)
 _ALL: Final = (
     (0, "converged, or the command succeeded"),
     *_RUN[1:],
@@ -72,14 +78,23 @@ def _statuses(own: Sequence[tuple[int, str]]) -> str:
     return "exit status:\n" + "\n".join(f"  {code:<5}{meaning}" for code, meaning in rows)
 
 
+MAX_COUNT: Final = 1_000_000_000
+"""The largest count an option takes (cycles, runs listed, workers): more is a usage error,
+not an overflow where the number meets a store or a cluster."""
+
+
 def at_least_one(value: str) -> int:
-    """A whole number of at least 1 (an argparse type: anything else is a usage error)."""
+    """A whole number from 1 to `MAX_COUNT` (an argparse type: anything else is a usage
+    error)."""
+    shown = value if len(value) <= 40 else f"{value[:40]}..."
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {shown!r}") from None
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {shown.strip()}")
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT:_}, got {shown.strip()}")
     return number
 
 
@@ -145,6 +160,7 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--store", help=_STORE_HELP)
+    parser.add_argument("--key-file", metavar="FILE", help=_KEY_FILE_HELP)
     parser.add_argument(
         "--version",
         action="version",
@@ -166,6 +182,9 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
             action="store_true",
             default=argparse.SUPPRESS,
             help="show tracebacks on errors",
+        )
+        own.add_argument(
+            "--key-file", metavar="FILE", default=argparse.SUPPRESS, help=_KEY_FILE_HELP
         )
     return parser
 
@@ -203,7 +222,7 @@ def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
             "written beside the store.",
             "--json prints the run record as one JSON document instead.",
         ),
-        _RUN,
+        (*_RUN, *_TAKEN),
     )
     run.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     demo = _command(
@@ -214,7 +233,7 @@ def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
             f"Run one of the demos of {demo_package} (offline, the same every time), as "
             f"`run` would; without NAME, {default_demo}.",
         ),
-        _RUN,
+        (*_RUN, *_TAKEN),
         add_help=False,
     )
     demo.add_argument(
@@ -273,7 +292,8 @@ def _run_options(sub: UsageParser, record: str) -> None:
     sub.add_argument(
         "--allow-failures",
         action="store_true",
-        help="exit 0 for a run that converged with failed calls or rolled-back effects",
+        help="exit 0 for a run that converged with failed calls, invalid proposals or "
+        "rolled-back effects",
     )
     _lease(sub, "the run")
 
@@ -381,12 +401,8 @@ def _batch(commands: Commands) -> None:
         commands,
         "batch",
         "run a formation once per input line, on Dask",
-        (
-            'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a '
-            "local Dask cluster or an existing one, and store every run; the same command "
-            "with the same --batch-id completes an incomplete batch. Needs the dask extra.",
-        ),
-        ((0, "every input ended as a stored run"), (BATCH_INCOMPLETE, "some did not")),
+        (BATCH_DESCRIPTION,),
+        BATCH_STATUSES,
     )
     batch.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     batch.add_argument("inputs", metavar="INPUTS.jsonl", help='one {"inputs": [...]} per line')
@@ -406,6 +422,16 @@ def _batch(commands: Commands) -> None:
         metavar="N",
         help=f"runs a worker runs at once (default {DEFAULT_RUNS_PER_WORKER}; 1 for CPU-bound)",
     )
+    batch.add_argument(
+        "--connect-timeout",
+        type=seconds,
+        default=DEFAULT_WORKER_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on a --scheduler that cannot be reached, or has no worker, after "
+        f"this long (default {DEFAULT_WORKER_TIMEOUT:g})",
+    )
+    for flag, text in BATCH_FLAGS:
+        batch.add_argument(flag, action="store_true", help=text)
     _lease(batch, "a run")
     _json(batch, "the batch result")
 
@@ -418,17 +444,21 @@ def _console(commands: Commands) -> None:
         "serve the review console in the browser (the 'ui' extra)",
         (
             "Serve the runs of a store, live, and decide their human gates in the browser. "
-            "Every request needs a reviewer's token; by default one reviewer, you, with a new "
-            "token in the printed URL. It serves until Ctrl-C, and has no --json.",
+            "Every request needs a reviewer's session or token; by default one reviewer, you, "
+            "with a new token and a one-time sign-in link printed. It serves until Ctrl-C, "
+            "and has no --json.",
         ),
-        ((0, "--add added a reviewer"),),
+        ((0, "--add added a reviewer, or --remove removed one"),),
     )
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=port, default=8765, help="port (default 8765; 0: any free)")
     ui.add_argument("--users", metavar="FILE", help="admit the reviewers in this JSON file")
     ui.add_argument("--add", metavar="NAME", type=who, help="add reviewer NAME to --users FILE")
+    ui.add_argument("--remove", metavar="NAME", type=who, help="remove NAME from --users FILE")
     ui.add_argument("--reviewer", type=who, help="your name as recorded (default: login name)")
     ui.add_argument("--formation", help="resume every run with this formation")
+    ui.add_argument("--trust-unsigned", action="store_true", help="import what unsigned runs name")
+    ui.add_argument("--origin", metavar="URL", help="public origin behind TLS (https://...)")
     ui.add_argument(
         "--poll",
         type=seconds,

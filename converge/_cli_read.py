@@ -1,14 +1,20 @@
 """The `converge` commands that read stored runs: `runs`, `show`, `review`, `verify`,
 `replay` and `report`, each as text or, with `--json`, as one JSON document.
 
+Each of `runs`, `show`, `review` and `verify` checks the signature of what it shows
+(`check_signature`, `check_listed`) and says what it found: on standard error (a `warning:`
+line when the check failed, a `note:` line when no key is set), in its text, and as
+`"signature_check"` (`SignatureCheck`: `run_id`, `state`, `message`) in its JSON.
+
 The JSON shapes (documented in `docs/cli.md`):
 
-- `runs`: a list of `RunSummary` objects, the most recently saved first;
-- `show`: the `RunRecord`, as `run --json` prints it;
+- `runs`: a list of `RunSummary` objects, the most recently saved first, each with its
+  `"signature_check"`;
+- `show`: the `RunRecord`, as `run --json` prints it, and its `"signature_check"`;
 - `review`: `{"run_id", "outcome", "pending": [GateRequest...], "decisions":
-  [GateDecision...], "commands": [str...]}`;
-- `verify`: `{"verified", "run_id", "merkle_root", "clock", "fact_count"}`, and `"error"`
-  when it failed;
+  [GateDecision...], "commands": [str...], "signature_check"}`;
+- `verify`: `{"verified", "run_id", "merkle_root", "clock", "fact_count",
+  "signature_check"}`, and `"error"` when it failed;
 - `replay`: `{"replayed", "run_id", "cycles", "merkle_root", "replay_merkle_root"}`, and
   `"error"` when it failed;
 - `report`: `{"report": PATH}`.
@@ -22,21 +28,30 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Final, TextIO
 
 import anyio
 from pydantic import JsonValue, ValidationError
 
-from ._cli_records import formation_locator, paused_checkpoint, signing_key
+from ._cli_records import (
+    SignatureCheck,
+    check_listed,
+    check_signature,
+    formation_locator,
+    paused_checkpoint,
+    signing_key,
+)
 from ._cli_store import open_store, report_path, store_argument
 from ._cli_support import (
     EXIT_CODES,
     VERIFY_FAILED,
     CliError,
     VisibleLines,
+    decided,
     error_text,
     json_visible,
     load_formation,
+    program,
     summary_lines,
     visible,
 )
@@ -82,46 +97,106 @@ async def _load(args: argparse.Namespace, run_id: str) -> tuple[RunStore, RunRec
     return store, await store.load(run_id)
 
 
+_SIGNATURE_CHECK: Final = "signature_check"
+"""The JSON member that says what checking the record's signature found."""
+
+
+def _say(check: SignatureCheck, err: TextIO) -> None:
+    """Say on `err` what `check` found, in one line: a warning when it failed, a note when
+    no key is set (nothing when the signature verified)."""
+    if check.failed:
+        err.write(f"warning: {visible(check.message)}; what is shown is not authenticated\n")
+    elif check.state == "unchecked":
+        err.write(f"note: {visible(check.message)}\n")
+
+
+def _signature_line(check: SignatureCheck) -> str:
+    """The `signature` line of `show`'s summary."""
+    if check.failed:
+        return f"signature    FAILED ({visible(check.message)})"
+    if check.state == "unchecked":
+        return "signature    not checked: no signing key is set"
+    return "signature    verified"
+
+
+def _with_member(document: str, name: str, value: JsonValue) -> str:
+    """The indented JSON object `document` (as pydantic writes it) with one more member."""
+    member = json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+    inner = document.rstrip().removesuffix("}").rstrip()
+    separator = "," if inner != "{" else ""
+    return f"{inner}{separator}\n  {json.dumps(name)}: {member}\n}}"
+
+
 async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge runs`: one line per stored run, the most recently saved first."""
+    """`converge runs`: one line per stored run, the most recently saved first, each checked
+    (`check_listed`)."""
     store, label = open_store(args.store, read_only=True)
-    runs = await store.list_runs(limit=args.limit)
+    key = signing_key()
+    listed = await check_listed(store, await store.list_runs(limit=args.limit), key)
+    for run in listed:
+        if run.check.failed:
+            _say(run.check, sys.stderr)
+    if listed and key is None:
+        sys.stderr.write(
+            "note: these runs are not authenticated (no signing key is set); anyone with "
+            "write access to the store could have changed them\n"
+        )
     if args.json:
-        out.write(json_document([run.model_dump(mode="json") for run in runs]))
+        documents: list[JsonValue] = [
+            run.summary.model_dump(mode="json") | {_SIGNATURE_CHECK: run.check.model_dump()}
+            for run in listed
+        ]
+        out.write(json_document(documents))
         return 0
-    if not runs:
+    if not listed:
         out.write(f"no runs in {visible(label)}\n")
         return 0
-    for run in runs:
+    for checked in listed:
+        run = checked.summary
+        mark = "  signature FAILED" if checked.check.failed else ""
+        reason = run.stop_reason.value if run.stop_reason else "-"
+        if run.failures:
+            reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
         out.write(
             f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {run.stop_reason.value if run.stop_reason else '-':<22} "
-            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}\n"
+            f"{run.status.value:<11} {reason:<22} "
+            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
+            f"{mark}\n"
         )
     return 0
 
 
 async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge show`: the summary, every fact by key, then the rejections."""
+    """`converge show`: the summary, every fact by key, then the rejections; the record's
+    signature and its facts checked first, and a warning when either fails."""
     _, record = await _load(args, args.run_id)
+    check = check_signature(record, signing_key())
+    _say(check, sys.stderr)
+    inconsistent = _verified(record)
+    if inconsistent is not None:
+        sys.stderr.write(f"warning: {visible(inconsistent)}\n")
     if args.json:
-        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
+        document = _with_member(
+            record.model_dump_json(indent=2), _SIGNATURE_CHECK, check.model_dump()
+        )
+        out.write(json_visible(document) + "\n")
         return 0
     name = f" ({visible(record.name)})" if record.name else ""
     out.write(f"run {visible(record.run_id)}{name}\n")
     out.write("\n".join(summary_lines(record)) + "\n")
+    out.write(_signature_line(check) + "\n")
+    if inconsistent is not None:
+        out.write(f"integrity    FAILED ({visible(inconsistent)})\n")
     key = None
     for fact in record.facts:
         if fact.key is not key:
             key = fact.key
             out.write(f"\n{key.value}:\n")
         promotion = fact.promotion
-        by = promotion.approved_by
-        approved = f", approved by {visible(by)}" if by else ""
         out.write(
             f"  {visible(fact.id)}: {visible(fact.content)}\n"
             f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
-            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{approved}\n"
+            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{decided(fact)}\n"
         )
     if record.rejections:
         out.write("\nrejections:\n")
@@ -134,14 +209,19 @@ async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge review`: the gates a paused run waits on, and the command to decide them."""
+    """`converge review`: the gates a paused run waits on, and the command to decide them.
+
+    A paused run's record must verify (with a key) before anything of it is shown; of any
+    other run, what it says is shown with a warning when its signature fails.
+    """
     _, record = await _load(args, args.run_id)
-    pending = (
-        paused_checkpoint(record, args.run_id, signing_key()).pending if record.pending else ()
-    )
+    key = signing_key()
+    pending = paused_checkpoint(record, args.run_id, key).pending if record.pending else ()
+    check = check_signature(record, key)
+    _say(check, sys.stderr)
     gates = " ".join(gate.gate_id for gate in pending)
     where = store_argument(args.store)
-    commands = [f"converge resume {record.run_id} --approve {gates} --by NAME{where}"]
+    commands = [f"{program()} resume {record.run_id} --approve {gates} --by NAME{where}"]
     status = EXIT_CODES[StopReason.AWAITING_HUMAN] if pending else 0
     if args.json:
         out.write(
@@ -152,14 +232,16 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
                     "pending": [gate.model_dump(mode="json") for gate in pending],
                     "decisions": [d.model_dump(mode="json") for d in record.trace.decisions],
                     "commands": commands if pending else [],
+                    _SIGNATURE_CHECK: check.model_dump(),
                 }
             )
         )
         return status
     if not pending:
+        unverified = " (not authenticated: its signature check failed)" if check.failed else ""
         out.write(
             f"run {visible(record.run_id)} is not waiting for anyone "
-            f"({record.outcome}){visible(record.decided_by())}\n"
+            f"({record.outcome}){visible(record.decided_by())}{unverified}\n"
         )
         return status
     for gate in pending:
@@ -184,27 +266,57 @@ async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
     if await path.is_file():
         try:
             text = await path.read_text(encoding="utf-8")
-            return RunRecord.model_validate_json(text, context=STORED)
+            return RunRecord.model_validate_json(_without_check(text), context=STORED)
         except ValidationError as error:
             raise CliError(f"{target} is not a run record: {error_text(error)}") from None
     return (await _load(args, target))[1]
 
 
+def _without_check(text: str) -> str:
+    """A record's JSON without the `"signature_check"` that `show --json` adds: a file's own
+    say about its signature counts for nothing, `verify` checks it again."""
+    try:
+        document: object = json.loads(text)
+    except ValueError:
+        return text  # not JSON: validation says so
+    if not isinstance(document, dict) or _SIGNATURE_CHECK not in document:
+        return text
+    del document[_SIGNATURE_CHECK]
+    return json.dumps(document)
+
+
 def _verified(record: RunRecord) -> str | None:
-    """Why `record`'s facts do not match its integrity proof; `None` when they do."""
+    """Why `record`'s facts do not match its integrity proof; `None` when they do.
+
+    Every fact's digest is computed again from its stored fields (the stored digests are
+    only compared), the root from those digests; the trace's final root, when it has one,
+    must be that root too.
+    """
     try:
         context = record.restore_context()
     except StoreError as error:
         return str(error).strip()
     if not verify(context, record.integrity):
         return f"run {record.run_id} does not match its integrity proof"
+    final = record.trace.final_root
+    if final is not None and final != record.integrity.merkle_root:
+        return (
+            f"run {record.run_id}: its trace ends at root {final}, its integrity proof says "
+            f"{record.integrity.merkle_root}"
+        )
     return None
 
 
 async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge verify`: check a run's facts against its integrity proof."""
+    """`converge verify`: check a run's facts against its integrity proof, and with a key
+    its signature; status 7 when either fails."""
     record = await _record_for(args, args.target)
+    check = check_signature(record, signing_key())
     error = _verified(record)
+    if error is None and check.failed:
+        error = check.message
+    if error is None:
+        _say(check, sys.stderr)
     proof = record.integrity
     if args.json:
         document: dict[str, JsonValue] = {
@@ -213,6 +325,7 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             "merkle_root": proof.merkle_root,
             "clock": proof.clock,
             "fact_count": proof.fact_count,
+            _SIGNATURE_CHECK: check.model_dump(),
         }
         if error is not None:
             document["error"] = error
@@ -220,9 +333,14 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     elif error is not None:
         out.write(f"FAILED: {visible(error)}\n")
     else:
+        said = (
+            "not authenticated (no signing key is set)"
+            if check.state == "unchecked"
+            else "signature verified"
+        )
         out.write(
             f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
-            f"clock {proof.clock}, root {visible(proof.merkle_root)}\n"
+            f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
         )
     return 0 if error is None else VERIFY_FAILED
 
@@ -249,8 +367,12 @@ async def _replay(
 
 
 async def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge replay`: merge a stopped run's recorded effects again; same proof or fail."""
+    """`converge replay`: merge a stopped run's recorded effects again; same proof or fail.
+
+    With a key, the record's signature is checked first, whichever formation replays it.
+    """
     _, record = await _load(args, args.run_id)
+    record.verify_signature(signing_key())
     if record.stop_reason is None:
         raise CliError(
             f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",

@@ -1,16 +1,22 @@
 """What the command line trusts in a stored run, and how it checks it before acting.
 
 A stored record is data anyone with write access to the store could have changed. With a
-signing key (`CONVERGE_SIGNING_KEY`) every record the CLI or an engine saves is signed and
-every record `review`, `resume`, `replay` and `report` act on is verified first. Without one,
-the record is only checked for consistency, and the CLI says so before it imports a
-formation the record names.
+signing key every record the CLI or an engine saves is signed, every record `review`,
+`resume`, `replay` and `report` act on is verified first, and `verify`, `show`, `review`
+and `runs` say whether what they show verified (`check_signature`, `check_listed`). Without
+one, the record is only checked for consistency, and the CLI says so.
+
+The key is read once, when the command starts (`take_signing_key`): from `--key-file`,
+`CONVERGE_SIGNING_KEY_FILE` or `CONVERGE_SIGNING_KEY`, both variables then dropped from
+`os.environ` before any formation is imported, so suggestor code finds no key there (nor
+do the processes it starts). `signing_key` returns it for the rest of the command.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Final, Literal, TextIO, final
 
 from ._checkpoint import Checkpoint
@@ -21,28 +27,109 @@ from ._hitl import GateDecision
 from ._model import FrozenModel
 from ._result import ConvergeResult
 from ._stop import RunStatus, StopReason
-from ._store import RunRecord, RunStore
+from ._store import RunRecord, RunStore, RunSummary
 
 __all__ = [
+    "KEY_FILE_VARIABLE",
+    "KEY_VARIABLE",
     "STALE",
+    "CheckedRun",
     "Resumed",
     "SignatureCheck",
+    "check_listed",
     "check_signature",
+    "forget_signing_key",
     "formation_locator",
     "paused_checkpoint",
+    "read_signing_key",
     "resumable",
     "resume_stored",
     "signing_key",
+    "take_signing_key",
 ]
 
 STALE: Final = 8
 """Exit status when someone else saved the run first (a decision would have been lost)."""
 
 
+KEY_VARIABLE: Final = "CONVERGE_SIGNING_KEY"
+"""The environment variable that holds the signing key itself."""
+KEY_FILE_VARIABLE: Final = "CONVERGE_SIGNING_KEY_FILE"
+"""The environment variable that names a file holding the signing key."""
+
+
+@final
+class _Taken:
+    """The key the running command took at its start (`taken` is false outside a command)."""
+
+    __slots__ = ("key", "taken")
+
+    def __init__(self) -> None:
+        self.taken = False
+        self.key: bytes | None = None
+
+
+_TAKEN: Final = _Taken()
+
+
+def read_signing_key(key_file: str | None, environ: Mapping[str, str]) -> bytes | None:
+    """The signing key `key_file`, else `CONVERGE_SIGNING_KEY_FILE`, else
+    `CONVERGE_SIGNING_KEY` names (`None`: none is set, or the variable is empty).
+
+    A file holds the key as bytes; one final line ending (`\\n` or `\\r\\n`) is not part of
+    it, so `echo SECRET > FILE` gives the same key as `CONVERGE_SIGNING_KEY=SECRET`.
+
+    Raises:
+        CliError: The file cannot be read or holds no key, or both variables are set.
+    """
+    named = environ.get(KEY_FILE_VARIABLE) or None
+    given = environ.get(KEY_VARIABLE) or None
+    if key_file is None and named is not None and given is not None:
+        raise CliError(
+            f"both {KEY_VARIABLE} and {KEY_FILE_VARIABLE} are set: set one of them",
+            "--key-file FILE is the safer choice (see the threat model in the docs)",
+        )
+    path = key_file if key_file is not None else named
+    if path is None:
+        return None if given is None else given.encode("utf-8", "surrogateescape")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise CliError(f"cannot read the signing key file {path}: {error.strerror}") from None
+    key = data.removesuffix(b"\n").removesuffix(b"\r")
+    if not key:
+        raise CliError(f"the signing key file {path} is empty")
+    return key
+
+
+def take_signing_key(key_file: str | None) -> bytes | None:
+    """Read the signing key for this command (`read_signing_key`), then drop both variables
+    from `os.environ`; `signing_key` returns it until `forget_signing_key`.
+
+    Raises:
+        CliError: As `read_signing_key` (the variables are dropped all the same).
+    """
+    try:
+        key = read_signing_key(key_file, os.environ)
+    finally:
+        for name in (KEY_VARIABLE, KEY_FILE_VARIABLE):
+            os.environ.pop(name, None)
+    _TAKEN.key, _TAKEN.taken = key, True
+    return key
+
+
+def forget_signing_key() -> None:
+    """End the command's hold on its key: `signing_key` reads the environment again."""
+    _TAKEN.key, _TAKEN.taken = None, False
+
+
 def signing_key() -> bytes | None:
-    """`CONVERGE_SIGNING_KEY`, when set."""
-    key = os.environ.get("CONVERGE_SIGNING_KEY")
-    return key.encode() if key else None
+    """The signing key: the one the running command took at its start (`take_signing_key`);
+    outside a command (the console or a batch started from code), `read_signing_key` of
+    the environment, which is left as it is."""
+    if _TAKEN.taken:
+        return _TAKEN.key
+    return read_signing_key(None, os.environ)
 
 
 SignatureState = Literal["verified", "unchecked", "failed"]
@@ -71,20 +158,76 @@ def check_signature(record: RunRecord, key: bytes | None) -> SignatureCheck:
     """Check `record`'s signature under `key`; every read command shows what this says."""
     run_id = record.run_id
     if key is None:
-        return SignatureCheck(
-            run_id=run_id,
-            state="unchecked",
-            message=(
-                f"run {run_id}: the record is not authenticated (no signing key is set); "
-                "anyone with write access to the store could have changed it"
-            ),
-        )
+        return _unchecked(run_id)
     try:
         record.verify_signature(key)
     except StoreError as error:
         return SignatureCheck(run_id=run_id, state="failed", message=str(error))
     return SignatureCheck(
         run_id=run_id, state="verified", message=f"run {run_id}: signature verified"
+    )
+
+
+def _unchecked(run_id: str) -> SignatureCheck:
+    """What can be said of run `run_id`'s record without a key: it is not authenticated."""
+    return SignatureCheck(
+        run_id=run_id,
+        state="unchecked",
+        message=(
+            f"run {run_id}: the record is not authenticated (no signing key is set); "
+            "anyone with write access to the store could have changed it"
+        ),
+    )
+
+
+@final
+class CheckedRun(FrozenModel, frozen=True):
+    """One line of `converge runs`, and what checking it found."""
+
+    summary: RunSummary
+    """What the line shows: with a key, read from the run's record, else the store's listing."""
+    check: SignatureCheck
+    """What checking the record's signature found."""
+
+
+async def check_listed(
+    store: RunStore, runs: Sequence[RunSummary], key: bytes | None
+) -> tuple[CheckedRun, ...]:
+    """Each listed run as `converge runs` shows it, with its check, in order.
+
+    Without a key, every run is shown as listed and `"unchecked"`; nothing is loaded. With
+    one, each run's record is loaded and its signature checked (`check_signature`), and the
+    line shows what that record says, not the store's own columns (which no signature
+    covers); a record that cannot be loaded fails, and its line is the listing. Each row
+    holds its whole record today, so this loads every listed record.
+    """
+    checked: list[CheckedRun] = []
+    for run in runs:
+        if key is None:
+            checked.append(CheckedRun(summary=run, check=_unchecked(run.run_id)))
+            continue
+        try:
+            record = await store.load(run.run_id)
+        except StoreError as error:
+            failed = SignatureCheck(run_id=run.run_id, state="failed", message=str(error).strip())
+            checked.append(CheckedRun(summary=run, check=failed))
+            continue
+        check = check_signature(record, key)
+        checked.append(CheckedRun(summary=_shown(run, record), check=check))
+    return tuple(checked)
+
+
+def _shown(run: RunSummary, record: RunRecord) -> RunSummary:
+    """The line of `run` as its loaded `record` says (when it was saved: the listing's)."""
+    if record.stop_reason is not None:
+        return record.summary(run.saved_at)
+    return run.model_copy(  # a running run's line says where it is, not its root
+        update={
+            "status": record.status,
+            "cycles": record.cycles,
+            "fact_count": record.integrity.fact_count,
+            "name": record.name,
+        }
     )
 
 
@@ -164,7 +307,7 @@ def formation_locator(record: RunRecord, given: str | None, key: bytes | None, e
     if key is None:
         err.write(
             f"note: importing formation {record.formation!r} named by the stored record of run "
-            f"{record.run_id}; records are not authenticated without CONVERGE_SIGNING_KEY "
+            f"{record.run_id}; records are not authenticated without a signing key "
             "(pass --formation to choose the formation yourself)\n"
         )
     return record.formation

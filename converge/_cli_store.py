@@ -64,18 +64,18 @@ _OPEN: dict[tuple[str, bool], tuple[SqliteRunStore | PostgresRunStore, str]] = {
 def open_store(option: str | None, *, read_only: bool = False) -> tuple[RunStore, str]:
     """The store named by `--store`, `CONVERGE_STORE`, or the default SQLite file.
 
-    `read_only` opens a SQLite file read-only (it must exist; nothing is created or written).
-    Opening the same store twice in one command gives the same store (one connection).
+    `read_only` opens the store read-only: a SQLite file must exist, a PostgreSQL database
+    is read in read-only transactions; nothing is created, upgraded or written. Opening the
+    same store twice in one command gives the same store (one connection).
     """
     target = given_store(option)
-    postgres = target.startswith(_POSTGRES)
-    opened = _OPEN.get((target, read_only and not postgres))
+    opened = _OPEN.get((target, read_only))
     if opened is None:
-        if postgres:
-            opened = PostgresRunStore(target), "PostgreSQL store"
+        if target.startswith(_POSTGRES):
+            opened = PostgresRunStore(target, read_only=read_only), "PostgreSQL store"
         else:
             opened = SqliteRunStore(target, read_only=read_only), target
-        _OPEN[target, read_only and not postgres] = opened
+        _OPEN[target, read_only] = opened
     return opened
 
 

@@ -14,10 +14,10 @@ import importlib.util
 import io
 import logging
 import os
-import re
+import shlex
+import shutil
 import sys
 import time
-import unicodedata
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
@@ -27,10 +27,12 @@ from pydantic import ValidationError
 from ._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, ProposalRejected
 from ._formation import Formation
 from ._key import AnyKey, key_named
-from ._log import LOGGER_NAME
+from ._log import LOGGER_NAME, LogLine
+from ._shortfall import Shortfall, cycle_of
 from ._stop import StopReason
-from ._store import RunRecord
-from ._trace import Execution
+from ._store import FactRecord, RunRecord
+from ._verdict import verdict
+from ._visible import hidden_character, json_visible, visible
 
 __all__ = [
     "BATCH_INCOMPLETE",
@@ -38,11 +40,13 @@ __all__ = [
     "EXIT_CODES",
     "FAILURES",
     "INTERRUPTED",
+    "SHOWN_REJECTIONS",
     "VERIFY_FAILED",
     "CliError",
     "Progress",
     "UsageParser",
     "VisibleLines",
+    "decided",
     "engine_warnings",
     "error_text",
     "exit_status",
@@ -50,6 +54,8 @@ __all__ = [
     "json_visible",
     "load_formation",
     "locate",
+    "program",
+    "rejection_lines",
     "summary_lines",
     "visible",
     "who",
@@ -84,58 +90,6 @@ INTERRUPTED: Final = 130
 
 BROKEN_PIPE: Final = 141
 """Exit status when the reader of the output went away (128 + SIGPIPE, as a shell reports)."""
-
-_SHORT: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_SUSPECT: Final = re.compile(r"[^\x20-\x7e]")
-_HIDDEN: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-"""Controls (C0, DEL, C1), format characters (bidi controls, zero-width characters, BOM,
-tags), surrogates, and the line and paragraph separators."""
-
-
-def _hidden(char: str) -> bool:
-    return ord(char) < 0xA0 or unicodedata.category(char) in _HIDDEN
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    if not _hidden(char):
-        return char
-    code = ord(char)
-    if char in _SHORT:
-        return _SHORT[char]
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def visible(text: object) -> str:
-    """`str(text)` with every control or invisible character written as an escape.
-
-    C0 controls (newline and tab included), DEL, C1 controls, bidi controls, zero-width
-    characters and other format characters become `\\n`, `\\r`, `\\t`, `\\x1b`, `\\x9b`,
-    `\\u202e` and so on; everything else, other scripts and emoji included, is kept.
-    """
-    return _SUSPECT.sub(_escape, str(text))
-
-
-def _json_escape(match: re.Match[str]) -> str:
-    char = match.group()
-    if not _hidden(char):
-        return char
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def json_visible(text: str) -> str:
-    """JSON `text` with the characters `visible` escapes written as `\\uXXXX` (same value).
-
-    JSON already escapes C0 controls; DEL, C1 controls and invisible characters can only
-    occur inside its strings, where `\\uXXXX` means the same character.
-    """
-    return re.sub(r"[^\x00-\x7e]", _json_escape, text)
 
 
 def error_text(error: BaseException) -> str:
@@ -176,10 +130,40 @@ class UsageParser(argparse.ArgumentParser):
 
 
 def who(value: str) -> str:
-    """The `--by` argument: who decides; not empty and not only blanks (an argparse type)."""
+    """The `--by` argument: who decides (an argparse type).
+
+    Not empty, not only blanks, and only visible characters: a control character (ESC, a
+    newline), a bidirectional override (U+202E) or an invisible one would make the recorded
+    name read differently from what was typed, or rewrite the terminal that shows it.
+    """
     if not value.strip():
         raise argparse.ArgumentTypeError("must name who decides (it is empty or blank)")
+    bad = hidden_character(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(
+            f"must name who decides in visible characters, not {visible(value)} "
+            f"(U+{ord(bad):04X} is a control, invisible or bidirectional character)"
+        )
     return value
+
+
+def program(argv0: str | None = None) -> str:
+    """How to start this command again, as printed in a command to run next.
+
+    `converge` when that is what a shell finds on the path; else the script as it was
+    started (`.venv/bin/converge` after `make demo`, relative to the same directory);
+    `PYTHON -m converge.cli` when started so; `converge` when called from other code.
+    """
+    started = sys.argv[0] if argv0 is None else argv0
+    path = Path(started)
+    if path.stem == "converge" and path.is_file():
+        found = shutil.which("converge")
+        if found is not None and Path(found).resolve() == path.resolve():
+            return "converge"
+        return shlex.quote(started)
+    if path.name == "cli.py" and path.parent.name == "converge":
+        return f"{shlex.quote(sys.executable)} -m converge.cli"
+    return "converge"
 
 
 class CliError(Exception):
@@ -250,23 +234,6 @@ def _counts(keys: dict[AnyKey, int]) -> str:
     return ", ".join(f"{key.value} {count}" for key, count in keys.items() if count) or "none"
 
 
-_RECORD_FIELDS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
-
-
-@final
-class LogLine(logging.Formatter):
-    """`warning: EVENT key=value ...` for the engine's log lines, every value made visible."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        """One line: the level, the event, then the fields the engine logged with it."""
-        fields = " ".join(
-            f"{key}={visible(str(value))}"
-            for key, value in vars(record).items()
-            if key not in _RECORD_FIELDS and key not in ("message", "asctime")
-        )
-        return f"{record.levelname.lower()}: {visible(record.getMessage())} {fields}".rstrip()
-
-
 @contextlib.contextmanager
 def engine_warnings(err: TextIO) -> Generator[None]:
     """Print the engine's warnings (failed calls, scheduled retries) on `err` meanwhile."""
@@ -322,6 +289,10 @@ class Progress:
                 self._gone = True
 
 
+SHOWN_REJECTIONS: Final = 10
+"""The summary lists at most this many rejections (`converge show` lists them all)."""
+
+
 def summary_lines(record: RunRecord) -> list[str]:
     """The end-of-run summary, its values made visible."""
     by_key: dict[str, int] = {}
@@ -337,7 +308,7 @@ def summary_lines(record: RunRecord) -> list[str]:
         f"cycles       {record.cycles}",
         f"facts        {len(record.facts)}"
         + (f" ({', '.join(f'{k} {n}' for k, n in by_key.items())})" if by_key else ""),
-        f"rejections   {len(record.rejections)}",
+        *rejection_lines(record),
         f"tokens       {record.tokens}",
         f"merkle root  {visible(record.integrity.merkle_root)}",
     ]
@@ -349,40 +320,81 @@ def summary_lines(record: RunRecord) -> list[str]:
     return lines + failure_lines(record)
 
 
-def failure_lines(record: RunRecord) -> list[str]:
-    """Each failure not made good and each rolled-back effect, one line each."""
-    failures = record.trace.failures()
-    rolled_back = record.trace.rolled_back()
-    lines: list[str] = []
-    if failures:
-        lines.append(f"failures     {len(failures)} call(s) failed and were not made good:")
-        lines.extend(
-            f"  {visible(f.suggestor)} ({f.phase}, cycle {_cycle_of(record, f)}, "
-            f"attempt {f.attempt}, {f.outcome}): {visible(f.error or 'no error text')}"
-            for f in failures
-        )
-    if rolled_back:
-        lines.append(f"rolled back  {len(rolled_back)} effect(s) broke a structural invariant:")
-        lines.extend(
-            f"  {visible(v.invariant)} (cycle {v.cycle}): {visible(v.reason)}" for v in rolled_back
+def rejection_lines(record: RunRecord) -> list[str]:
+    """`rejections   N`, then each rejection with its reason (by the gate, then by a human;
+    at most `SHOWN_REJECTIONS`), one line each."""
+    refused = [
+        f"  {visible(r.proposal.ref)} from {visible(r.suggestor)} (cycle {r.cycle}): "
+        f"{visible(r.reason)}"
+        for r in record.rejections
+    ]
+    refused += [
+        f"  {visible(d.gate_id)} rejected by {visible(d.by)}: "
+        f"{visible(d.reason or 'no reason given')}"
+        for d in record.trace.decisions
+        if not d.approved
+    ]
+    lines = [f"rejections   {len(refused)}", *refused[:SHOWN_REJECTIONS]]
+    if len(refused) > SHOWN_REJECTIONS:
+        lines.append(
+            f"  ... and {len(refused) - SHOWN_REJECTIONS} more (`converge show` lists them)"
         )
     return lines
 
 
-def _cycle_of(record: RunRecord, execution: Execution) -> int:
-    for cycle in reversed(record.trace.cycles):
-        if execution in cycle.executions:
-            return cycle.cycle
-    return 0
+def decided(fact: FactRecord) -> str:
+    """What a human decided of `fact`: `", approved by NAME"` for a proposal a human let
+    through, `", rejected by NAME"` for the note a human's rejection left; else `""`."""
+    decision = verdict(fact)
+    if decision is None:
+        return ""
+    said, by = decision
+    return f", {said} by {visible(by)}"
+
+
+def failure_lines(record: RunRecord) -> list[str]:
+    """Each failure not made good, each invalid proposal and each rolled-back effect."""
+    shortfall = Shortfall.of(record.trace, record.rejections)
+    lines: list[str] = []
+    if shortfall.failures:
+        lines.append(
+            f"failures     {len(shortfall.failures)} call(s) failed and were not made good:"
+        )
+        lines.extend(
+            f"  {visible(f.suggestor)} ({f.phase}, cycle {cycle_of(record.trace, f)}, "
+            f"attempt {f.attempt}, {f.outcome}): {visible(f.error or 'no error text')}"
+            for f in shortfall.failures
+        )
+    if shortfall.invalid:
+        lines.append(
+            f"invalid      {len(shortfall.invalid)} proposal(s) were broken, not refused by "
+            "a policy:"
+        )
+        lines.extend(
+            f"  {visible(r.proposal.ref)} from {visible(r.suggestor)} (cycle {r.cycle}): "
+            f"{visible(r.reason)}"
+            for r in shortfall.invalid
+        )
+    if shortfall.rolled_back:
+        lines.append(
+            f"rolled back  {len(shortfall.rolled_back)} effect(s) broke a structural invariant:"
+        )
+        lines.extend(
+            f"  {visible(v.invariant)} (cycle {v.cycle}): {visible(v.reason)}"
+            for v in shortfall.rolled_back
+        )
+    return lines
 
 
 def exit_status(record: RunRecord, *, allow_failures: bool = False) -> int:
     """The command's exit status for a run: its stop reason's, or `FAILURES` for a run that
-    converged with failures or rolled-back effects (unless `allow_failures`)."""
+    converged with failures (`Shortfall`: failed calls, invalid proposals, rolled-back
+    effects), as `ConvergeResult.raise_for_status` raises for them (unless
+    `allow_failures`); `INTERRUPTED` for a run with no stop reason."""
     stop = record.stop_reason
     if stop is None:
         return INTERRUPTED
     if stop is StopReason.CONVERGED and not allow_failures:
-        if record.trace.failures() or record.trace.rolled_back():
+        if Shortfall.of(record.trace, record.rejections):
             return FAILURES
     return EXIT_CODES[stop]

@@ -4,13 +4,15 @@ With a store and `durability="cycle"` (the default with a store), `Engine` gives
 `CycleSaver`. The run loop calls `saved` before every cycle (the run as it stands after the
 last merged one, which the first call also claims: a new run must not exist, a resumed one
 must still be at the version it was read at), and `interrupted`, shielded, when its caller
-cancels it. `keep_alive` renews the lease while a long cycle runs, so the run never looks
-dead while its process lives. `finish` saves the finished or paused record over it.
+cancels it. `with_lease` has `LEASES` renew the lease from a thread of its own while the run
+goes on, so the run never looks dead while its process lives, even when a suggestor blocks
+the run's event loop. `finish` saves the finished or paused record over it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from time import monotonic
 from typing import TYPE_CHECKING, Final, Literal, TypeVar, final
 
 import anyio
@@ -18,6 +20,7 @@ import structlog
 
 from ._exceptions import ConfigurationError, StaleRecordError, StoreError
 from ._journal import Journal
+from ._lease import LEASES
 from ._result import ConvergeResult
 from ._stop import RunStatus
 from ._store import RunRecord, RunStore
@@ -49,7 +52,7 @@ class CycleSaver:
         lease: Seconds the run counts as running after each save or renewal.
     """
 
-    __slots__ = ("_journal", "_lease", "_lock", "_store", "_version")
+    __slots__ = ("_fresh_at", "_journal", "_lease", "_lock", "_store", "_version")
 
     def __init__(self, store: RunStore, journal: Journal, *, version: int, lease: float) -> None:
         self._store = store
@@ -57,6 +60,7 @@ class CycleSaver:
         self._version = version
         self._lease = lease
         self._lock = anyio.Lock()
+        self._fresh_at = monotonic()
 
     @property
     def version(self) -> int:
@@ -73,16 +77,21 @@ class CycleSaver:
         """
         await self._save(state, elapsed, RunStatus.RUNNING)
 
-    async def interrupted(self, state: RunState, elapsed: float) -> None:
-        """Mark the run interrupted at its last merged cycle; never raises (it is logged)."""
+    async def interrupted(self, state: RunState, elapsed: float) -> bool:
+        """Mark the run interrupted at its last merged cycle; whether that was saved.
+
+        Never raises (a failure is logged): the cancellation must propagate, not a store error.
+        """
         try:
             await self._save(state, elapsed, RunStatus.INTERRUPTED)
-        except Exception as error:  # the cancellation must propagate, not a store error
+        except Exception as error:
             _log.warning(
                 "interrupted run not saved",
                 run_id=state.run_id,
                 error=f"{type(error).__name__}: {error}",
             )
+            return False
+        return True
 
     async def _save(
         self,
@@ -108,26 +117,31 @@ class CycleSaver:
                     ) from error
                 self._journal.commit(progress)
                 self._version = version
+                self._fresh_at = monotonic()
 
-    async def keep_alive(self) -> None:
-        """Renew the lease every third of it until cancelled; stop once renewal fails."""
-        while True:
-            await anyio.sleep(self._lease / 3)
-            async with self._lock:
-                if self._version == 0:
-                    continue
-                try:
-                    await self._store.renew_lease(
-                        self._journal.run_id, version=self._version, lease_seconds=self._lease
-                    )
-                except StaleRecordError:
-                    return  # taken over: the next save says so
-                except Exception as error:
-                    _log.warning(
-                        "lease not renewed",
-                        run_id=self._journal.run_id,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+    @property
+    def run_id(self) -> str:
+        """The run it saves."""
+        return self._journal.run_id
+
+    @property
+    def lease(self) -> float:
+        """Seconds the run counts as running after each save or renewal."""
+        return self._lease
+
+    @property
+    def fresh_at(self) -> float:
+        """When (`time.monotonic`) the run was last saved or its lease renewed."""
+        return self._fresh_at
+
+    async def renew(self, version: int) -> None:
+        """Renew the lease at `version` (from `LEASES`' thread, not the run's loop).
+
+        Raises:
+            StaleRecordError: The run is no longer at `version`.
+        """
+        await self._store.renew_lease(self.run_id, version=version, lease_seconds=self._lease)
+        self._fresh_at = monotonic()
 
     async def finish(self, record: RunRecord) -> None:
         """Save the finished or paused record over the running one."""
@@ -136,22 +150,14 @@ class CycleSaver:
 
 
 async def with_lease(saver: CycleSaver | None, work: Callable[[], Awaitable[T]]) -> T:
-    """`await work()`, with `saver` keeping the run's lease alive meanwhile."""
+    """`await work()`, with the run's lease kept alive meanwhile from `LEASES`' thread."""
     if saver is None:
         return await work()
-    failure: Exception | None = None
-    done: list[T] = []
-    async with anyio.create_task_group() as group:
-        group.start_soon(saver.keep_alive)
-        try:
-            done.append(await work())
-        except Exception as error:  # re-raised below, not wrapped in an exception group
-            failure = error
-        finally:
-            group.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    return done[0]
+    LEASES.hold(saver)
+    try:
+        return await work()
+    finally:
+        LEASES.release(saver)
 
 
 @final

@@ -66,6 +66,10 @@ class AgentEffect(FrozenModel, frozen=True):
     tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Model tokens spent producing them, counted against `Budget.max_tokens` (at most
     2**63 - 1)."""
+    tokens_unknown: bool = Field(default=False, exclude_if=lambda v: not v)
+    """True when `tokens` counts only part of what was spent (a model that did not report
+    its usage): the engine marks the call's `Execution` `tokens_unknown`. Left out of JSON
+    when false."""
     refused: tuple[Refusal, ...] = Field(default=(), strict=False, exclude_if=lambda v: not v)
     """Items the suggestor refused itself, each recorded as a rejection with its reason
     (left out of JSON when none)."""

@@ -7,6 +7,7 @@ from contextlib import aclosing
 from datetime import datetime
 from typing import Literal, final
 
+from ._abort import reraise
 from ._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._budget import Budget
 from ._checkpoint import Checkpoint
@@ -239,7 +240,7 @@ class Engine:
         async def run_and_save() -> ConvergeResult:
             return await self._keeper.save(await loop.start(), 0, saver)
 
-        return await with_lease(saver, run_and_save)
+        return await reraise(with_lease(saver, run_and_save))
 
     def _facts_leave(self) -> bool:
         """Whether a run's facts leave this process (saved or signed), so the run ends with
@@ -370,7 +371,7 @@ class Engine:
             result = await loop.resume(checkpoint.pending, chosen)
             return await self._keeper.save(result, expected, saver)
 
-        return await with_lease(saver, resume_and_save)
+        return await reraise(with_lease(saver, resume_and_save))
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None

@@ -6,23 +6,27 @@ ConvergeError                        root: `except ConvergeError` catches everyt
 │   ├── InvalidResumeError           decisions that do not fit a checkpoint's pending gates
 │   ├── InvalidCheckpointError       a checkpoint that is tampered, unsigned or foreign
 │   └── ReplayError                  a trace that does not replay to its recorded root
+├── SuggestorExitError               a suggestor raised `SystemExit`: the run stopped there
 ├── RunError                         raised by `ConvergeResult.raise_for_status()`; has `.result`
 │   ├── BudgetExhaustedError         `.result.stop_reason` says which budget
 │   ├── InvariantViolationError      `.violations`
 │   ├── ConflictError                `.existing`, `.proposed`
-│   └── AwaitingHumanError           `.pending`
+│   ├── AwaitingHumanError           `.pending`
+│   └── SuggestorFailuresError       converged, with failed calls or invalid proposals
 └── StoreError                       a run store could not save or load; `.result` if saving failed
     ├── StaleRecordError             someone saved the run since it was read (`.current`)
     └── RunNotFoundError (KeyError)  no run with that id is stored
 ```
 
-`ConvergeError` is defined in `_error` and the `RunError` family beside `ConvergeResult` in
-`_result` (each carries a result, and `raise_for_status` raises them), so that no module
-imports in a circle; this module defines the rest and gathers them all.
+`ConvergeError` is defined in `_error`, the `RunError` family beside `ConvergeResult` in
+`_result` (each carries a result, and `raise_for_status` raises them), and
+`SuggestorExitError` in `_abort` (which raises it), so that no module imports in a circle;
+this module defines the rest and gathers them all.
 """
 
 from __future__ import annotations
 
+from ._abort import SuggestorExitError
 from ._error import ConfigurationError, ConvergeError
 from ._result import (
     AwaitingHumanError,
@@ -31,6 +35,7 @@ from ._result import (
     ConvergeResult,
     InvariantViolationError,
     RunError,
+    SuggestorFailuresError,
 )
 
 __all__ = [
@@ -47,6 +52,8 @@ __all__ = [
     "RunNotFoundError",
     "StaleRecordError",
     "StoreError",
+    "SuggestorExitError",
+    "SuggestorFailuresError",
 ]
 
 

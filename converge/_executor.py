@@ -1,7 +1,9 @@
 """Run the eligible suggestors of a cycle concurrently against one snapshot.
 
 Results come back in registration order, never completion order. A failure or timeout is
-isolated into an `Execution` record unless the engine is set to re-raise.
+isolated into an `Execution` record unless the engine is set to re-raise. A `BaseException`
+other than a cancellation (`KeyboardInterrupt`, `SystemExit`) cancels the cycle's other calls
+and stops the run (`_abort`).
 
 Only a cancellation somebody requested is a cancellation: a suggestor that raises the
 backend's cancellation exception while nothing is cancelling its call has failed. A result
@@ -23,6 +25,7 @@ from typing import Any, Literal, cast, final
 import anyio
 import anyio.lowlevel
 
+from ._abort import SuggestorAbort
 from ._calls import Recorder, Slot, failure
 from ._canonical import FrozenDict, freeze_json
 from ._context import ContextSnapshot
@@ -44,7 +47,7 @@ LATE = "time budget exhausted: execute() returned after the run's deadline"
 class Executor:
     """Calls `execute` on each eligible suggestor, at most `max_concurrency` at once."""
 
-    __slots__ = ("_limiter", "_mode", "_record", "_timeout")
+    __slots__ = ("_aborted", "_group", "_limiter", "_mode", "_record", "_timeout")
 
     def __init__(
         self,
@@ -58,6 +61,10 @@ class Executor:
         self._limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
         self._timeout = timeout
         self._mode = mode
+        self._aborted: SuggestorAbort | None = None
+        """The first `BaseException` a call of this cycle raised, to raise once all stopped."""
+        self._group: anyio.CancelScope | None = None
+        """The cancel scope of the cycle's task group, while its calls run."""
 
     async def run(
         self, slots: Sequence[Slot], snapshot: ContextSnapshot, deadline: float | None = None
@@ -66,6 +73,10 @@ class Executor:
 
         Slots stay in registration order; a slot whose call was cancelled keeps no execution.
         `deadline` (a `perf_counter()` time) is the run's: a result after it is dropped.
+
+        Raises:
+            SuggestorAbort: A call raised a `BaseException` other than a cancellation; the
+                cycle's other calls were cancelled.
         """
         if len(slots) == 1:
             # a lone suggestor needs no task group: it runs in the caller's task
@@ -76,8 +87,14 @@ class Executor:
         elif slots:
             call = self._call if self._limiter is None else self._run_one
             async with anyio.create_task_group() as group:
+                self._group = group.cancel_scope
                 for slot in slots:
                     group.start_soon(call, slot, snapshot, deadline, name=slot.reg.name)
+            self._group = None
+        aborted = self._aborted
+        if aborted is not None:
+            self._aborted = None
+            raise aborted
         if self._mode == "raise":
             for slot in slots:
                 if slot.error is not None:
@@ -122,10 +139,27 @@ class Executor:
         except Exception as error:  # isolated: recorded, never swallowed silently
             slot.failed(started, error)
             return
+        except BaseException as error:
+            if isinstance(error, anyio.get_cancelled_exc_class()):
+                raise  # the caller's cancellation: the calls above tell a stray one
+            self._abort(slot, error)
+            return
         finished = perf_counter()
         if limit < inf and self._late(slot, started, finished, cancelled, deadline):
             return
         self.settle(slot, effect, started, finished)
+
+    def _abort(self, slot: Slot, error: BaseException) -> None:
+        """Keep the first `BaseException` of the cycle and cancel the other calls.
+
+        Kept, not raised: out of a task, asyncio would let a `KeyboardInterrupt` or
+        `SystemExit` escape the event loop, and the task group would wrap it in a group.
+        """
+        if self._aborted is None:
+            self._aborted = SuggestorAbort(error, slot.reg.name, "execute")
+        group = self._group
+        if group is not None:
+            group.cancel()
 
     def settle(self, slot: Slot, effect: object, started: float, finished: float) -> None:
         """Fill the slot with the effect a call returned in time, checked, or its failure."""

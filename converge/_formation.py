@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypedDict, Unpack, final
+from math import inf
+from typing import Final, TypedDict, Unpack, final
 
 from ._budget import Budget
 from ._context import ContextSnapshot
 from ._durable import Durability
 from ._engine import Engine
+from ._error import ConfigurationError
 from ._events import Observer
 from ._executor import ErrorMode
 from ._gate import PromotionPolicy
@@ -24,7 +26,11 @@ from ._store import RunStore
 from ._suggestor import Suggestor
 from ._sync import Backend, call_sync
 
-__all__ = ["EngineOptions", "Formation"]
+__all__ = ["DEFAULT_SUGGESTOR_TIMEOUT", "EngineOptions", "Formation", "command_timeout"]
+
+DEFAULT_SUGGESTOR_TIMEOUT: Final = 300.0
+"""Seconds one `execute` may take under the command line (`converge run`, `resume`, `batch`)
+and in batches, when the formation sets no `suggestor_timeout`."""
 
 
 class EngineOptions(TypedDict, total=False):
@@ -56,7 +62,8 @@ class Formation:
     """Suggestors, invariants, budget, HITL policy and inputs: one runnable formation.
 
     A formation file is a Python file or module with a module-level `formation`; the
-    `converge` command runs it. `engine()` builds a fresh engine with everything registered
+    `converge` command runs it. Two suggestors with one name are refused when it is built
+    (`ConfigurationError`, naming both). `engine()` builds a fresh engine with everything registered
     and the formation's inputs; `run()` and `run_sync()` run such an engine once.
     """
 
@@ -77,6 +84,27 @@ class Formation:
     `inputs=` (which replace them)."""
     record_effects: bool = True
     """Keep effects in the trace so the run can be replayed."""
+    suggestor_timeout: float | None = None
+    """Seconds one `execute` may take before the engine cancels it and records it as
+    `"timed_out"` (`Engine`'s `suggestor_timeout`). `None`: no limit in runs from code, and
+    300 s (`DEFAULT_SUGGESTOR_TIMEOUT`) under the command line and in batches; `math.inf`: no
+    limit anywhere."""
+
+    def __post_init__(self) -> None:
+        """Refuse two suggestors with one name now, naming both, rather than at the run."""
+        first: dict[str, int] = {}
+        for index, suggestor in enumerate(self.suggestors):
+            name: object = getattr(suggestor, "name", None)
+            if not isinstance(name, str):
+                continue  # registration says what is wrong with it
+            seen = first.setdefault(str.__str__(name), index)
+            if seen != index:
+                earlier = type(self.suggestors[seen]).__name__
+                raise ConfigurationError(
+                    f"formation {self.name!r}: suggestors[{seen}] ({earlier}) and "
+                    f"suggestors[{index}] ({type(suggestor).__name__}) are both named "
+                    f"{name!r}; give each a name of its own"
+                )
 
     def engine(self, **overrides: Unpack[EngineOptions]) -> Engine:
         """A new engine with this formation's settings and inputs (overridable) and registrations.
@@ -91,6 +119,8 @@ class Formation:
             "record_effects": self.record_effects,
             "inputs": self.inputs,
         }
+        if self.suggestor_timeout is not None:
+            options["suggestor_timeout"] = _limit(self.suggestor_timeout)
         options.update(overrides)
         engine = Engine(**options)
         for suggestor in self.suggestors:
@@ -123,3 +153,14 @@ class Formation:
                 the module-level `formation`.
         """
         return call_sync(backend, self.run, context, **overrides)
+
+
+def command_timeout(formation: Formation) -> float | None:
+    """The `suggestor_timeout` of `formation`'s engine under the command line and in batches:
+    its own, or `DEFAULT_SUGGESTOR_TIMEOUT` when it sets none (`None` for `math.inf`)."""
+    timeout = formation.suggestor_timeout
+    return DEFAULT_SUGGESTOR_TIMEOUT if timeout is None else _limit(timeout)
+
+
+def _limit(timeout: float) -> float | None:
+    return None if timeout == inf else timeout

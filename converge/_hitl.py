@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import ClassVar, Literal, final
+from typing import ClassVar, Final, Literal, final
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -16,6 +16,27 @@ from ._text import identity_problem, storable
 __all__ = ["GateDecision", "GateRequest", "HitlPolicy", "TimeoutAction", "utc_now"]
 
 TimeoutAction = Literal["reject", "approve"]
+
+_SAID: Final = 200
+"""At most this many characters of a predicate's exception go into a gate's rule."""
+
+
+def _storable(text: str) -> str:
+    """`text` with any lone surrogate escaped, so that a record holding it can be saved."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _said(error: Exception) -> str:
+    """What `error` says, or that it cannot say (its `__str__` raised)."""
+    try:
+        return str(error)
+    except Exception:
+        return "(its message cannot be shown)"
+
+
+def _name(predicate: object) -> str:
+    """A predicate's name, as a rule names it."""
+    return _storable(getattr(predicate, "__qualname__", None) or type(predicate).__name__)
 
 
 def utc_now() -> datetime:
@@ -49,18 +70,35 @@ class HitlPolicy(FrozenModel, frozen=True):
 
     def gates(self, proposal: ProposedFact) -> bool:
         """Whether `proposal` must wait for a human."""
-        if proposal.key in self.gated_keys:
-            return True
+        return self.held_by(proposal) is not None
+
+    def held_by(self, proposal: ProposedFact) -> str | None:
+        """The rule that holds `proposal` for a human, said for a reviewer; `None` if none does.
+
+        The first rule that holds it, in the order key, confidence, predicate, with the
+        proposal's value that triggered it (the text is recorded as `GateRequest.rule`).
+        """
+        key = proposal.key
+        if key in self.gated_keys:
+            return f"its key {getattr(key, 'value', key)} is in HitlPolicy.gated_keys"
         threshold = self.confidence_below
-        if threshold is not None and proposal.confidence < threshold:
-            return True
+        confidence = proposal.confidence
+        if threshold is not None and confidence < threshold:
+            return (
+                f"its confidence {confidence:g} is below HitlPolicy.confidence_below {threshold:g}"
+            )
         predicate = self.predicate
         if predicate is None:
-            return False
+            return None
         try:
-            return bool(predicate(proposal))
-        except Exception:  # fail closed: an undecidable proposal waits for a human
-            return True
+            held = bool(predicate(proposal))
+        except Exception as error:  # fail closed: an undecidable proposal waits for a human
+            said = _storable(f"{type(error).__name__}: {_said(error)}")[:_SAID]
+            return (
+                f"HitlPolicy.predicate {_name(predicate)} raised {said} (a predicate that "
+                "raises holds the proposal)"
+            )
+        return f"HitlPolicy.predicate {_name(predicate)} returned true" if held else None
 
 
 @final
@@ -81,6 +119,10 @@ class GateRequest(FrozenModel, frozen=True):
     """What to show a reviewer: the proposal's content."""
     deadline: datetime | None = None
     """When the gate expires (UTC), or `None`."""
+    rule: str = Field(default="", exclude_if=lambda rule: not rule)
+    """The policy rule that held it, with the value that triggered it (`HitlPolicy.held_by`);
+    `""` for a gate held before converge recorded it. Left out of the JSON when empty, so
+    older records load and their signatures still verify."""
 
 
 @final

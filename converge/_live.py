@@ -15,6 +15,7 @@ from typing import final
 
 import anyio
 
+from ._abort import SuggestorAbort
 from ._budget import Stopwatch, time_detail
 from ._calls import Recorder, Returned, Slot, failure, records, returned
 from ._config import RunConfig
@@ -148,7 +149,8 @@ class LiveEffects:
     ) -> Slot:
         """The slot of a lone call that raised `error`: its failure, unless the run was
         cancelled meanwhile (through a cancel scope, or natively since the watch counted
-        `native`), which goes on; a `KeyboardInterrupt` or `SystemExit` goes on as it is."""
+        `native`), which goes on; a `KeyboardInterrupt`, `SystemExit` or other
+        `BaseException` stops the run (`SuggestorAbort`)."""
         watch = self._watch
         slot = Slot(reg)
         if isinstance(error, Exception):
@@ -161,7 +163,7 @@ class LiveEffects:
             await raise_if_cancelled(error)
             slot.stray(started, error)
         else:
-            raise error
+            raise SuggestorAbort(error, reg.name, "execute") from None
         return slot
 
     def _lone_failure(
@@ -313,6 +315,11 @@ class LiveEffects:
                 reg = self._view.by_object[id(suggestor)]
                 refused.append(failure(reg, "failed", perf_counter(), error, phase="accepts"))
                 continue
+            except BaseException as error:
+                if isinstance(error, anyio.get_cancelled_exc_class()):
+                    raise
+                name = self._view.by_object[id(suggestor)].name
+                raise SuggestorAbort(error, name, "accepts") from None
             reg = self._view.by_object[id(suggestor)]
             if verdict is True:
                 eligible.append(reg)

@@ -1,27 +1,96 @@
 """The library's logger: structlog events under fixed names, never configured by converge.
 
 When the application has configured structlog, events go through its configuration. When it
-has not, they go to the standard-library logger `"converge"` (which has a `NullHandler`), so
-nothing is printed unless the application enables that logger.
+has not, they go to the standard-library logger `"converge"`. Its warnings (a failed call,
+an invalid proposal, a violated invariant) are never silent: while no handler of the
+application's would get them (none on `"converge"` or, as it propagates, on its parents), a
+last-resort handler writes each on standard error as one line, as Python shows a warning
+nobody handles. Any handler the application configures (`logging.basicConfig()`, or a
+`NullHandler` on `"converge"`) replaces it; a level above `WARNING` silences it too.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, final
 
 import structlog
 from structlog.typing import FilteringBoundLogger
 
+from ._visible import visible
+
 if TYPE_CHECKING:
     from ._events import EngineEvent
 
-__all__ = ["EVENT_LEVELS", "LOGGER_NAME", "EventLog", "get_logger", "run_logger"]
+__all__ = ["EVENT_LEVELS", "LOGGER_NAME", "EventLog", "LogLine", "get_logger", "run_logger"]
 
 LOGGER_NAME: Final = "converge"
 _stdlib_logger: Final = logging.getLogger(LOGGER_NAME)
-_stdlib_logger.addHandler(logging.NullHandler())
+
+_RECORD_FIELDS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+
+
+@final
+class LogLine(logging.Formatter):
+    """`PREFIXwarning: EVENT key=value ...` for the engine's log lines, made visible."""
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__()
+        self._prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One line: the level, the event, then the fields the engine logged with it."""
+        fields = " ".join(
+            f"{key}={visible(str(value))}"
+            for key, value in vars(record).items()
+            if key not in _RECORD_FIELDS and key not in ("message", "asctime")
+        )
+        line = f"{record.levelname.lower()}: {visible(record.getMessage())} {fields}".rstrip()
+        return self._prefix + line
+
+
+@final
+class _LastResort(logging.Handler):
+    """Writes a warning of `"converge"` on standard error while no other handler would get
+    it: none on the record's logger or, while it propagates, on a parent (the rule by which
+    Python's own `logging.lastResort` steps in, which this handler's presence would stop)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.setFormatter(LogLine(f"{LOGGER_NAME}: "))
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        """Emit `record` unless a handler of the application's gets it."""
+        if _handled_elsewhere(record, self):
+            return False
+        return super().handle(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line on the current standard error (it may be replaced)."""
+        stream = sys.stderr
+        if stream is None:  # pythonw, a daemon: nowhere to write
+            return
+        try:
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def _handled_elsewhere(record: logging.LogRecord, own: logging.Handler) -> bool:
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(handler is not own for handler in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+_stdlib_logger.addHandler(_LastResort())
 
 
 def run_logger(**bindings: object) -> FilteringBoundLogger:
@@ -67,7 +136,8 @@ def get_logger(**bindings: object) -> FilteringBoundLogger:
     """The `"converge"` logger, bound to `bindings`, for suggestors that log like the engine.
 
     It follows the application's structlog configuration when there is one, and otherwise
-    writes to the standard-library logger `"converge"`, which prints nothing by default.
+    writes to the standard-library logger `"converge"`, which prints its warnings on standard
+    error, one line each, until the application configures a handler for them.
     """
     return run_logger(**bindings)
 

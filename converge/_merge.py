@@ -238,9 +238,9 @@ class Merger:
                         decision = self._rejection(admitted, suggestor, reason)
                     else:
                         try:
-                            if hitl is not None and hitl.gates(admitted):
+                            if hitl is not None and (rule := hitl.held_by(admitted)) is not None:
                                 check_hashable(admitted)
-                                decision = self._request(admitted, suggestor, stamp.suggestor_id)
+                                decision = self._request(admitted, stamp, rule)
                             else:
                                 fact = stamp.promote(admitted, self._cycle, self._clock + 1)
                                 self._clock += 1
@@ -284,15 +284,16 @@ class Merger:
         reason = f"conflicts with existing fact {existing.ref} from {existing.provenance!r}"
         return self._rejection(proposal, suggestor, reason)
 
-    def _request(self, proposal: ProposedFact, suggestor: str, suggestor_id: int) -> GateRequest:
+    def _request(self, proposal: ProposedFact, stamp: Stamp, rule: str) -> GateRequest:
         return GateRequest(
             gate_id=f"gate:{self._cycle}:{proposal.ref}",
             proposal=proposal,
-            suggestor=suggestor,
-            suggestor_id=suggestor_id,
+            suggestor=stamp.suggestor,
+            suggestor_id=stamp.suggestor_id,
             cycle=self._cycle,
             summary=proposal.content,
             deadline=self._deadline,
+            rule=rule,
         )
 
     def refuse(self, suggestor: str, refusals: Sequence[Refusal]) -> None:

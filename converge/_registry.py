@@ -183,7 +183,13 @@ class Registry:
         name, dependencies, writes = describe_suggestor(suggestor)
         _check_name("suggestor name", name)
         if name in self._names:
-            raise ConfigurationError(f"a suggestor named {name!r} is already registered")
+            first = next(reg for reg in self._registrations if reg.name == name)
+            raise ConfigurationError(
+                f"a suggestor named {name!r} is already registered: suggestor "
+                f"{len(self._registrations)} ({type(suggestor).__name__}) and suggestor "
+                f"{int(first.id)} ({type(first.suggestor).__name__}) have the same name; give "
+                "each a name of its own"
+            )
         registered = self._objects.get(id(suggestor))
         if registered is not None:
             raise ConfigurationError(

@@ -26,6 +26,7 @@ from ._report_parts import executions, ref_link, section, table, violations
 from ._report_svg import esc, format_ms, key_colour, lineage_svg, short
 from ._report_timeline import timeline_svg
 from ._store import RunRecord
+from ._verdict import verdict
 from ._version import __version__
 
 __all__ = ["render_report", "report_body"]
@@ -87,9 +88,8 @@ def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
     if fact.payload is not None:
         payload = json.dumps(fact.payload, indent=2, ensure_ascii=False, sort_keys=True)
         content += f"<details><summary>payload</summary><pre>{esc(payload)}</pre></details>"
-    approved = (
-        f"<br>approved by <b>{esc(promotion.approved_by)}</b>" if promotion.approved_by else ""
-    )
+    decision = verdict(fact)
+    approved = "" if decision is None else f"<br>{decision[0]} by <b>{esc(decision[1])}</b>"
     evidence = "<br>".join(ref_link(ref, anchors) for ref in fact.evidence) or (
         '<span class="muted">—</span>'
     )

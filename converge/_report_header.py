@@ -1,8 +1,9 @@
 """The top of the HTML run report: its header (name, status, times, counts) and its summary.
 
 The badge agrees with `converge run`'s exit status: a run that converged with calls that
-failed and were not made good, or with effects a structural invariant rolled back, reads
-"converged with failures" in the warning colour, never the green one.
+failed and were not made good, invalid proposals, or effects a structural invariant rolled
+back (`_shortfall.Shortfall`), reads "converged with failures" in the warning colour, never
+the green one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ._report_parts import (
     violations,
 )
 from ._report_svg import esc, short
-from ._stop import StopReason
+from ._shortfall import Shortfall
+from ._stop import RunStatus, StopReason
 from ._store import RunRecord
 
 __all__ = ["SUMMARY_FACT_LIMIT", "badge_class", "header", "summary"]
@@ -32,8 +34,7 @@ SUMMARY_FACT_LIMIT: Final = 10
 def badge_class(record: RunRecord) -> str:
     """`converged_with_failures` when `converge run` would exit with its failures status (9),
     else the run's outcome (`converged`, `awaiting_human`, a budget, ...)."""
-    trace = record.trace
-    if record.stop_reason is StopReason.CONVERGED and (trace.failures() or trace.rolled_back()):
+    if record.stop_reason is StopReason.CONVERGED and Shortfall.of(record.trace, record.rejections):
         return "converged_with_failures"
     return record.outcome
 
@@ -101,12 +102,16 @@ def header(record: RunRecord, title: str) -> str:
 
 
 def _flaws(record: RunRecord) -> str:
-    failed = record.trace.failures()
-    rolled = record.trace.rolled_back()
+    shortfall = Shortfall.of(record.trace, record.rejections)
+    failed = shortfall.failures
+    rolled = shortfall.rolled_back
     parts: list[str] = []
     if failed:
         names = ", ".join(f"<code>{esc(e.suggestor)}</code>" for e in failed)
         parts.append(f"{len(failed)} call(s) failed and were not made good ({names})")
+    if shortfall.invalid:
+        refs = ", ".join(f"<code>{esc(r.proposal.ref)}</code>" for r in shortfall.invalid)
+        parts.append(f"{len(shortfall.invalid)} proposal(s) were invalid ({refs})")
     if rolled:
         names = ", ".join(f"<code>{esc(v.invariant)}</code>" for v in rolled)
         parts.append(f"{len(rolled)} effect(s) were rolled back ({names})")
@@ -160,9 +165,18 @@ def _promoted(record: RunRecord, anchors: dict[str, str]) -> str:
 
 def summary(record: RunRecord, anchors: dict[str, str]) -> str:
     """What the run decided: its stop reason, who decided what, what it last promoted."""
-    stop = record.outcome.replace("_", " ")
     detail = f": {esc(record.detail)}" if record.detail else ""
-    body = f'<p data-summary="stop">The run stopped <b>{esc(stop)}</b>{detail}.</p>'
+    if record.status is RunStatus.RUNNING:
+        said = f"The run is <b>running</b>{detail}; it has not stopped yet"
+    elif record.status is RunStatus.INTERRUPTED:
+        cause = "cancelled" if record.interruption == "cancelled" else "its process stopped saving"
+        said = (
+            f"The run was <b>interrupted</b> ({cause}){detail}; it has not stopped: it can be "
+            "continued"
+        )
+    else:
+        said = f"The run stopped <b>{esc(record.outcome.replace('_', ' '))}</b>{detail}"
+    body = f'<p data-summary="stop">{said}.</p>'
     body += _flaws(record)
     if record.pending:
         body += (

@@ -15,6 +15,7 @@ from ._integrity import IntegrityProof
 from ._invariant import Violation
 from ._model import FrozenModel
 from ._proposal import ProposedFact
+from ._shortfall import Shortfall, invalid_proposals
 from ._stop import StopReason
 from ._trace import Execution, Rejection, RunTrace
 
@@ -27,6 +28,7 @@ __all__ = [
     "InvariantViolationError",
     "RunError",
     "StopReason",
+    "SuggestorFailuresError",
 ]
 
 
@@ -100,6 +102,26 @@ class AwaitingHumanError(RunError):
     def pending(self) -> tuple[GateRequest, ...]:
         """The gates awaiting decisions."""
         return self.result.pending
+
+
+class SuggestorFailuresError(RunError):
+    """The run converged, but with failures: calls that failed and were not made good,
+    invalid proposals, or effects a structural invariant rolled back (`ConvergeResult.ok`)."""
+
+    @property
+    def failures(self) -> tuple[Execution, ...]:
+        """The calls that failed and were not made good (`result.failures`)."""
+        return self.result.failures
+
+    @property
+    def invalid_proposals(self) -> tuple[Rejection, ...]:
+        """The rejections of broken proposals (`result.invalid_proposals`)."""
+        return self.result.invalid_proposals
+
+    @property
+    def rolled_back(self) -> tuple[Violation, ...]:
+        """The structural violations that rolled effects back (`result.rolled_back`)."""
+        return self.result.rolled_back
 
 
 _ERRORS: dict[StopReason, type[RunError]] = {
@@ -195,9 +217,27 @@ class ConvergeResult:
         return self.trace.rolled_back()
 
     @property
+    def invalid_proposals(self) -> tuple[Rejection, ...]:
+        """Rejections of broken proposals, in `rejections` order: a payload that does not fit
+        its typed key's model, a proposal that does not validate (a key nobody declared, a
+        field of the wrong type) or cannot be hashed. A proposal the policy, a conflict or a
+        human turned down is not among them."""
+        return invalid_proposals(self.rejections)
+
+    @property
+    def ok(self) -> bool:
+        """Converged, with no failed call left, no invalid proposal and nothing rolled back:
+        what `raise_for_status()` returns quietly for, and the command exits 0 for."""
+        return self.converged and not self.shortfall()
+
+    @property
     def clean(self) -> bool:
-        """Converged with no failure left and nothing rolled back."""
-        return self.converged and not self.failures and not self.rolled_back
+        """The same as `ok` (its earlier name)."""
+        return self.ok
+
+    def shortfall(self) -> Shortfall:
+        """What the run fell short by: its failures, invalid proposals and rollbacks."""
+        return Shortfall.of(self.trace, self.rejections)
 
     def __repr__(self) -> str:
         """Short, and without the proof's root: reading it builds the proof (asyncio puts a
@@ -207,17 +247,32 @@ class ConvergeResult:
             f"facts={len(self.context)}, run_id={self.run_id[:12]!r})"
         )
 
-    def raise_for_status(self) -> ConvergeResult:
-        """Return the result if the run converged; raise the matching `RunError` otherwise.
+    def raise_for_status(self, *, allow_failures: bool = False) -> ConvergeResult:
+        """Return the result if the run converged without failures (`ok`); raise otherwise.
+
+        Args:
+            allow_failures: Return a run that converged with failures too (as the command's
+                `--allow-failures`).
 
         Raises:
+            SuggestorFailuresError: The run converged with calls that failed and were not
+                made good, invalid proposals, or rolled-back effects (unless
+                `allow_failures`).
             BudgetExhaustedError: A cycle, fact, token or time budget ran out.
             InvariantViolationError: An invariant was violated at the end.
             ConflictError: A proposal conflicted with an existing fact.
             AwaitingHumanError: The run paused for human decisions.
         """
         if self.converged:
-            return self
+            if allow_failures:
+                return self
+            shortfall = self.shortfall()
+            if not shortfall:
+                return self
+            raise SuggestorFailuresError(
+                f"run {self.run_id} converged with failures: {shortfall.describe()}",
+                result=self,
+            )
         error = _ERRORS[self.stop_reason]
         raise error(
             f"run {self.run_id} stopped: {self.stop_reason.value}: {self.detail}", result=self

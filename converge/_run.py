@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, final
 import anyio
 import anyio.lowlevel
 
+from ._abort import SuggestorAbort
 from ._budget import Stopwatch
 from ._calls import records
 from ._checkpoint import Checkpoint
@@ -26,12 +27,11 @@ from ._fact import Fact, GateKind
 from ._gate import Gate
 from ._hitl import GateDecision, GateRequest
 from ._invariant import Violation, check_invariants
-from ._key import AnyKey, ContextKey
+from ._key import AnyKey
 from ._live import LiveEffects
 from ._log import EventLog
 from ._merge import ConflictMode, Merger
 from ._pause import checkpoint_of
-from ._proposal import ProposedFact
 from ._registry import RegistryView
 from ._result import Conflict, ConvergeResult
 from ._run_events import RunEvents
@@ -39,6 +39,7 @@ from ._source import Batch, EffectSource
 from ._state import RunState, run_trace
 from ._stop import StopReason
 from ._trace import Rejection
+from ._verdict import rejection_note
 from ._watch import CancelWatch
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ class RunLoop:
         """Run cycles to a stop reason (unless `result` is one already), then flush the events.
 
         With a saver, the run is saved before each cycle, and a cancelled run is kept as
-        interrupted at its last merged cycle before the cancellation goes on.
+        interrupted at its last merged cycle before the cancellation goes on; so is a run a
+        suggestor's `BaseException` stopped (`SuggestorAbort`), which then says where.
         """
         saver = self._saver
         try:
@@ -134,6 +136,13 @@ class RunLoop:
         except anyio.get_cancelled_exc_class():
             if saver is not None:
                 await saver.interrupted(self._state, self._stopwatch.elapsed())
+            raise
+        except SuggestorAbort as abort:
+            state = self._state
+            saved = None
+            if saver is not None:
+                saved = await saver.interrupted(state, self._stopwatch.elapsed())
+            abort.stop(state.cycle, state.run_id, saved)
             raise
         return result
 
@@ -236,6 +245,7 @@ class RunLoop:
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
         self.events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
+        self.events.invalid(0, merger.rejections)
         if conflict is not None:
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
         stop = source.budget_stop(len(state.snapshot), state.tokens)
@@ -267,7 +277,7 @@ class RunLoop:
                 )
             else:
                 rejected.add((proposal.key, proposal.id))
-                note = _rejection_note(proposal, decision)
+                note = rejection_note(proposal, decision)
                 approvals.merge("human", HUMAN_SUGGESTOR_ID, None, (note,), approved_by=decision.by)
             self.events.gate_decided(cycle, request.gate_id, decision.approved, decision.by)
         self.events.merged(
@@ -387,6 +397,8 @@ class RunLoop:
             events.cycle_finished(
                 cycle, len(batch.eligible), len(promoted), len(rejected), len(held), facts
             )
+        if rejected and events.warn:
+            events.invalid(cycle, rejected)
         self._state.cycles.record(
             cycle,
             dirty,
@@ -444,15 +456,3 @@ class RunLoop:
             pending=pending,
             checkpoint=checkpoint,
         )
-
-
-def _rejection_note(proposal: ProposedFact, decision: GateDecision) -> ProposedFact:
-    """The `DIAGNOSTIC` fact a human rejection leaves behind."""
-    reason = decision.reason or "no reason provided"
-    return ProposedFact(
-        key=ContextKey.DIAGNOSTIC,
-        id=f"hitl-rejected:{proposal.id}",
-        content=f"HITL gate rejected proposal '{proposal.id}' by {decision.by}: {reason}",
-        provenance=f"human:{decision.by}",
-        evidence=tuple(proposal.evidence),
-    )

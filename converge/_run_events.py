@@ -38,6 +38,7 @@ from ._integrity import IntegrityProof
 from ._invariant import Violation
 from ._key import AnyKey, in_key_order
 from ._log import EventLog
+from ._shortfall import invalid
 from ._stop import StopReason
 from ._trace import Execution, Rejection
 
@@ -135,6 +136,21 @@ class RunEvents:
             error=execution.error,
             next_attempt=attempt,
         )
+
+    def invalid(self, cycle: int, rejected: Sequence[Rejection]) -> None:
+        """Log each rejection of a broken proposal (`_shortfall.invalid`), a failure of its
+        suggestor's; observers hear of every rejection at debug level (`merged`)."""
+        if not self.warn:
+            return
+        for rejection in rejected:
+            if invalid(rejection):
+                self._log.warning(
+                    "proposal_invalid",
+                    cycle=cycle,
+                    suggestor=rejection.suggestor,
+                    ref=rejection.proposal.ref,
+                    reason=rejection.reason,
+                )
 
     def _failed(self, observer: Observer, event: EngineEvent, error: Exception) -> None:
         self._log.warning(

@@ -39,9 +39,10 @@ __all__ = [
     "RunRecord",
     "RunStore",
     "RunSummary",
+    "failure_count",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The version of the tables every backend writes; a store refuses any other."""
 
 Interruption = Literal["cancelled", "lost"]
@@ -117,6 +118,12 @@ class RunProgress:
     """Drop the journal (and any finished record) first: this entry starts it again."""
 
 
+def failure_count(trace: RunTrace) -> int:
+    """A run's calls that failed and were not made good (`RunTrace.failures`) plus its
+    effects that a structural invariant rolled back (`RunTrace.rolled_back`)."""
+    return len(trace.failures()) + len(trace.rolled_back())
+
+
 @final
 class RunSummary(FrozenModel, frozen=True):
     """One line about a stored run."""
@@ -139,6 +146,9 @@ class RunSummary(FrozenModel, frozen=True):
     """When it was last saved (UTC)."""
     name: str | None = None
     """The formation's name, if recorded."""
+    failures: int = 0
+    """Its failed calls not made good and its rolled-back effects (`RunRecord.failure_count`);
+    0 while running or interrupted. A run that converged with any converged with failures."""
 
     @property
     def outcome(self) -> str:
@@ -273,6 +283,13 @@ class RunRecord(FrozenModel, frozen=True):
         """The stop reason's value, or the status's while the run has none (`"running"`)."""
         return self.status.value if self.stop_reason is None else self.stop_reason.value
 
+    @property
+    def failure_count(self) -> int:
+        """Its calls that failed and were not made good plus its effects that a structural
+        invariant rolled back (`failure_count`): a run that converged with any converged
+        with failures."""
+        return failure_count(self.trace)
+
     def decided_by(self) -> str:
         """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
         decisions = self.trace.decisions
@@ -378,7 +395,9 @@ class RunStore(Protocol):
     async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
         """Extend a running run's lease to now plus `lease_seconds`, keeping its version.
 
-        Raises `StaleRecordError` when the run is no longer at `version`.
+        Called from the engine's lease thread, in an event loop of its own, while the run's
+        other calls go on in the run's loop: an implementation must allow that (the built-in
+        stores do). Raises `StaleRecordError` when the run is no longer at `version`.
         """
         ...
 

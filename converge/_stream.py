@@ -29,7 +29,7 @@ async def stream_run(
             await send.send(event)
 
     forwarding = replace(config, observers=(*config.observers, Channel()))
-    failure: list[Exception] = []
+    failure: list[BaseException] = []
 
     async def produce() -> None:
         try:
@@ -38,7 +38,11 @@ async def stream_run(
                 await send.send(result)
         except anyio.BrokenResourceError:  # the consumer went away
             pass
-        except Exception as error:  # re-raised to the consumer as `run` would raise it
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as error:  # re-raised to the consumer as `run` would raise it
+            # a `KeyboardInterrupt` a suggestor raised too: out of this task, asyncio would
+            # let it escape the event loop
             failure.append(error)
 
     closed = False

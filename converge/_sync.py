@@ -27,10 +27,11 @@ def call_sync(
     A new loop cannot start inside a running one (an async function, a Jupyter cell, a
     formation file that `converge run` loads), so that is a `ConfigurationError`, raised
     before anything runs, that names the method to await instead (`method.__qualname__`).
+    What the run raises comes out as it was raised, chained to nothing of this check.
     """
-    try:
-        anyio.get_current_task()  # sniffio may be missing (anyio >= 4.12 does not need it)
-    except RuntimeError:  # no loop: `NoEventLoopError`, or sniffio's `AsyncLibraryNotFoundError`
+    if not _in_event_loop():
+        # called outside the handler that found no loop: what the run raises (and the
+        # tracebacks its failures record) is chained to nothing of this check
         return anyio.run(partial(method, *args, **kwargs), backend=backend)
     name: str = getattr(method, "__qualname__", "Engine.run")  # or "Formation.run", ...
     owner, _, called = name.rpartition(".")
@@ -41,3 +42,12 @@ def call_sync(
         f"which cannot run there. Use `await {instead}` instead; in a formation file, define "
         "the module-level `formation` and let `converge run` run it"
     )
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread is running an event loop anyio knows."""
+    try:
+        anyio.get_current_task()  # sniffio may be missing (anyio >= 4.12 does not need it)
+    except RuntimeError:  # no loop: `NoEventLoopError`, or sniffio's `AsyncLibraryNotFoundError`
+        return False
+    return True

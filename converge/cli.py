@@ -10,6 +10,10 @@ converge batch PATH_OR_MODULE INPUTS.jsonl [--workers N | --scheduler ADDRESS] [
 converge ui [--port PORT] [--users FILE]
 ```
 
+`--key-file FILE` (or `CONVERGE_SIGNING_KEY_FILE`, or `CONVERGE_SIGNING_KEY`) gives the
+signing key, read once at start; both variables are then dropped from the environment
+(`_cli_records.take_signing_key`), before any formation is imported.
+
 Every command but `ui` takes `--json`: one JSON document on standard output instead of
 text, with the same exit status (the shapes are in `_cli_read` and `docs/cli.md`).
 
@@ -32,10 +36,13 @@ import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TextIO
 
 import anyio
 
+from ._abort import Stopped, SuggestorExitError, stopped_by
+from ._calls import describe_error
 from ._cli_batch import cmd_batch
 from ._cli_parser import demo_names, parser
 from ._cli_read import (
@@ -47,8 +54,14 @@ from ._cli_read import (
     cmd_verify,
     write_report,
 )
-from ._cli_records import STALE, resume_stored, signing_key
-from ._cli_store import close_stores, open_store, report_path, store_argument
+from ._cli_records import (
+    STALE,
+    forget_signing_key,
+    resume_stored,
+    signing_key,
+    take_signing_key,
+)
+from ._cli_store import close_stores, given_store, open_store, report_path, store_argument
 from ._cli_support import (
     BROKEN_PIPE,
     FAILURES,
@@ -62,12 +75,13 @@ from ._cli_support import (
     json_visible,
     load_formation,
     locate,
+    program,
     summary_lines,
     visible,
 )
 from ._cli_ui import cmd_ui
-from ._exceptions import ConvergeError, RunNotFoundError
-from ._formation import EngineOptions, Formation
+from ._exceptions import ConvergeError, RunNotFoundError, StaleRecordError
+from ._formation import EngineOptions, Formation, command_timeout
 from ._hitl import GateDecision
 from ._result import ConvergeResult
 from ._store import RunRecord, RunStore
@@ -83,33 +97,45 @@ Command = Callable[[argparse.Namespace, TextIO], Awaitable[int]]
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
     stream = out or _output()
-    args = parser(DEFAULT_DEMO, DEMO_PACKAGE).parse_args(argv)
-    command: Command = _COMMANDS[args.command]
+    commands = parser(DEFAULT_DEMO, DEMO_PACKAGE)
+    args = commands.parse_args(argv)
+    if args.command == "resume" and (args.approve or args.reject) and args.by is None:
+        commands.error("resume: --by is required with --approve or --reject (who decides)")
     try:
         with engine_warnings(sys.stderr):
-            return _main(command, args, stream)
+            return _main(_COMMANDS[args.command], args, stream)
     finally:
         close_stores()
+        forget_signing_key()
 
 
 def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
     try:
+        take_signing_key(args.key_file)  # before any formation is imported: see _cli_records
+        _check_store(args.store)
         status = anyio.run(command, args, stream)
         _flush(stream)  # a reader gone away shows here, not when the interpreter exits
         return status
     except BrokenPipeError:  # the reader went away (`converge runs | head -1`)
         _discard_output()
         return BROKEN_PIPE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         if args.debug:
             traceback.print_exc()
-        print("interrupted", file=sys.stderr)
+        stopped = stopped_by(error)
+        said = "" if stopped is None else f": {_stopped_text(error, stopped, args.store)}"
+        print(f"interrupted{said}", file=sys.stderr)
         return INTERRUPTED
     except CliError as error:
         return _fail(error_text(error), error.hint, args.debug)
     except RunNotFoundError as error:
         return _fail(error_text(error), "`converge runs` lists the stored runs", args.debug)
+    except StaleRecordError as error:  # taken over while it ran: someone else has the run
+        return _fail(error_text(error), None, args.debug, STALE)
     except ConvergeError as error:
+        stopped = stopped_by(error)
+        if stopped is not None:  # a suggestor's `SystemExit`
+            return _fail(_stopped_text(error, stopped, args.store), None, args.debug)
         return _fail(f"{type(error).__name__}: {error_text(error)}", None, args.debug)
     except Exception as error:
         return _fail(
@@ -117,6 +143,47 @@ def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
             "rerun with --debug for a traceback",
             args.debug,
         )
+    except BaseException as error:  # `SystemExit`, `GeneratorExit` or another, never a status
+        stopped = stopped_by(error)
+        if stopped is not None:
+            return _fail(_stopped_text(error, stopped, args.store), None, args.debug)
+        return _fail(
+            f"{type(error).__name__}: {error_text(error)}",
+            "rerun with --debug for a traceback",
+            args.debug,
+        )
+
+
+def _check_store(option: str | None) -> None:
+    """Refuse a store that names a directory, before any command opens or lists it."""
+    target = given_store(option)
+    if not target.startswith(("postgresql://", "postgres://")) and Path(target).is_dir():
+        raise CliError(
+            f"--store {target} is a directory, not a store",
+            f"name a SQLite file (such as {Path(target) / 'runs.db'}) or a PostgreSQL URL",
+        )
+
+
+def _stopped_text(error: BaseException, stopped: Stopped, store: str | None) -> str:
+    """One line (made visible): what a suggestor raised, where, and what became of the run."""
+    raised = (
+        f"SystemExit({error.code!r})"
+        if isinstance(error, SuggestorExitError)
+        else describe_error(error).strip().splitlines()[0]
+    )
+    if stopped.saved is None:
+        kept = "nothing was saved (--durability exit)"
+    elif stopped.saved:
+        kept = (
+            f"it was saved as interrupted; `{program()} resume {stopped.run_id}"
+            f"{store_argument(store)}` continues it"
+        )
+    else:
+        kept = "saving it as interrupted failed (see the warning above)"
+    return visible(
+        f"suggestor {stopped.suggestor!r} raised {raised} in {stopped.phase}(), cycle "
+        f"{stopped.cycle} of run {stopped.run_id}, which stopped there; {kept}"
+    )
 
 
 def _output() -> TextIO:
@@ -160,14 +227,14 @@ def _discard_output() -> None:
         os.close(null)
 
 
-def _fail(message: str, hint: str | None, debug: bool) -> int:
+def _fail(message: str, hint: str | None, debug: bool, status: int = 1) -> int:
     """Report an error: one line (`message` is already visible), and a hint line."""
     if debug:
         traceback.print_exc()
     print(f"error: {message}", file=sys.stderr)
     if hint:
         print(f"hint: {visible(hint)}", file=sys.stderr)
-    return 1
+    return status
 
 
 def _engine_options(
@@ -178,13 +245,14 @@ def _engine_options(
         "formation": locate(locator),
         "lease": args.lease,
         "durability": getattr(args, "durability", "cycle"),
+        "suggestor_timeout": command_timeout(formation),
     }
     if getattr(args, "max_cycles", None) is not None:
         options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
     if not getattr(args, "json", False):
         options["observers"] = (Progress(out),)
-    key = os.environ.get("CONVERGE_SIGNING_KEY")
-    if key:
+    key = signing_key()
+    if key is not None:
         options["signing_key"] = key
     return options
 
@@ -211,9 +279,10 @@ async def _finish(
     if record.pending:
         gates = " ".join(visible(gate.gate_id) for gate in record.pending)
         where = visible(store_argument(args.store))
+        again = visible(program())
         out.write(
-            f"next         converge review {run_id}{where}\n"
-            f"             converge resume {run_id} --approve {gates} --by NAME{where}\n"
+            f"next         {again} review {run_id}{where}\n"
+            f"             {again} resume {run_id} --approve {gates} --by NAME{where}\n"
         )
     status = exit_status(record, allow_failures=args.allow_failures)
     if status == FAILURES:
@@ -252,8 +321,6 @@ async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     store, _ = open_store(args.store)
     decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
     decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
-    if decisions and args.by is None:
-        raise CliError("--by is required with --approve or --reject")
     resumed = await resume_stored(
         store,
         args.run_id,

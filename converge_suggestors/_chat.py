@@ -95,6 +95,9 @@ class ChatResponse(_Frozen, frozen=True):
     """The model that answered, as the provider reports it."""
     finish_reason: str | None = None
     """Why generation stopped (`"stop"`, `"length"`, ...), when the provider says."""
+    tokens_unknown: bool = False
+    """The provider did not report what the reply cost (no `usage`, or a count of `null`):
+    the counts above are what it did report, 0 for the rest, a lower bound."""
 
 
 class ChatProvider(Protocol):

@@ -54,7 +54,9 @@ class LlmOutputError(ValueError):
     """
 
     tokens: int
-    """Prompt plus completion tokens of every attempt."""
+    """Prompt plus completion tokens of every attempt (as far as they are known)."""
+    tokens_unknown: bool
+    """True when some attempt's cost is unknown: `tokens` is then a lower bound."""
     attempts: int
     """How many replies were asked for (1 + repairs)."""
     metadata: dict[str, JsonValue]
@@ -67,9 +69,11 @@ class LlmOutputError(ValueError):
         tokens: int = 0,
         attempts: int = 1,
         metadata: dict[str, JsonValue] | None = None,
+        tokens_unknown: bool = False,
     ) -> None:
         super().__init__(message)
         self.tokens = tokens
+        self.tokens_unknown = tokens_unknown
         self.attempts = attempts
         self.metadata = dict(metadata or {})
 
@@ -265,6 +269,7 @@ class LlmSuggestor:
                     proposals=tuple(parsed.proposals),
                     refused=tuple(refused),
                     tokens=record.known_tokens,
+                    tokens_unknown=record.tokens is None,
                     metadata=record.metadata(),
                 )
             problem = f"{parsed.problem}; reply: {_cut(response.content, _REPLY_EXCERPT)!r}"
@@ -278,6 +283,7 @@ class LlmSuggestor:
             tokens=record.known_tokens,
             attempts=attempts,
             metadata=record.metadata(),
+            tokens_unknown=record.tokens is None,
         )
 
     async def _ask(
@@ -296,7 +302,7 @@ class LlmSuggestor:
                 response = await self._provider.complete(request)
             except ProviderError as error:
                 span.failed(error)
-                record.failed(error.tokens)
+                record.failed(error.tokens, unknown=error.tokens_unknown)
                 earlier: object = getattr(error, "metadata", None)  # a subclass may not set it
                 known = cast("dict[str, JsonValue]", earlier) if isinstance(earlier, dict) else {}
                 metadata = {**known, **record.metadata()}

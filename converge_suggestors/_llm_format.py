@@ -20,6 +20,7 @@ from converge import ProposedFact
 
 __all__ = [
     "ID_PATTERN",
+    "MAX_REPLY_DEPTH",
     "InvalidItem",
     "ParsedReply",
     "describe_validation_error",
@@ -31,6 +32,9 @@ __all__ = [
 
 ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 """What a proposal id may be: a letter or digit, then up to 63 letters, digits, `_.:-`."""
+MAX_REPLY_DEPTH: Final = 64
+"""How deeply a reply's JSON may nest: a deeper one is not the JSON asked for (a repair asks
+again), and nothing nested deeper reaches a proposal."""
 _FENCE: Final = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _EXCERPT: Final = 200
 _DROPPED_KEYS: Final = frozenset({"title", "default", "examples"})
@@ -227,12 +231,39 @@ def _extract_json(text: str) -> JsonValue:
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
         candidates.append(text[start : end + 1])
+    deep = False
     for candidate in candidates:
         try:
-            return cast("JsonValue", json.loads(candidate))
+            value = cast("JsonValue", json.loads(candidate))
+        except RecursionError:  # nested deeper than the parser goes
+            deep = True
+            continue
         except ValueError:
             continue
+        if _nests_deeper(value, MAX_REPLY_DEPTH):
+            deep = True
+            continue
+        return value
+    if deep:
+        raise ValueError(f"its JSON nests deeper than {MAX_REPLY_DEPTH} levels")
     raise ValueError("no JSON object found")
+
+
+def _nests_deeper(value: JsonValue, limit: int) -> bool:
+    """Whether objects and arrays in `value` nest deeper than `limit` (without recursing)."""
+    stack: list[tuple[JsonValue, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _items(data: JsonValue) -> list[JsonValue]:

@@ -61,8 +61,8 @@ class CallRecord:
     """What the trace records about one `execute`: the call's setup, then each attempt.
 
     `tokens` is the sum of every attempt's usage while all are known; once an attempt's cost
-    is unknown (a call that timed out or was dropped), it is `None` and `known_tokens` holds
-    what the other attempts cost.
+    is unknown (a call that timed out or was dropped, a reply without its usage), it is
+    `None` and `known_tokens` holds what is known of the attempts' cost.
     """
 
     __slots__ = (
@@ -99,6 +99,9 @@ class CallRecord:
             "prompt_tokens": response.prompt_tokens,
             "completion_tokens": response.completion_tokens,
         }
+        if response.tokens_unknown:
+            usage["tokens_unknown"] = True
+            self._unknown = True
         self._usage.append(usage)
         self._finish.append(response.finish_reason)
         self.known_tokens += response.prompt_tokens + response.completion_tokens
@@ -108,14 +111,20 @@ class CallRecord:
             cut = problem if len(problem) <= _PROBLEM else problem[: _PROBLEM - 1] + "…"
             self._problems.append(cut)
 
-    def failed(self, tokens: int | None) -> None:
-        """An attempt raised; `tokens` is what it cost, `None` when unknown."""
-        self._usage.append(None if tokens is None else {"total_tokens": tokens})
-        self._finish.append(None)
+    def failed(self, tokens: int | None, *, unknown: bool = False) -> None:
+        """An attempt raised; `tokens` is what it cost, `None` when unknown (or only part of
+        it, with `unknown`)."""
         if tokens is None:
+            self._usage.append(None)
             self._unknown = True
         else:
+            usage: dict[str, JsonValue] = {"total_tokens": tokens}
+            if unknown:
+                usage["tokens_unknown"] = True
+                self._unknown = True
+            self._usage.append(usage)
             self.known_tokens += tokens
+        self._finish.append(None)
 
     def metadata(self) -> dict[str, JsonValue]:
         """The JSON object for `AgentEffect.metadata` (or a failure's `metadata`)."""

@@ -12,14 +12,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self, final, get_args
 
 import anyio
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel, JsonValue, NonNegativeInt, ValidationError
 
 from converge import get_logger
 
+from ._body import BodyTooLarge, BodyUnreadable
 from ._chat import ChatRequest, ChatResponse, ProviderError, StructuredOutput
+from ._exchange import Answer, Exchange
 from ._http import endpoint_url, retry_after_seconds, safe_url
+from ._llm_format import describe_validation_error
 from ._llm_telemetry import record_retry
 from ._loop_client import LoopBoundClient
+from ._secrets import Scrubber, guard_logs
 
 if TYPE_CHECKING:
     import httpx
@@ -30,6 +34,10 @@ _RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 _MAX_DELAY: Final = 60.0
 _EXCERPT: Final = 300
 _CONNECT_TIMEOUT: Final = 10.0
+_ERROR_BYTES: Final = 64 * 1024
+"""Most bytes of an error answer's body read (its excerpt is cut from them)."""
+DEFAULT_MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
+"""The default cap on a reply's bytes, after decompression: 16 MiB."""
 
 
 def _httpx() -> object:
@@ -58,14 +66,16 @@ class OpenAIChatProvider:
         api_key: Sent as `Authorization: Bearer ...`; defaults to `OPENAI_API_KEY`; local
             servers usually need none. It never appears in logs, errors or reprs.
         model: The model asked for when a request names none.
-        timeout: Seconds to wait for each HTTP attempt's reply (connecting waits at most 10 s
-            of it). A reply that takes longer is not retried: the server may still be
-            generating it.
+        timeout: Seconds each HTTP attempt may take in all: connecting (at most 10 s of
+            it), the reply's headers and its whole body. A reply not complete by then is
+            not retried: the server may still be generating it.
         max_retries: Extra attempts after a connection error, a 408/425/429 or a 5xx answer.
         backoff: Seconds before the first retry, doubling each time, with jitter (a
             `Retry-After` header, in seconds or as an HTTP date, wins); at most 60 s.
         structured_output: How a request's `response_schema` is sent (see `StructuredOutput`).
         provider_name: The `gen_ai.provider.name` of telemetry spans (`"openai"`).
+        max_reply_bytes: Most bytes of a reply read, after decompression (16 MiB); a longer
+            reply is a failed call, and the rest of it is not read.
     """
 
     def __init__(
@@ -79,12 +89,15 @@ class OpenAIChatProvider:
         backoff: float = 0.5,
         structured_output: StructuredOutput = "json_schema",
         provider_name: str = "openai",
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         _httpx()
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got {max_retries}")
-        if timeout <= 0:
+        if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes must be positive, got {max_reply_bytes}")
         if structured_output not in get_args(StructuredOutput):
             raise ValueError(
                 "structured_output must be 'json_schema', 'json_object' or 'none', "
@@ -92,11 +105,14 @@ class OpenAIChatProvider:
             )
         self._url = endpoint_url(base_url, "chat/completions")
         self._key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._safe_url = self._scrub(safe_url(self._url))
+        self._scrubber = Scrubber.of(base_url, self._key)
+        guard_logs(self._scrubber)
+        self._safe_url = self._scrubber.scrub(safe_url(self._url))
         self._model = model
         self._timeout = timeout
         self._max_retries = max_retries
         self._backoff = backoff
+        self._max_bytes = max_reply_bytes
         self._structured_output: StructuredOutput = structured_output
         self._provider_name = provider_name
         self._clients = LoopBoundClient(self._new_client)
@@ -144,10 +160,11 @@ class OpenAIChatProvider:
         """Send `request`; retry what is worth retrying; parse the reply.
 
         Raises:
-            ProviderError: A non-retryable status, a timed-out reply, retries used up, or a
-                malformed reply. Its `tokens` is 0 when no attempt can have cost any (error
-                answers, connections never made), `None` when one may have (a reply that timed
-                out, a dropped connection, a malformed reply).
+            ProviderError: A non-retryable status, a reply not complete within `timeout`,
+                one over `max_reply_bytes`, retries used up, a malformed reply, or one that
+                echoes a credential. Its `tokens` is 0 when no attempt can have cost any
+                (error answers, connections never made), `None` when one may have (a reply
+                that timed out, a dropped connection, a malformed reply).
         """
         body = self.body(request)
         headers = {"Content-Type": "application/json"}
@@ -206,29 +223,25 @@ class OpenAIChatProvider:
         attempt: int,
         attempts: int,
     ) -> ChatResponse | _Retry:
-        """One HTTP attempt: the reply, what to retry, or a `ProviderError` raised."""
-        import httpx
-
-        try:
-            response = await client.post(self._url, json=body, headers=headers)
-        except httpx.TransportError as error:
-            problem, retryable = self._describe(error)
-            unsent = isinstance(
-                error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout
-            )
-            cost = 0 if unsent else None  # once sent, the server may have generated tokens
-            if not retryable:
-                raise ProviderError(f"POST {self._safe_url} {problem}", tokens=cost) from None
-            if attempt == attempts:
-                raise ProviderError(
-                    f"POST {self._safe_url} failed after {attempts} attempts: {problem}",
-                    tokens=cost,
-                ) from None
-            return _Retry(problem, None, None, unknown=cost is None)
-        status = response.status_code
+        """One HTTP attempt, under its deadline: the reply, what to retry, or a
+        `ProviderError` raised."""
+        exchange = Exchange()
+        answer: Answer | _Retry | None = None
+        with anyio.move_on_after(self._timeout):
+            answer = await self._exchange(exchange, client, body, headers, attempt, attempts)
+        if answer is None:  # the deadline passed
+            if not exchange.sent:  # never connected: nothing generated, worth another try
+                problem = f"ConnectTimeout: no connection within {self._timeout:g} s"
+                return self._retry_or_fail(problem, attempt, attempts, cost=0)
+            raise self._timed_out(exchange.progress(), exchange.status)
+        if isinstance(answer, _Retry):
+            return answer
+        status = answer.status
         if status == 200:
-            return self._parse(response)
-        excerpt = self._scrub(response.text[:_EXCERPT]) or "(empty body)"
+            return self._parse(answer.body)
+        text = answer.body.decode("utf-8", "replace")
+        excerpt = self._scrubber.excerpt(text, _EXCERPT, truncated=answer.truncated)
+        excerpt = excerpt or "(empty body)"
         hint = self._hint(status)
         if status not in _RETRYABLE_STATUS:
             raise ProviderError(
@@ -243,7 +256,70 @@ class OpenAIChatProvider:
                 status=status,
                 tokens=0,
             )
-        return _Retry(f"HTTP {status}", status, response.headers.get("Retry-After"))
+        return _Retry(f"HTTP {status}", status, answer.retry_after)
+
+    async def _exchange(
+        self,
+        exchange: Exchange,
+        client: httpx.AsyncClient,
+        body: dict[str, JsonValue],
+        headers: dict[str, str],
+        attempt: int,
+        attempts: int,
+    ) -> Answer | _Retry:
+        """The attempt's HTTP exchange: the answer, what to retry, or a `ProviderError`."""
+        import httpx
+
+        try:
+            return await exchange.post(
+                client, self._url, body, headers, limit=self._max_bytes, error_limit=_ERROR_BYTES
+            )
+        except BodyTooLarge:
+            raise ProviderError(
+                f"POST {self._safe_url} returned a reply over max_reply_bytes "
+                f"({self._max_bytes} bytes); the rest was not read",
+                status=exchange.status,
+                tokens=None,  # the server generated it: what it cost is unknown
+            ) from None
+        except BodyUnreadable as error:
+            reason = self._scrubber.excerpt(str(error), _EXCERPT)
+            raise ProviderError(
+                f"POST {self._safe_url} returned a malformed reply ({reason})",
+                status=exchange.status,
+                tokens=None,
+            ) from None
+        except httpx.TransportError as error:
+            problem, retryable = self._describe(error)
+            cost = None if exchange.sent else 0  # once sent, the server may have generated
+            if not retryable:
+                raise ProviderError(f"POST {self._safe_url} {problem}", tokens=cost) from None
+            return self._retry_or_fail(problem, attempt, attempts, cost=cost)
+        except Exception as error:  # anything else: scrubbed, never passed on raw
+            detail = self._scrubber.excerpt(str(error), _EXCERPT) or "no detail"
+            raise ProviderError(
+                f"POST {self._safe_url} failed: {type(error).__name__}: {detail}",
+                status=exchange.status,
+                tokens=None if exchange.sent else 0,
+            ) from None
+
+    def _retry_or_fail(
+        self, problem: str, attempt: int, attempts: int, *, cost: int | None
+    ) -> _Retry:
+        if attempt == attempts:
+            raise ProviderError(
+                f"POST {self._safe_url} failed after {attempts} attempts: {problem}",
+                tokens=cost,
+            )
+        return _Retry(problem, None, None, unknown=cost is None)
+
+    def _timed_out(self, progress: str, status: int | None) -> ProviderError:
+        return ProviderError(
+            f"POST {self._safe_url} timed out: no complete reply within {self._timeout:g} s "
+            f"({progress}); not retried, since the server may still be generating: raise "
+            "`timeout` or lower `max_tokens`",
+            status=status,
+            tokens=None,  # unknown: the server may have generated any number
+        )
 
     async def _wait(self, attempt: int, retry: _Retry) -> None:
         delay = retry_after_seconds(retry.retry_after)
@@ -262,13 +338,13 @@ class OpenAIChatProvider:
         import httpx
 
         name = type(error).__name__
-        detail = self._scrub(str(error)) or "no detail"
+        detail = self._scrubber.excerpt(str(error), _EXCERPT) or "no detail"
         connect = min(self._timeout, _CONNECT_TIMEOUT)
         if isinstance(error, httpx.ReadTimeout):
             return (
-                f"timed out: no reply within {self._timeout:g} s (httpx.ReadTimeout); not "
-                "retried, since the server may still be generating: raise `timeout` or lower "
-                "`max_tokens`",
+                f"timed out: no complete reply within {self._timeout:g} s (httpx.ReadTimeout); "
+                "not retried, since the server may still be generating: raise `timeout` or "
+                "lower `max_tokens`",
                 False,
             )
         if isinstance(error, httpx.ConnectTimeout):
@@ -293,31 +369,58 @@ class OpenAIChatProvider:
         timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, _CONNECT_TIMEOUT))
         return httpx.AsyncClient(timeout=timeout)
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
-
-    def _parse(self, response: httpx.Response) -> ChatResponse:
+    def _parse(self, data: bytearray) -> ChatResponse:
+        """The completion in a `200` body; a `ProviderError` if it is malformed or echoes a
+        credential."""
         try:
-            data = _Completion.model_validate_json(response.content)
-            if not data.choices:
-                raise ValueError("no choices in the reply")
-            usage = data.usage or _Usage()
-            choice = data.choices[0]
-            return ChatResponse(
-                content=choice.message.content or "",
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                model=data.model or self._model,
-                finish_reason=choice.finish_reason,
-            )
-        except ValueError as error:  # pydantic's ValidationError is a ValueError
-            excerpt = self._scrub(response.text[:_EXCERPT])
-            reason = self._scrub(str(error).splitlines()[0])
-            raise ProviderError(
-                f"POST {self._safe_url} returned a malformed reply ({reason}): {excerpt}",
-                status=response.status_code,
-                tokens=None,  # the server answered 200: it may have generated a reply
-            ) from None
+            completion = _Completion.model_validate_json(data)
+        except ValidationError as error:
+            raise self._malformed(describe_validation_error(error), data) from None
+        if not completion.choices:
+            raise self._malformed("no choices in the reply", data)
+        usage = completion.usage or _Usage()
+        prompt, generated = usage.prompt_tokens, usage.completion_tokens
+        unknown = prompt is None or generated is None
+        choice = completion.choices[0]
+        response = ChatResponse(
+            content=choice.message.content or "",
+            prompt_tokens=prompt or 0,
+            completion_tokens=generated or 0,
+            model=completion.model or self._model,
+            finish_reason=choice.finish_reason,
+            tokens_unknown=unknown,
+        )
+        self._refuse_echoes(response)
+        return response
+
+    def _malformed(self, reason: str, data: bytearray) -> ProviderError:
+        scrubber = self._scrubber
+        excerpt = scrubber.excerpt(data.decode("utf-8", "replace"), _EXCERPT)
+        return ProviderError(
+            f"POST {self._safe_url} returned a malformed reply "
+            f"({scrubber.excerpt(reason, _EXCERPT)}): {excerpt}",
+            status=200,
+            tokens=None,  # the server answered 200: it may have generated a reply
+        )
+
+    def _refuse_echoes(self, response: ChatResponse) -> None:
+        """Raise if any text of `response` holds a credential, in any form: nothing of it
+        may reach a proposal, a fact or the trace."""
+        find = self._scrubber.find
+        for where, text in (
+            ("choices[0].message.content", response.content),
+            ("model", response.model),
+            ("choices[0].finish_reason", response.finish_reason or ""),
+        ):
+            found = find(text)
+            if found is not None:
+                raise ProviderError(
+                    f"POST {self._safe_url} returned a reply whose {where} holds {found}: "
+                    "refused, so that no credential reaches a proposal or the trace",
+                    status=200,
+                    tokens=response.prompt_tokens + response.completion_tokens,
+                    tokens_unknown=response.tokens_unknown,
+                )
 
 
 @final
@@ -346,8 +449,8 @@ class _Choice(BaseModel):
 
 
 class _Usage(BaseModel):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: NonNegativeInt | None = None
+    completion_tokens: NonNegativeInt | None = None
 
 
 class _Completion(BaseModel):

@@ -675,7 +675,8 @@ def test_vendor_selection_pauses_and_resumes_from_the_command_line(tmp_path: Pat
     checked = _converge(tmp_path, "verify", run_id)
     assert (checked.returncode, checked.stdout) == (
         0,
-        f"verified: run {run_id}, 25 facts, clock 25, root {root}\n",
+        f"verified: run {run_id}, 25 facts, clock 25, root {root}; "
+        "not authenticated (no signing key is set)\n",
     )
     replayed = _converge(tmp_path, "replay", run_id)
     assert (replayed.returncode, replayed.stdout) == (

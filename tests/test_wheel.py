@@ -1,4 +1,5 @@
-"""A user's first minute: the wheel installed in a fresh venv runs the README's example."""
+"""A user's first minute: the wheel, installed without extras in a fresh venv, runs the
+README's example and the default demo, whose printed next commands run as printed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import subprocess
 import sys
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -56,22 +58,49 @@ def _readme_example() -> tuple[str, list[str]]:
     return code, expected
 
 
-@pytest.mark.slow
-def test_wheel_in_a_fresh_venv_runs_the_readme_example(tmp_path: Path) -> None:
-    wheel = _wheel(tmp_path / "dist")
-    env_dir = tmp_path / "venv"
+@dataclass(frozen=True)
+class Installed:
+    """The wheel installed, without extras, in a fresh venv outside the checkout."""
+
+    venv: Path
+    env: dict[str, str]
+    work: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    root = tmp_path_factory.mktemp("wheel")
+    wheel = _wheel(root / "dist")
+    env_dir = root / "venv"
     venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        [
+            str(env_dir / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
         env=env,
     )
-    code, expected = _readme_example()
-    work = tmp_path / "work"  # away from the checkout: only the installed wheel can be imported
+    work = root / "work"  # away from the checkout: only the installed wheel can be imported
     work.mkdir()
+    return Installed(env_dir, env, work)
+
+
+@pytest.mark.slow
+def test_wheel_in_a_fresh_venv_runs_the_readme_example(installed: Installed) -> None:
+    code, expected = _readme_example()
+    work, env, python = installed.work, installed.env, installed.python
     (work / "example.py").write_text(code, encoding="utf-8")
 
     ran = subprocess.run(
@@ -88,4 +117,34 @@ def test_wheel_in_a_fresh_venv_runs_the_readme_example(tmp_path: Path) -> None:
 
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == expected
-    assert Path(where.stdout.strip()).is_relative_to(env_dir)
+    assert Path(where.stdout.strip()).is_relative_to(installed.venv)
+
+
+@pytest.mark.slow
+def test_wheel_without_extras_runs_the_default_demo_and_its_next_commands(
+    installed: Installed,
+) -> None:
+    demo_dir = installed.work / "demo"
+    demo_dir.mkdir()
+    converge = installed.venv / "bin" / "converge"
+    env = {**installed.env, "PATH": "/usr/bin:/bin"}  # as after `pip install` into a venv
+    env.pop("CONVERGE_STORE", None)
+    missing = subprocess.run(
+        [str(installed.python), "-c", "import cedarpy"], env=env, capture_output=True, check=False
+    )
+    assert missing.returncode != 0  # the `policy` extra is not installed
+    demo = subprocess.run(
+        [str(converge), "demo"], cwd=demo_dir, env=env, capture_output=True, text=True, check=False
+    )
+    assert demo.returncode == 6, demo.stdout + demo.stderr
+    lines = demo.stdout.splitlines()
+    assert "Cedar, the 'policy' extra, is not installed" in lines[0]
+    review = next(line for line in lines if line.startswith("next "))
+    resume = lines[lines.index(review) + 1]
+    review = review.removeprefix("next").strip()
+    assert review.startswith(f"{converge} review ")
+    for command, status in ((review, 6), (resume.strip().replace("NAME", "jane"), 0)):
+        ran = subprocess.run(
+            command, shell=True, cwd=demo_dir, env=env, capture_output=True, text=True, check=False
+        )
+        assert ran.returncode == status, (command, ran.stdout, ran.stderr)

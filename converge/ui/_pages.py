@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
 
+from .._cli_records import SignatureCheck
 from .._report import report_body
 from .._report_header import badge_class
 from .._report_parts import RunTimes, format_seconds, format_time, run_times
 from .._report_svg import esc
 from .._stop import RunStatus, StopReason
 from .._store import RunRecord, RunSummary
-from ._html import hidden, page
+from ._html import Viewer, hidden, page
+from ._trust import Trust, banner, formation_note
 
 __all__ = [
     "Filters",
@@ -45,13 +47,19 @@ _STATUS_CLASS: Final = {
 
 
 def _status(run: RunSummary, record: RunRecord | None) -> str:
-    """The status badge: green only for a run that converged without failures."""
+    """The status badge: how a finished run ended, or where the others stand.
+
+    Green only for a run that converged without failures.
+    """
     status = run.status
-    cls = _STATUS_CLASS[status]
-    flawed = record is not None and badge_class(record) == "converged_with_failures"
-    if status is RunStatus.FINISHED and (run.stop_reason is not StopReason.CONVERGED or flawed):
-        cls = "stop-cycle_budget_exhausted"
-    return f'<span class="badge {cls}" data-status="{status.value}">{status.value}</span>'
+    label, cls = status.value, _STATUS_CLASS[status]
+    if status is RunStatus.FINISHED:
+        outcome = badge_class(record) if record is not None else run.outcome
+        label, cls = outcome.replace("_", " "), f"stop-{outcome}"
+    return (
+        f'<span class="badge {cls}" data-status="{status.value}" data-outcome="'
+        f'{esc(label)}">{esc(label)}</span>'
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +82,12 @@ class Filters:
 
 @dataclass(frozen=True, slots=True)
 class Listed:
-    """One run of the list: its summary, and its record (or why it could not be read)."""
+    """One run of the list: its summary, record (or why not), and its signature check."""
 
     summary: RunSummary
     record: RunRecord | None
     problem: str = ""
+    check: SignatureCheck | None = None
 
 
 def _select(name: str, chosen: str, options: Sequence[str]) -> str:
@@ -107,6 +116,8 @@ def _run_row(listed: Listed) -> str:
     pending = len(record.pending) if record is not None else 0
     stop = run.stop_reason.value.replace("_", " ") if run.stop_reason else "—"
     problem = f'<br><span class="bad">{esc(listed.problem)}</span>' if listed.problem else ""
+    if listed.check is not None and listed.check.failed:
+        problem += '<br><b class="bad" data-signature="failed">signature check failed</b>'
     gates = f'<b class="warn">{pending}</b>' if pending else "0"
     return (
         f'<tr data-run="{esc(run.run_id)}"><td class="wrap"><a href="{run_url(run.run_id)}">'
@@ -120,7 +131,27 @@ def _run_row(listed: Listed) -> str:
     )
 
 
-def runs_page(runs: Sequence[Listed], filters: Filters, *, reviewer: str, limit: int) -> str:
+def _list_banner(runs: Sequence[Listed], key_set: bool) -> str:
+    """Above the list: how many records failed their signature check, or that none can be."""
+    if not key_set:
+        return (
+            '<p class="trust" data-signature="unchecked">Not authenticated: no signing key is '
+            "set (CONVERGE_SIGNING_KEY), so nothing shows whether these records were changed "
+            "in the store.</p>"
+        )
+    failed = sum(1 for listed in runs if listed.check is not None and listed.check.failed)
+    if not failed:
+        return ""
+    return (
+        f'<div class="banner" data-signature="failed" role="alert"><b>{failed} record(s) '
+        "below failed their signature check</b>: they are unsigned, were changed in the "
+        "store, or were signed with another key. Do not act on what they show.</div>"
+    )
+
+
+def runs_page(
+    runs: Sequence[Listed], filters: Filters, *, viewer: Viewer, limit: int, key_set: bool
+) -> str:
     """The runs, newest first, with their filters."""
     head = "".join(
         f"<th>{name}</th>"
@@ -146,12 +177,19 @@ def runs_page(runs: Sequence[Listed], filters: Filters, *, reviewer: str, limit:
         "Runs",
         f"<h1>Runs</h1><p class='note'>The newest {limit} runs in the store, newest first."
         f"</p>{_filters(filters)}{table}",
-        reviewer=reviewer,
+        viewer=viewer,
+        banner=_list_banner(runs, key_set),
     )
 
 
-def _actions(record: RunRecord, csrf: str) -> str:
+def _actions(record: RunRecord, csrf: str, found: Trust) -> str:
     """What a reviewer can do to the run: its gates, or continue it when interrupted."""
+    cannot = (
+        f'<p class="bad" data-cannot-resume>This console will not resume this run: '
+        f"{esc(found.refusal)}.</p>"
+        if found.refusal
+        else ""
+    )
     if record.status is RunStatus.PAUSED and record.pending:
         links = "".join(
             f'<li><a href="{gate_url(record.run_id, gate.gate_id)}" data-gate-link>'
@@ -160,13 +198,15 @@ def _actions(record: RunRecord, csrf: str) -> str:
         )
         return (
             f'<div class="message" data-waiting><b>{len(record.pending)} proposal(s) wait for '
-            f"your decision.</b><ul>{links}</ul></div>"
+            f"a decision.</b><ul>{links}</ul>{cannot}</div>"
         )
     if record.status is RunStatus.INTERRUPTED:
+        said = f"<b>This run was interrupted ({esc(record.interruption or 'lost')}).</b> "
+        if found.refusal:
+            return f'<div class="message">{said}{cannot}</div>'
         return (
             f'<form class="message" method="post" action="{run_url(record.run_id)}/continue">'
-            f"<b>This run was interrupted ({esc(record.interruption or 'lost')}).</b> "
-            f"{hidden('csrf', csrf)}{hidden('version', record.version)}"
+            f"{said}{hidden('csrf', csrf)}{hidden('version', record.version)}"
             '<button type="submit">Continue the run</button></form>'
         )
     if record.status is RunStatus.RUNNING:
@@ -177,8 +217,11 @@ def _actions(record: RunRecord, csrf: str) -> str:
     return ""
 
 
-def run_page(record: RunRecord, *, reviewer: str, csrf: str, store_argument: str) -> str:
-    """A run: what a reviewer can do, then the report's content; live while it can change."""
+def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: Trust) -> str:
+    """A run: its signature check, what a reviewer can do, then the report; live.
+
+    The page follows the run's saves while it can still change.
+    """
     title = record.name or "Run report"
     body = report_body(
         record,
@@ -197,22 +240,36 @@ def run_page(record: RunRecord, *, reviewer: str, csrf: str, store_argument: str
         "stop-reason": record.outcome,
         "version": str(record.version),
     }
-    return page(title, _actions(record, csrf) + body, reviewer=reviewer, events=live, data=data)
+    resumable = record.status in (RunStatus.PAUSED, RunStatus.INTERRUPTED)
+    note = formation_note(record, found) if resumable else ""
+    return page(
+        title,
+        note + _actions(record, viewer.csrf, found) + body,
+        viewer=viewer,
+        banner=banner(found.check),
+        events=live,
+        data=data,
+    )
 
 
 def message_page(
     title: str,
     message: str,
     *,
-    reviewer: str | None,
+    viewer: Viewer | None,
     refused: bool = False,
     back: str | None = None,
+    check: SignatureCheck | None = None,
 ) -> str:
-    """A page that only says something: a refusal, a conflict, an error."""
+    """A page that only says something: a refusal, a conflict, an error.
+
+    With `check`, the page shows the banner of the record it speaks of.
+    """
     kind = "message refused" if refused else "message"
     link = f'<p><a href="{back}">back</a></p>' if back else ""
     return page(
         title,
         f'<h1>{esc(title)}</h1><div class="{kind}" data-message><p>{esc(message)}</p></div>{link}',
-        reviewer=reviewer,
+        viewer=viewer,
+        banner=banner(check) if check is not None else "",
     )

@@ -29,12 +29,15 @@ whose recommendation the policy allowed, and to cite that decision.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, Final, Literal, final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from converge import (
+    AgentEffect,
+    AnyKey,
     Context,
     ContextKey,
     Fact,
@@ -48,7 +51,13 @@ from converge import (
     ready,
     suggestor,
 )
-from converge_suggestors import EntityUid, PolicyRequest, PolicySuggestor, RuleSuggestor
+from converge_suggestors import (
+    EntityUid,
+    PolicyDecision,
+    PolicyRequest,
+    PolicySuggestor,
+    RuleSuggestor,
+)
 
 __all__ = [
     "BIDS",
@@ -67,14 +76,17 @@ __all__ = [
     "SPEND_LIMIT",
     "VENDORS",
     "WEIGHTS",
+    "WITHOUT_CEDAR",
     "Commitment",
     "Criterion",
+    "DemoRules",
     "Evaluation",
     "Ranked",
     "Recommendation",
     "RiskLevel",
     "Vendor",
     "build_formation",
+    "cedar_installed",
     "formation",
     "needs_approval",
     "recommendation_request",
@@ -480,6 +492,105 @@ def recommendation_request(fact: Fact) -> PolicyRequest:
     )
 
 
+@final
+class DemoRules:
+    """The `policy-gate` when Cedar (the `policy` extra) is not installed.
+
+    The four rules of `POLICIES`, checked in Python, proposing what a `PolicySuggestor` over
+    them would: each recommendation gets the decision fact `constraints/policy-gate:{vendor}`
+    (the same id, payload shape and evidence as Cedar's), whose content says that Cedar was
+    not used. It knows only `POLICIES`: `build_formation` with other policies needs Cedar.
+    """
+
+    name: str = POLICY_GATE
+    """The policy gate's name, as Cedar's would have."""
+    dependencies: tuple[AnyKey, ...] = (RECOMMENDATIONS,)
+    """The recommendations."""
+    writes: tuple[AnyKey, ...] = (ContextKey.CONSTRAINTS,)
+    """The decisions."""
+
+    def accepts(self, ctx: Context, /) -> bool:
+        """True while a recommendation has no decision."""
+        return any(True for _ in self._pending(ctx))
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        """Decide every recommendation without a decision."""
+        return AgentEffect.with_proposals([self._decided(fact) for fact in self._pending(ctx)])
+
+    def decide(self, request: PolicyRequest, /) -> PolicyDecision:
+        """What Cedar decides for `request` under `POLICIES`.
+
+        A `forbid` that applies denies; else the `permit` allows when it applies; else nothing
+        permits it (deny).
+        """
+        context = request.context
+        recommend = str(request.action) == 'Action::"recommend"'
+        certifications = context.get("certifications")
+        held = certifications if isinstance(certifications, list) else []
+        cost = context.get("annual_cost")
+        forbidden = sorted(
+            rule
+            for rule, applies in (
+                ("certification-required", REQUIRED_CERTIFICATION not in held),
+                ("spend-limit", isinstance(cost, int) and cost > SPEND_LIMIT),
+                ("no-high-risk-vendor", context.get("risk_level") == "high"),
+            )
+            if recommend and applies
+        )
+        if forbidden:
+            return PolicyDecision(decision="deny", policies=tuple(forbidden))
+        if recommend and str(request.principal) == 'Agent::"consensus"':
+            return PolicyDecision(decision="allow", policies=("consensus-recommends",))
+        return PolicyDecision(decision="deny", policies=())
+
+    def _pending(self, ctx: Context) -> list[Fact]:
+        return [
+            fact
+            for fact in ctx.get(RECOMMENDATIONS)
+            if ctx.find(ContextKey.CONSTRAINTS, f"{POLICY_GATE}:{fact.id}") is None
+        ]
+
+    def _decided(self, fact: Fact) -> ProposedFact:
+        request = recommendation_request(fact)
+        decision = self.decide(request)
+        verb = "allow" if decision.allowed else "deny"
+        why = (
+            ("permitted by " if decision.allowed else "forbidden by ")
+            + ", ".join(decision.policies)
+            if decision.policies
+            else "no policy permits it"
+        )
+        return ProposedFact(
+            key=ContextKey.CONSTRAINTS,
+            id=f"{POLICY_GATE}:{fact.id}",
+            content=(
+                f"The demo's rules, checked in Python without Cedar, {verb} "
+                f"{request.principal} {request.action} on {request.resource} for {fact.ref} "
+                f"({why})"
+            ),
+            payload={
+                "decision": decision.decision,
+                "policies": list(decision.policies),
+                "errors": [],
+                "request": request.model_dump(mode="json"),
+            },
+            provenance=POLICY_GATE,
+            evidence=(fact.ref, *(f"policy:{policy}" for policy in decision.policies)),
+        )
+
+
+def cedar_installed() -> bool:
+    """Whether Cedar (`cedarpy`, the `policy` extra) can be imported."""
+    return importlib.util.find_spec("cedarpy") is not None
+
+
+WITHOUT_CEDAR: Final = (
+    "Cedar, the 'policy' extra, is not installed: the policy gate checks the same four rules "
+    'in Python (pip install "converge-engine[policy]" to use Cedar)'
+)
+"""What the formation's description adds when it runs without Cedar."""
+
+
 # The commitment
 
 
@@ -566,13 +677,22 @@ def build_formation(
         raise ValueError(f"weights must give each of {', '.join(CRITERIA)} a weight >= 0")
     if sum(weights.values()) <= 0:
         raise ValueError("weights must not all be 0")
-    policy_gate = PolicySuggestor(
-        policies,
-        watch=RECOMMENDATIONS,
-        request=recommendation_request,
-        output_key=ContextKey.CONSTRAINTS,
-        name=POLICY_GATE,
+    description = (
+        "Four evaluators score each vendor in parallel, a consensus ranks them, a Cedar "
+        "policy checks the recommendation, and a human approves a large commitment."
     )
+    policy_gate: Suggestor
+    if policies == POLICIES and not cedar_installed():
+        policy_gate = DemoRules()
+        description = f"{description} {WITHOUT_CEDAR}."
+    else:
+        policy_gate = PolicySuggestor(
+            policies,
+            watch=RECOMMENDATIONS,
+            request=recommendation_request,
+            output_key=ContextKey.CONSTRAINTS,
+            name=POLICY_GATE,
+        )
     bids = tuple(
         ProposedFact(
             key=BIDS,
@@ -586,10 +706,7 @@ def build_formation(
     )
     return Formation(
         name="vendor_selection",
-        description=(
-            "Four evaluators score each vendor in parallel, a consensus ranks them, a Cedar "
-            "policy checks the recommendation, and a human approves a large commitment."
-        ),
+        description=description,
         suggestors=(*map(_evaluator, CRITERIA), _consensus(weights), policy_gate, _commitment),
         invariants=(_CommitmentIsAllowed(),),
         hitl=HitlPolicy(

@@ -146,3 +146,36 @@ def test_a_partly_counted_failure_counts_its_known_tokens_as_a_lower_bound() -> 
     [execution] = result.trace.cycles[0].executions
     assert (execution.outcome, execution.tokens, execution.tokens_unknown) == ("failed", 40, True)
     assert result.tokens == 40
+
+
+class Unmetered:
+    """Returns an effect whose tokens are only what a model reported (it left some out)."""
+
+    name = "unmetered"
+    dependencies = (ContextKey.SEEDS,)
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(ContextKey.HYPOTHESES) == 0
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        proposal = ProposedFact(key=ContextKey.HYPOTHESES, id="u", content="x", provenance="u")
+        return AgentEffect(proposals=(proposal,), tokens=40, tokens_unknown=True)
+
+
+@pytest.mark.parametrize("record_effects", [False, True])
+def test_an_effects_unknown_tokens_mark_its_call_and_survive_json(record_effects: bool) -> None:
+    engine = Engine(record_effects=record_effects)
+    engine.register_suggestor(Unmetered())
+    result = engine.run_sync(inputs=[SEED])
+    [execution] = result.trace.cycles[0].executions
+    assert (execution.outcome, execution.tokens, execution.tokens_unknown) == ("ok", 40, True)
+    assert result.tokens == 40
+    again = RunTrace.model_validate_json(result.trace.model_dump_json())
+    assert again.cycles[0].executions[0].tokens_unknown
+
+
+def test_an_effect_with_known_tokens_leaves_the_flag_out_of_json() -> None:
+    effect = AgentEffect(tokens=3)
+    assert not effect.tokens_unknown
+    assert "tokens_unknown" not in effect.model_dump_json()
+    assert '"tokens_unknown":true' in AgentEffect(tokens_unknown=True).model_dump_json()

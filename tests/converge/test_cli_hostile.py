@@ -22,7 +22,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from converge import Engine, RunNotFoundError, RunRecord, SqliteRunStore, StoreError
+from converge import (
+    Engine,
+    GateDecision,
+    RunNotFoundError,
+    RunRecord,
+    SqliteRunStore,
+    StoreError,
+)
+from converge._cli_support import load_formation
 from converge_suggestors import SeedSuggestor
 from tests.cli_runs import cli, run_id_of
 
@@ -179,10 +187,24 @@ def test_run_summary_review_show_and_runs_make_model_text_visible(
     assert raw_controls(out) == []
     assert out.rstrip("\n").endswith("hostile\\x1b[2K")
 
-    code, out = cli("--store", store, "resume", run_id, "--approve", EVIL_GATE, "--by", EVIL_BY)
-    assert code == 0
-    assert raw_controls(out) == []
-    assert raw_controls(capsys.readouterr().err) == []
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # the command refuses to record such a name
+        cli("--store", store, "resume", run_id, "--approve", EVIL_GATE, "--by", EVIL_BY)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert raw_controls(err) == []
+    assert err.splitlines()[0] == (
+        "converge resume: error: argument --by: must name who decides in visible characters, "
+        "not jane\\x1b]52;c;ZXZpbA==\\x07 (U+001B is a control, invisible or bidirectional "
+        "character)"
+    )
+    # from Python, the name is the application's to check; the command shows it escaped
+    opened = SqliteRunStore(store)
+    try:
+        engine = load_formation(hostile).engine(store=opened)
+        engine.resume_run_sync(run_id, [GateDecision.approve(EVIL_GATE, by=EVIL_BY)])
+    finally:
+        opened.close()
     code, out = cli("--store", store, "show", run_id)
     assert raw_controls(out) == []
     assert f"  plan: {EVIL_SHOWN}\n" in out

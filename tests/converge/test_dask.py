@@ -11,7 +11,8 @@ processes inherit them, and the in-process references are fresh imports under th
 - a worker killed with SIGKILL mid-batch: the batch still ends ok, every input stored exactly
   once, and the runs the dead worker had in flight are continued after their lease ran out;
 - a formation that raises on import, and an input that is not a `ProposedFact`, fail the batch
-  before any task runs, with one `ConfigurationError` naming the culprit.
+  before any task runs, with one `ConfigurationError` naming the culprit;
+- a cluster with no worker raises `TimeoutError` naming its scheduler after `worker_timeout`.
 """
 
 from __future__ import annotations
@@ -370,3 +371,29 @@ def test_an_input_that_is_not_a_proposed_fact_names_its_index(chain: Chain, tmp_
     with pytest.raises(ConfigurationError, match=r"inputs\[2\]\[1\] must be a ProposedFact"):
         run_batch_sync(CHAIN, inputs, chain.client, store, batch_id="bad")
     assert count_rows(store, "bad") == 0
+
+
+def test_run_batch_on_a_cluster_without_workers_raises_after_worker_timeout(
+    tmp_path: Path,
+) -> None:
+    store = str(tmp_path / "runs.db")
+    with (
+        closing(
+            LocalCluster(
+                n_workers=0,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,  # pyright: ignore[reportArgumentType]  # None: no dashboard
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            )
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        started = time.monotonic()
+        with pytest.raises(TimeoutError) as caught:
+            run_batch_sync(CHAIN, seeds("none", 2), client, store, worker_timeout=1.5)
+        took = time.monotonic() - started
+        address = cluster.scheduler_address
+    assert str(caught.value) == f"scheduler {address} has no workers: none joined within 1.5 s"
+    assert 1.5 <= took < 20
+    assert count_rows(store, "none") == 0

@@ -12,6 +12,7 @@ from converge import (
     ContextKey,
     Engine,
     GateDecision,
+    GateRequest,
     HitlPolicy,
     InvalidResumeError,
     ProposedFact,
@@ -254,3 +255,65 @@ async def test_an_ungated_proposal_for_a_held_fact_is_dropped_too() -> None:
     approved = result.context.find(S, "x")
     assert approved is not None
     assert approved.content == "low"
+
+
+# --- the rule that held a proposal -------------------------------------------------------------
+
+
+def _proposal(key: ContextKey = S, confidence: float = 0.9) -> ProposedFact:
+    return ProposedFact(key=key, id="p", content="c", provenance="t", confidence=confidence)
+
+
+def test_hitl_policy_held_by_names_the_rule_and_the_value_that_held_it() -> None:
+    def big(proposal: ProposedFact) -> bool:
+        return proposal.id == "p"
+
+    def broken(proposal: ProposedFact) -> bool:
+        raise ValueError("no \ud800 idea")
+
+    assert HitlPolicy().held_by(_proposal()) is None
+    by_key = HitlPolicy(gated_keys=frozenset({S}), confidence_below=0.5)
+    assert by_key.held_by(_proposal(confidence=0.1)) == (
+        "its key strategies is in HitlPolicy.gated_keys"
+    )
+    low = HitlPolicy(confidence_below=0.5)
+    assert low.held_by(_proposal(confidence=0.25)) == (
+        "its confidence 0.25 is below HitlPolicy.confidence_below 0.5"
+    )
+    assert low.held_by(_proposal(confidence=0.5)) is None
+    said = HitlPolicy(predicate=big).held_by(_proposal())
+    assert said is not None
+    assert said.endswith("big returned true")
+    assert said.startswith("HitlPolicy.predicate ")
+    raised = HitlPolicy(predicate=broken).held_by(_proposal())
+    assert raised is not None
+    assert "raised ValueError: no \\ud800 idea (a predicate that raises holds" in raised
+    raised.encode("utf-8")  # storable: the lone surrogate is escaped
+    assert HitlPolicy(predicate=broken).gates(_proposal())
+    assert not HitlPolicy(predicate=lambda _: False).gates(_proposal())
+
+
+async def test_a_gate_request_records_the_rule_that_held_its_proposal() -> None:
+    result = await build_engine().run()
+    [request] = result.pending
+    assert request.rule == "its confidence 0.4 is below HitlPolicy.confidence_below 0.5"
+    assert result.checkpoint is not None
+    assert result.checkpoint.pending[0].rule == request.rule
+
+
+def test_a_gate_request_without_a_rule_reads_and_writes_the_older_json() -> None:
+    """Records saved before the rule was kept load, and keep their bytes (and signatures)."""
+    old = {
+        "gate_id": "gate:2:strategies/p",
+        "proposal": _proposal().model_dump(mode="json"),
+        "suggestor": "t",
+        "suggestor_id": 1,
+        "cycle": 2,
+        "summary": "c",
+        "deadline": None,
+    }
+    request = GateRequest.model_validate(old)
+    assert request.rule == ""
+    assert request.model_dump(mode="json") == old
+    held = request.model_copy(update={"rule": "its key strategies is in HitlPolicy.gated_keys"})
+    assert held.model_dump(mode="json")["rule"] == held.rule

@@ -1,6 +1,9 @@
-"""Logging: structlog events under fixed names; nothing printed unless the application asks."""
+"""Logging: structlog events under fixed names; warnings on stderr until the application
+configures logging, then only what it configured."""
 
 import logging
+import subprocess
+import sys
 
 import pytest
 import structlog
@@ -63,14 +66,92 @@ def test_suggestor_failure_is_logged_as_a_warning() -> None:
     assert failure["error"] == "RuntimeError: boom"
 
 
-@pytest.mark.usefixtures("unconfigured")
-def test_unconfigured_run_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    engine = Engine()
-    engine.register_suggestor(Broken())
-    engine.run_sync()
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == ""
+SCRIPT = """
+import logging, sys
+
+from pydantic import BaseModel
+
+from converge import AgentEffect, ContextKey, Engine, Key, ProposedFact
+
+class Price(BaseModel, frozen=True):
+    amount: int
+
+PRICES = Key("test.prices", payload=Price)
+
+class Broken:
+    name = "broken"
+    dependencies = ()
+    def accepts(self, ctx):
+        return ctx.cycle == 0
+    async def execute(self, ctx):
+        raise RuntimeError("boom\\nsecond line")
+
+class Misfit:
+    name = "misfit"
+    dependencies = ()
+    def accepts(self, ctx):
+        return ctx.cycle == 0
+    async def execute(self, ctx):
+        return AgentEffect.with_proposal(ProposedFact(
+            key=PRICES, id="p", content="a price", provenance="m", payload={"amount": "lots"}
+        ))
+
+SETUP
+engine = Engine()
+engine.register_suggestor(Broken())
+engine.register_suggestor(Misfit())
+result = engine.run_sync()
+print(result.stop_reason, result.ok)
+"""
+
+
+def run_script(setup: str) -> subprocess.CompletedProcess[str]:
+    """A program that configures logging with `setup`, then runs a failing formation."""
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT.replace("SETUP", setup)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_an_unconfigured_run_writes_one_line_per_failure_on_stderr() -> None:
+    done = run_script("")
+    assert done.stdout == "converged False\n"
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2, done.stderr
+    failed, invalid = sorted(lines, key=lambda line: "proposal_invalid" in line)
+    assert failed.startswith("converge: warning: suggestor_failed run_id=")
+    assert failed.endswith(
+        "cycle=1 suggestor=broken suggestor_id=0 phase=execute outcome=failed "
+        "error=RuntimeError: boom\\nsecond line"
+    )
+    assert invalid.startswith("converge: warning: proposal_invalid run_id=")
+    assert "cycle=1 suggestor=misfit ref=test.prices/p reason=payload does not fit Price" in invalid
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "logging.basicConfig(level=logging.ERROR)",
+        "logging.getLogger('converge').addHandler(logging.NullHandler())",
+        "logging.getLogger('converge').setLevel(logging.ERROR)",
+    ],
+)
+def test_a_run_whose_application_configured_logging_writes_only_what_it_configured(
+    setup: str,
+) -> None:
+    done = run_script(setup)
+    assert done.stdout == "converged False\n"
+    assert done.stderr == ""
+
+
+def test_a_run_logs_through_the_applications_handler_once() -> None:
+    done = run_script("logging.basicConfig(format='%(levelname)s %(name)s %(message)s')")
+    assert sorted(done.stderr.splitlines()) == [
+        "WARNING converge proposal_invalid",
+        "WARNING converge suggestor_failed",
+    ]
 
 
 @pytest.mark.usefixtures("unconfigured")

@@ -90,7 +90,11 @@ def test_ids_follow_registration_order_and_registrations_keep_what_was_read() ->
 def test_a_duplicate_suggestor_name_is_refused_and_takes_no_id() -> None:
     registry = Registry()
     registry.add(Stub("a"), None)
-    with pytest.raises(ConfigurationError, match=r"^a suggestor named 'a' is already registered$"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^a suggestor named 'a' is already registered: suggestor 1 \(Stub\) and suggestor "
+        r"0 \(Stub\) have the same name; give each a name of its own$",
+    ):
         registry.add(Stub("a", [SEEDS]), "other-pack")
     assert registry.names == ("a",)
     assert registry.add(Stub("b"), None) == SuggestorId(1)

@@ -246,7 +246,7 @@ def test_any_exception_while_deciding_is_that_proposals_rejection(
     def boom(*_args: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(HitlPolicy, "gates", boom)
+    monkeypatch.setattr(HitlPolicy, "held_by", boom)  # what the merge asks the policy
     merger = Merger(
         ContextSnapshot.empty(),
         cycle=1,

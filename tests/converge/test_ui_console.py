@@ -17,7 +17,14 @@ from starlette.testclient import TestClient
 
 from converge import RunStatus, SqliteRunStore
 from converge._cli_support import load_formation
-from converge.ui import ConsoleSettings, Reviewer, Reviewers, create_app, token_digest
+from converge.ui import (
+    ConsoleSettings,
+    Reviewer,
+    Reviewers,
+    Sessions,
+    create_app,
+    token_digest,
+)
 from converge.ui._live import event_stream
 from tests.cli_runs import cli, run_id_of
 
@@ -51,10 +58,24 @@ def two(tmp_path: Path) -> tuple[Path, str, str]:
 
 @contextmanager
 def client_for(
-    store: str, reviewers: Reviewers, *, token: str | None = None
+    store: str,
+    reviewers: Reviewers,
+    *,
+    token: str | None = None,
+    sessions: Sessions | None = None,
+    trust_unsigned: bool = True,
 ) -> Generator[TestClient]:
-    """A console on `store` and a client of it, signed in with `token` when one is given."""
-    settings = ConsoleSettings(store=SqliteRunStore(store), reviewers=reviewers, poll_seconds=0.05)
+    """A console on `store` and a client of it, signed in with `token` when one is given.
+
+    The console imports the formation each (unsigned) record names, as `--trust-unsigned`.
+    """
+    settings = ConsoleSettings(
+        store=SqliteRunStore(store),
+        reviewers=reviewers,
+        poll_seconds=0.05,
+        sessions=Sessions() if sessions is None else sessions,
+        trust_unsigned=trust_unsigned,
+    )
     with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
         if token is not None:
             client.headers["authorization"] = f"Bearer {token}"
@@ -131,18 +152,24 @@ def test_converge_ui_without_the_extra_says_which_to_install(
 # --- signing in and deciding -------------------------------------------------------------------
 
 
-def test_the_token_becomes_a_strict_cookie_and_leaves_the_address(
+def test_the_link_becomes_a_strict_session_cookie_and_leaves_the_address(
     paused: tuple[str, str], two: tuple[Path, str, str]
 ) -> None:
     store, run_id = paused
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        response = client.get(f"/?token={ana}&status=paused", follow_redirects=False)
+    reviewers, sessions = Reviewers.load(users), Sessions()
+    code = sessions.link(reviewers.find(ana))  # type: ignore[arg-type]
+    with client_for(store, reviewers, sessions=sessions) as client:
+        response = client.get(f"/?token={code}&status=paused", follow_redirects=False)
         assert response.status_code == 303
         assert response.headers["location"] == "/?status=paused"
         cookie = response.headers["set-cookie"].lower()
+        assert cookie.startswith("converge-console-8765=")
+        assert ana.lower() not in cookie
+        assert code.lower() not in cookie
         assert "httponly" in cookie
         assert "samesite=strict" in cookie
+        assert "max-age=43200" in cookie
         page = client.get("/?status=paused")
         assert page.status_code == 200
         assert run_id in page.text
@@ -286,13 +313,15 @@ def test_the_users_file_mode_is_not_world_readable_even_with_a_loose_umask(tmp_p
     assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o600
 
 
-def test_the_token_redirect_keeps_the_rest_of_the_query_encoded(
+def test_the_link_redirect_keeps_the_rest_of_the_query_encoded(
     paused: tuple[str, str], two: tuple[Path, str, str]
 ) -> None:
     store, _ = paused
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users)) as client:
-        response = client.get(f"/?token={ana}&text=a%26b%3Dc", follow_redirects=False)
+    reviewers, sessions = Reviewers.load(users), Sessions()
+    code = sessions.link(reviewers.find(ana))  # type: ignore[arg-type]
+    with client_for(store, reviewers, sessions=sessions) as client:
+        response = client.get(f"/?token={code}&text=a%26b%3Dc", follow_redirects=False)
         assert response.headers["location"] == "/?text=a%26b%3Dc"
 
 
@@ -334,14 +363,48 @@ def test_an_expired_gate_is_left_to_its_timeout_and_the_run_resumes(
     assert [(d.by, d.approved) for d in record.trace.decisions] == [("timeout", False)]
 
 
-def test_with_a_signing_key_an_unsigned_run_is_not_shown(
+def test_with_a_signing_key_an_unsigned_run_is_shown_under_a_banner_and_not_decided(
     paused: tuple[str, str], two: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, run_id = paused  # saved without a key: unsigned
     monkeypatch.setenv("CONVERGE_SIGNING_KEY", "k")
     users, ana, _ = two
-    with client_for(store, Reviewers.load(users), token=ana) as client:
+    reviewers = Reviewers.load(users)
+    csrf = reviewers.csrf(reviewers.find(ana))  # type: ignore[arg-type]
+    with client_for(store, reviewers, token=ana) as client:
         for url in (f"/runs/{run_id}", gate_url(run_id)):
             response = client.get(url)
-            assert response.status_code == 409, url
-            assert "signature" in response.text or "unsigned" in response.text
+            assert response.status_code == 200, url
+            assert 'data-signature="failed"' in response.text
+            assert "the stored record is unsigned, but a signing key is set" in response.text
+        assert "data-decision-form" not in client.get(gate_url(run_id)).text
+        form = {"csrf": csrf, "version": "1", f"gate:{GATE}": "approve"}
+        response = client.post(gate_url(run_id), data=form)
+        assert response.status_code == 409
+        assert "Nothing was decided" in response.text
+    assert cli("--store", store, "review", run_id)[0] != 0  # still paused and refused
+
+
+def test_a_run_the_console_resumes_gets_the_commands_default_call_deadline(
+    tmp_path: Path, two: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suggestor that stalls after the decision is stopped at the deadline `converge run`
+    gives (shortened here), not awaited for ever by the console's task."""
+    store = str(tmp_path / "runs.db")
+    code, out = cli("--store", store, "run", str(HERE / "slow_after_gate_formation.py"))
+    assert code == 6
+    run_id = run_id_of(out)
+    monkeypatch.setattr("converge._formation.DEFAULT_SUGGESTOR_TIMEOUT", 0.3)
+    users, ana, _ = two
+    with client_for(store, Reviewers.load(users), token=ana) as client:
+        page = client.get(gate_url(run_id)).text
+        data = {"csrf": csrf_of(page), "version": version_of(page), f"gate:{GATE}": "approve"}
+        assert client.post(gate_url(run_id), data=data, follow_redirects=False).status_code == 303
+        deadline = time.monotonic() + 20
+        record = anyio.run(SqliteRunStore(store).load, run_id)
+        while record.status is not RunStatus.FINISHED and time.monotonic() < deadline:
+            time.sleep(0.1)
+            record = anyio.run(SqliteRunStore(store).load, run_id)
+    assert record.status is RunStatus.FINISHED
+    [failure] = record.trace.failures()
+    assert (failure.suggestor, failure.outcome) == ("stalls", "timed_out")

@@ -162,7 +162,7 @@ async def test_a_timed_out_call_is_failed_with_unknown_tokens_and_the_model(
     assert execution.outcome == "failed"
     assert (execution.tokens, execution.tokens_unknown) == (0, True)
     assert execution.error is not None
-    assert "timed out: no reply within 0.2 s" in execution.error
+    assert "timed out: no complete reply within 0.2 s" in execution.error
     metadata: Any = execution.metadata
     assert (metadata["model"], metadata["max_tokens"]) == ("smollm2", 128)
     assert (metadata["attempts"], metadata["usage"]) == (1, [None])

@@ -351,8 +351,8 @@ async def test_provider_does_not_retry_a_read_timeout_and_says_what_happened(
         with pytest.raises(ProviderError) as caught:
             await subject.complete(REQUEST)
     assert str(caught.value) == (
-        f"POST {chat_server.base_url}/chat/completions timed out: no reply within 0.2 s "
-        "(httpx.ReadTimeout); not retried, since the server may still be generating: "
+        f"POST {chat_server.base_url}/chat/completions timed out: no complete reply within "
+        "0.2 s (no answer yet); not retried, since the server may still be generating: "
         "raise `timeout` or lower `max_tokens`"
     )
     assert caught.value.tokens is None  # unknown: the server may have generated any number
