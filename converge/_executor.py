@@ -231,9 +231,9 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
     An effect built around validation (`BaseModel.model_construct`) may hold anything.
     Its proposals are the gate's to check (`Gate`); everything else the engine keeps or
     merges is checked here, so nothing of it reaches the trace unvalidated: the proposals a
-    tuple, the tokens an `int` in [0, 2**63 - 1], each refusal a `Refusal` with a text
-    reason (a proposal that does not validate becomes its stand-in), the metadata a JSON
-    object within `MAX_METADATA_BYTES` (its text made storable).
+    tuple, the tokens an `int` in [0, 2**63 - 1] (`tokens_unknown` a `bool`), each refusal
+    a `Refusal` with a text reason (a proposal that does not validate becomes its stand-in),
+    the metadata a JSON object within `MAX_METADATA_BYTES` (its text made storable).
     """
     if type(effect) is not AgentEffect:
         return f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
@@ -242,11 +242,14 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
         return effect
     proposals = own.get("proposals")
     tokens = own.get("tokens")
+    unknown = own.get("tokens_unknown", False)
     refused = own.get("refused")
     metadata = own.get("metadata")
     problems: list[str] = []
     if type(proposals) is not tuple:
         problems.append(f"proposals: {_kind(proposals)}")
+    if type(unknown) is not bool:
+        problems.append(f"tokens_unknown: {_kind(unknown)}")
     if type(tokens) is not int:
         problems.append(f"tokens: {_kind(tokens)}")
     elif not 0 <= tokens <= MAX_TOKENS:
@@ -258,13 +261,14 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
             f"execute() of {name!r} returned an AgentEffect that skipped validation "
             f"({'; '.join(problems)})"
         )
-    if checked_refused is refused and checked_metadata is metadata:
+    if checked_refused is refused and checked_metadata is metadata and "tokens_unknown" in own:
         return effect
     return trusted(
         AgentEffect,
         {
             "proposals": proposals,
             "tokens": tokens,
+            "tokens_unknown": unknown,
             "refused": checked_refused,
             "metadata": checked_metadata,
         },
@@ -280,6 +284,7 @@ def _intact(own: Mapping[str, object]) -> bool:
         type(own.get("proposals")) is tuple
         and type(tokens) is int
         and 0 <= tokens <= MAX_TOKENS
+        and type(own.get("tokens_unknown")) is bool
         and type(refused) is tuple
         and not refused
         and own.get("metadata") is None
