@@ -8,8 +8,19 @@ from ._context import ContextSnapshot
 from ._events import Observer
 from ._exceptions import ConfigurationError
 from ._proposal import ProposedFact
+from ._text import identity_problem
 
-__all__ = ["check_settings", "checked_inputs", "checked_start"]
+__all__ = ["check_label", "check_settings", "checked_inputs", "checked_start"]
+
+
+def check_label(what: str, value: str | None) -> None:
+    """Raise `ConfigurationError` when `value` (a run id, a formation's name or location)
+    cannot be stored as a name (`_text.identity_problem`)."""
+    if value is None or not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        return
+    problem = identity_problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"{what} {value!r} {problem}")
 
 
 def check_settings(
@@ -44,6 +55,7 @@ def checked_start(context: ContextSnapshot | None, run_id: str | None) -> Contex
         raise ConfigurationError(f"context must be a ContextSnapshot, got {type(start).__name__}")
     if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ConfigurationError(f"run_id must be a non-blank str, got {run_id!r}")
+    check_label("run_id", run_id)
     return start
 
 

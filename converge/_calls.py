@@ -20,31 +20,68 @@ from typing import Final, Literal, cast, final
 from pydantic import JsonValue
 
 from ._canonical import freeze_json
-from ._effect import AgentEffect
+from ._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
+from ._gate import PromotionPolicy, admit, check_hashable, field_reason
 from ._model import trusted, trusted_builder
+from ._proposal import ProposedFact
+from ._recordable import recordable
 from ._registry import Registration
+from ._text import storable
 from ._trace import Execution, Outcome
 
-__all__ = ["Returned", "Slot", "describe_error", "failure", "records", "returned"]
+__all__ = [
+    "Recorder",
+    "Returned",
+    "Slot",
+    "describe_error",
+    "failure",
+    "records",
+    "returned",
+]
 
 _build_execution: Final = trusted_builder(Execution)
+_MISSING: Final = object()
 
 
 def describe_error(error: BaseException) -> str:
-    """`"TypeName: message"`, or the type name alone when the message is empty."""
-    message = str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+    """`"TypeName: message"`, or the type name alone when the message is empty; an exception
+    whose `str()` raises is named with what it raised."""
+    kind = type(error).__name__
+    try:
+        message = str(error)
+    except Exception as failed:  # a hostile or broken __str__
+        return f"{kind} (its str() raised {type(failed).__name__})"
+    if type(message) is not str:  # a subclass: its plain text, none of its own methods
+        message = str.__str__(message)
+    return f"{kind}: {message}" if message else kind
+
+
+def _attribute(error: BaseException, name: str, default: object) -> object:
+    """`getattr(error, name, default)`, `default` as well when reading it raises."""
+    try:
+        return getattr(error, name, default)
+    except Exception:  # a property that raises: the failure says nothing of it
+        return default
+
+
+def _traceback(error: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(error))
+    except Exception as failed:  # whatever a hostile exception raises
+        return f"(the traceback could not be formatted: {type(failed).__name__})"
 
 
 def _metadata_of(error: BaseException) -> JsonValue:
-    """A failure's `metadata` attribute as frozen JSON, if it is a JSON object (else none)."""
-    value: object = getattr(error, "metadata", None)
-    if not isinstance(value, Mapping) or not value:
-        return None
+    """A failure's `metadata` attribute as frozen JSON with its text made storable, if it is
+    a JSON object within `MAX_METADATA_BYTES` (else none)."""
+    value = _attribute(error, "metadata", None)
     try:
-        return freeze_json(cast("Mapping[str, object]", value), "metadata")
-    except ValueError:
+        if not isinstance(value, Mapping) or not value:
+            return None
+        frozen = freeze_json(cast("Mapping[str, object]", value), "metadata", escape=True)
+    except Exception:  # not JSON, or a mapping that raises when read
         return None
+    return None if metadata_problem(frozen) is not None else frozen
 
 
 def failure(
@@ -58,26 +95,28 @@ def failure(
 ) -> Execution:
     """An `Execution` record for a call that did not produce an effect.
 
-    `text` replaces the error's description, keeping its traceback.
+    `text` replaces the error's description, keeping its traceback. The description, the
+    traceback and the error's `metadata` are made storable (`_text.storable`): whatever the
+    exception holds, the record can be saved and read back.
     """
     tokens = 0
     unknown = False
     metadata: JsonValue = None
+    formatted: str | None = None
     if isinstance(error, BaseException):
-        formatted = "".join(traceback.format_exception(error))
-        spent: object = getattr(error, "tokens", 0)
-        if isinstance(spent, int) and spent > 0:
+        formatted = storable(_traceback(error))
+        spent = _attribute(error, "tokens", _MISSING)
+        if type(spent) is int and 0 < spent <= MAX_TOKENS:
             tokens = spent  # a failure may still have cost model tokens
         # It cannot say what it spent (`tokens is None`), or only a part (`tokens_unknown`):
         # the count is then a lower bound.
-        unknown = (hasattr(error, "tokens") and spent is None) or (
-            getattr(error, "tokens_unknown", False) is True
-        )
+        unknown = spent is None or _attribute(error, "tokens_unknown", False) is True
         metadata = _metadata_of(error)
         if text is None:
             text = describe_error(error)
     else:
-        text, formatted = error, None
+        text = error
+    text = storable(text)
     return trusted(
         Execution,
         {
@@ -139,11 +178,11 @@ class Slot:
         self._execution = execution
 
     def succeeded(
-        self, effect: AgentEffect, started: float, finished: float, record_effect: bool
+        self, effect: AgentEffect, started: float, finished: float, recorder: Recorder | None
     ) -> None:
         """The call returned `effect` between `started` and `finished` (`perf_counter()`);
-        its record keeps the effect if `record_effect` (`returned`)."""
-        self.returned = returned(self.reg, effect, started, finished, record_effect)
+        its record keeps what `recorder` keeps of it, if any (`returned`)."""
+        self.returned = returned(self.reg, effect, started, finished, recorder)
         self.effect = effect
 
     def failed(self, started: float, error: Exception) -> None:
@@ -161,17 +200,87 @@ class Slot:
         self.error = wrapped
 
 
+@final
+class Recorder:
+    """What of an effect a trace keeps, when the engine records effects: what was validated,
+    never the object the suggestor returned.
+
+    The proposals kept are those the gate admits and whose own fields pass its checks
+    (`field_reason`: blank text, sizes, ids), as validated; the others are left out (the
+    merge rejects them, and records each once, bounded, in the cycle's rejections), so a
+    replay of the trace rejects nothing that the run promoted and promotes nothing it
+    rejected. Refusals keep their proposals bounded (`recordable`). An effect that needs
+    nothing left out is kept as it is.
+    """
+
+    __slots__ = ("_policy",)
+
+    def __init__(self, policy: PromotionPolicy) -> None:
+        self._policy = policy
+
+    def keep(self, effect: AgentEffect) -> AgentEffect:
+        """`effect` as the trace keeps it (it has passed `Executor.settle`'s checks)."""
+        policy = self._policy
+        proposals = effect.proposals
+        kept: list[object] = []
+        changed = False
+        for proposal in proposals:
+            admitted = admit(proposal)
+            if isinstance(admitted, str) or not _passes(policy, admitted):
+                changed = True
+                continue
+            changed = changed or admitted is not proposal
+            kept.append(admitted)
+        refused: tuple[Refusal, ...] = effect.refused
+        if refused:
+            bounded: list[Refusal] = []
+            for refusal in refused:
+                proposal = recordable(refusal.proposal, policy)
+                if proposal is not refusal.proposal:
+                    changed = True
+                    refusal = trusted(Refusal, {"proposal": proposal, "reason": refusal.reason})
+                bounded.append(refusal)
+            refused = tuple(bounded)
+        if not changed:
+            return effect
+        return trusted(
+            AgentEffect,
+            {
+                "proposals": tuple(kept),
+                "tokens": effect.tokens,
+                "refused": refused,
+                "metadata": effect.metadata,
+            },
+        )
+
+
+def _passes(policy: PromotionPolicy, proposal: ProposedFact) -> bool:
+    """Whether an admitted proposal passes the gate's checks of its own fields and can be
+    hashed (a copy that skipped validation may hold a lone surrogate)."""
+    if field_reason(policy, proposal, "engine") is not None:
+        return False
+    try:
+        check_hashable(proposal)
+    except ValueError:
+        return False
+    return True
+
+
 def returned(
-    reg: Registration, effect: AgentEffect, started: float, finished: float, record_effect: bool
+    reg: Registration,
+    effect: AgentEffect,
+    started: float,
+    finished: float,
+    recorder: Recorder | None,
 ) -> Returned:
     """What the record of a call that returned `effect` between `started` and `finished`
-    (`perf_counter()` readings) says; it keeps the effect itself if `record_effect`.
+    (`perf_counter()` readings) says; it keeps what `recorder` keeps of the effect, if any.
 
     What it says of the effect (how many proposals, the tokens, the metadata) is read now,
     as the executor checked it: an effect changed below the API afterwards does not change
     its call's record.
     """
-    kept = effect if record_effect else None
+    kept = None if recorder is None else recorder.keep(effect)
     duration = (finished - started) * 1000.0
     return (
         reg,

@@ -20,9 +20,12 @@ from typing import Any, Final, NoReturn, SupportsIndex, cast, final
 
 from pydantic import JsonValue
 
+from ._text import storable
+
 __all__ = [
     "EMPTY_ROOT",
     "MAX_JSON_DEPTH",
+    "MAX_JSON_DIGITS",
     "FrozenDict",
     "FrozenList",
     "canonical_json",
@@ -41,6 +44,10 @@ _encoder: Final = json.JSONEncoder(
 EMPTY_ROOT: Final[str] = hashlib.sha256(b"").hexdigest()
 MAX_JSON_DEPTH: Final = 128
 """How deeply objects and arrays may nest in a payload (a self-reference never ends)."""
+MAX_JSON_DIGITS: Final = 4300
+"""The most digits a JSON integer may have: JSON readers (pydantic's, Python's own by
+default) refuse longer ones, so a record holding one could never be read back."""
+_INT_LIMIT: Final = 10**MAX_JSON_DIGITS
 
 
 def canonical_json(value: object) -> bytes:
@@ -226,23 +233,37 @@ class _NotJson(ValueError):
         self.trail: list[str] = []
 
 
-def _text(value: str) -> str:
+def _text(value: str, escape: bool) -> str:
     if not value.isascii():
+        if escape:
+            return storable(value, limit=None)
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as error:
             raise _NotJson(
                 f" holds a lone surrogate at position {error.start}; text must be valid UTF-8"
             ) from None
+    elif escape and "\x00" in value:
+        return storable(value, limit=None)
     return value
 
 
-def _freeze(value: object, depth: int) -> JsonValue:
+def _integer(value: int) -> int:
+    if -_INT_LIMIT < value < _INT_LIMIT:
+        return value
+    raise _NotJson(
+        f" holds an integer of more than {MAX_JSON_DIGITS} digits, which JSON readers refuse"
+    )
+
+
+def _freeze(value: object, depth: int, escape: bool) -> JsonValue:
     kind = type(value)
     if kind is str:
-        return _text(cast("str", value))
-    if kind is int or kind is bool or value is None:
-        return cast("int", value)
+        return _text(cast("str", value), escape)
+    if kind is int:
+        return _integer(cast("int", value))
+    if kind is bool or value is None:
+        return cast("bool", value)
     if kind is float:
         if not math.isfinite(cast("float", value)):
             raise _NotJson(f" holds a non-finite number ({value!r}); JSON has none")
@@ -250,19 +271,19 @@ def _freeze(value: object, depth: int) -> JsonValue:
     if kind is FrozenDict or kind is FrozenList:
         return cast("JsonValue", value)
     if isinstance(value, dict):
-        return _freeze_object(cast("dict[object, object]", value), depth)
+        return _freeze_object(cast("dict[object, object]", value), depth, escape)
     if isinstance(value, list):
-        return _freeze_array(cast("list[object]", value), depth)
+        return _freeze_array(cast("list[object]", value), depth, escape)
     if isinstance(value, str):  # a subclass (an enum, say): its plain text
-        return _text(str.__str__(value))
+        return _text(str.__str__(value), escape)
     if isinstance(value, int):
-        return int.__int__(value)
+        return _integer(int.__int__(value))
     if isinstance(value, float):
-        return _freeze(float.__float__(value), depth)
+        return _freeze(float.__float__(value), depth, escape)
     raise _NotJson(f" holds a {kind.__name__}, which is not a JSON value")
 
 
-def _freeze_object(value: dict[object, object], depth: int) -> FrozenDict:
+def _freeze_object(value: dict[object, object], depth: int, escape: bool) -> FrozenDict:
     if depth >= MAX_JSON_DEPTH:
         raise _NotJson(f" nests deeper than {MAX_JSON_DEPTH} levels (or holds itself)")
     items: dict[str, JsonValue] = {}
@@ -271,14 +292,18 @@ def _freeze_object(value: dict[object, object], depth: int) -> FrozenDict:
             if not isinstance(key, str):
                 raise _NotJson(f" has a key of type {type(key).__name__}; JSON keys are text")
             key = str.__str__(key)
-        if not key.isascii():
+        if escape or not key.isascii():
             try:
-                _text(key)
+                stored = _text(key, escape)
             except _NotJson as error:
                 error.problem = f" key {key!r}{error.problem}"
                 raise
+            if stored is not key:
+                if stored in value or stored in items:
+                    raise _NotJson(f" key {key!r} escaped is {stored!r}, another of its keys")
+                key = stored
         try:
-            items[key] = _freeze(item, depth + 1)
+            items[key] = _freeze(item, depth + 1, escape)
         except _NotJson as error:
             error.trail.append(f".{key}")
             raise
@@ -287,14 +312,14 @@ def _freeze_object(value: dict[object, object], depth: int) -> FrozenDict:
     return frozen
 
 
-def _freeze_array(value: list[object], depth: int) -> FrozenList:
+def _freeze_array(value: list[object], depth: int, escape: bool) -> FrozenList:
     if depth >= MAX_JSON_DEPTH:
         raise _NotJson(f" nests deeper than {MAX_JSON_DEPTH} levels (or holds itself)")
     items: list[JsonValue] = []
     append = items.append
     for index, item in enumerate(value):
         try:
-            append(_freeze(item, depth + 1))
+            append(_freeze(item, depth + 1, escape))
         except _NotJson as error:
             error.trail.append(f"[{index}]")
             raise
@@ -303,19 +328,22 @@ def _freeze_array(value: list[object], depth: int) -> FrozenList:
     return frozen
 
 
-def freeze_json(value: object, path: str = "payload") -> JsonValue:
+def freeze_json(value: object, path: str = "payload", *, escape: bool = False) -> JsonValue:
     """`value` checked as JSON and frozen, deeply: objects and arrays become read-only.
 
     Text keeps its characters, numbers their value; a subclass of `str`, `int` or `float` (an
-    enum member, say) becomes the plain value. Frozen parts are reused as they are.
+    enum member, say) becomes the plain value. Frozen parts are reused as they are. With
+    `escape` (free text, such as a call's metadata), text and keys that cannot be stored are
+    escaped and marked (`_text.storable`) instead of refused.
 
     Raises:
         ValueError: The first part that is not JSON, by its path (`payload.rows[1]`): a
-            non-finite number, a lone surrogate, a key that is not text, a value of another
-            type, or nesting deeper than `MAX_JSON_DEPTH`.
+            non-finite number, a lone surrogate (unless `escape`), an integer of more than
+            `MAX_JSON_DIGITS` digits, a key that is not text, a value of another type, or
+            nesting deeper than `MAX_JSON_DEPTH`.
     """
     try:
-        return _freeze(value, 0)
+        return _freeze(value, 0, escape)
     except _NotJson as error:
         raise ValueError(path + "".join(reversed(error.trail)) + error.problem) from None
 

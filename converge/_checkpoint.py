@@ -1,28 +1,40 @@
 """`Checkpoint` and `FactRecord`: a paused run as plain JSON, and the only way facts come back.
 
 `restore_snapshot` is the one verifying restore: it recomputes every fact's digest, checks the
-order and the Merkle root, and refuses any mismatch. Signing and the run state on both sides
-of a pause live in `_pause`.
+order and the Merkle root, and refuses any mismatch. `fact_records` is the way out: the
+records of a snapshot's facts, each with the leaf digest the engine kept at its promotion,
+checked on the way (a fact changed below the API since is said, and its record then never
+matches its digest). Signing and the run state on both sides of a pause live in `_pause`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, final
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal, cast, final
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, ValidationError
 
+from ._canonical import freeze_json
 from ._context import ContextSnapshot
-from ._fact import Fact, PromotionRecord
+from ._fact import Fact, PromotionRecord, PromotionValues, record_of
 from ._hitl import GateDecision, GateRequest
+from ._integrity import changed_since
 from ._invariant import Violation
 from ._key import STORED, AnyKey, KeyField, key_rank
 from ._model import FrozenModel, trusted
 from ._proposal import ProposedFact
-from ._seal import seal
+from ._seal import seal, unchanged
+from ._text import storable
 from ._trace import Continuation, CycleTrace, Rejection
 
-__all__ = ["Checkpoint", "FactRecord", "restore_fact", "restore_snapshot"]
+__all__ = [
+    "Checkpoint",
+    "FactRecord",
+    "fact_records",
+    "restore_fact",
+    "restore_snapshot",
+]
 
 
 @final
@@ -52,8 +64,108 @@ class FactRecord(FrozenModel, frozen=True):
 
     @classmethod
     def of(cls, fact: Fact) -> FactRecord:
-        """The record of a promoted fact."""
+        """The record of a promoted fact, as its fields read now (with the `digest` it
+        carries). A record of a context's facts comes from `fact_records`, with the leaves
+        the context kept."""
         return trusted(cls, {name: getattr(fact, name) for name in Fact.model_fields})
+
+
+def fact_records(
+    snapshot: ContextSnapshot, since: Mapping[AnyKey, int] | None = None
+) -> tuple[tuple[FactRecord, ...], str | None]:
+    """The records of `snapshot`'s facts (only those past `since[key]` under each key, when
+    given), each with the leaf digest the context kept at its promotion, and what changed
+    below the API since, if anything (`_integrity.changed`'s words; `None`: nothing).
+
+    Each fact is checked against its kept leaf. A changed fact is recorded as it reads now,
+    made valid and storable, with the leaf kept for it, so the record says the change: its
+    fields never match its digest.
+    """
+    records: list[FactRecord] = []
+    problem: str | None = None
+    for key, store, fact, leaf in snapshot._kept(since):  # pyright: ignore[reportPrivateUsage]
+        own = fact.__dict__
+        if unchanged(fact, leaf):
+            records.append(_record(own, leaf))
+            continue
+        ident = store.ident(fact)
+        records.append(_changed_record(key, ident, own, leaf))
+        if problem is None:
+            problem = changed_since(key, ident)
+    return tuple(records), problem
+
+
+def _record(own: Mapping[str, object], leaf: bytes) -> FactRecord:
+    return trusted(
+        FactRecord,
+        {
+            "key": own["key"],
+            "id": own["id"],
+            "content": own["content"],
+            "payload": own["payload"],
+            "confidence": own["confidence"],
+            "provenance": own["provenance"],
+            "target": own["target"],
+            "evidence": own["evidence"],
+            "promotion": record_of(cast("PromotionValues", own["promotion"])),
+            "digest": leaf.hex(),
+        },
+    )
+
+
+def _text(value: object) -> str:
+    return storable(value) if isinstance(value, str) else storable(repr(value))
+
+
+def _changed_record(key: AnyKey, ident: str, own: Mapping[str, object], leaf: bytes) -> FactRecord:
+    """The record of a fact changed below the API: its fields as they read now, each made
+    valid (text made storable, a value that is not made text or dropped), under the key
+    and id it was promoted with, with the leaf kept for it."""
+    payload: object = own.get("payload")
+    try:
+        payload = freeze_json(payload, escape=True)
+    except ValueError:
+        payload = _text(payload)
+    confidence = own.get("confidence")
+    evidence = own.get("evidence")
+    fields: dict[str, object] = {
+        "key": key,
+        "id": ident,
+        "content": _text(own.get("content")),
+        "payload": payload,
+        "confidence": (
+            confidence if type(confidence) is float and math.isfinite(confidence) else 0.0
+        ),
+        "provenance": _text(own.get("provenance")),
+        "target": None,
+        "evidence": (
+            tuple(_text(ref) for ref in cast("Sequence[object]", evidence))
+            if isinstance(evidence, tuple | list)
+            else ()
+        ),
+        "promotion": {
+            "cycle": -1,
+            "suggestor": "",
+            "suggestor_id": -1,
+            "clock": -1,
+            "gate": "engine",
+        },
+        "digest": leaf.hex(),
+    }
+    try:
+        fields["promotion"] = PromotionRecord.model_validate(
+            record_of(cast("PromotionValues", own.get("promotion"))).__dict__
+        )
+    except (ValidationError, TypeError, ValueError):
+        pass  # the placeholder: its record no longer reads
+    target = own.get("target")
+    if isinstance(target, str):
+        fields["target"] = target
+    try:
+        return FactRecord.model_validate(fields, strict=False)
+    except ValidationError:
+        fields["target"] = None
+        return FactRecord.model_validate(fields, strict=False)
 
 
 @final

@@ -20,13 +20,15 @@ declared when their modules are imported, before any run.
 The Merkle root is built from the kept leaves, never from a digest read off a fact later, so
 a fact object changed below the public API (its `__dict__` written with
 `object.__setattr__`, say, and its `digest` recomputed) changes neither the root nor the
-proof, and `verify` finds it.
+proof, and `verify` finds it. Code that rewrites the kept leaf as well (the stores'
+private lists) is past what the process can find by itself: replaying the recorded effects
+finds it (see the integrity docs, "In-process code").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import chain
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain, islice
 from typing import Protocol, final
 
 from ._canonical import merkle_root
@@ -230,6 +232,19 @@ class ContextSnapshot:
         """Every fact with the leaf digest the engine kept for it, in `facts()` order."""
         for _, view in self._views():
             yield from zip(view, view.leaves(), strict=True)
+
+    def _kept(
+        self, since: Mapping[AnyKey, int] | None = None
+    ) -> Iterator[tuple[AnyKey, FactStore, Fact, bytes]]:
+        """Every fact in `facts()` order (past `since[key]` under each key, when given), with
+        the store that keeps it and the leaf digest kept for it."""
+        for key, store in self._stores.items():
+            length = self._seen(store)
+            start = 0 if since is None else since.get(key, 0)
+            if length > start:
+                facts = store.facts[start:length] if start else islice(store.facts, length)
+                for fact, leaf in zip(facts, store.leaves[start:length], strict=False):
+                    yield key, store, fact, leaf
 
     def _seen(self, store: FactStore) -> int:
         """How many of `store`'s facts this snapshot sees."""

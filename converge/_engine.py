@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Literal, final
 
 from ._abort import reraise
-from ._arguments import check_settings, checked_inputs, checked_start
+from ._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._budget import Budget
 from ._checkpoint import Checkpoint
 from ._config import RunConfig
@@ -102,6 +102,8 @@ class Engine:
         check_settings(
             observers, max_concurrency, suggestor_timeout, on_conflict, on_suggestor_error
         )
+        check_label("name", name)
+        check_label("formation", formation)
         self._config = RunConfig(
             budget=budget or Budget(),
             policy=policy or PromotionPolicy(),
@@ -233,12 +235,17 @@ class Engine:
         state = RunState.start(start, given, run_id=run_id)
         view = self._registry.view()
         saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
-        loop = RunLoop(config, view, state, saver)
+        loop = RunLoop(config, view, state, saver, check_facts=self._facts_leave())
 
         async def run_and_save() -> ConvergeResult:
             return await self._keeper.save(await loop.start(), 0, saver)
 
         return await reraise(with_lease(saver, run_and_save))
+
+    def _facts_leave(self) -> bool:
+        """Whether a run's facts leave this process (saved or signed), so the run ends with
+        every fact checked against the leaf the context kept at its promotion."""
+        return self._keeper.store is not None or self._config.signing_key is not None
 
     @property
     def store(self) -> RunStore | None:
@@ -358,7 +365,7 @@ class Engine:
         if continuation is not None:
             state.continuations = (*state.continuations, continuation)
         saver = self._keeper.saver(state.run_id, view.fingerprint, expected)
-        loop = RunLoop(self._config, view, state, saver)
+        loop = RunLoop(self._config, view, state, saver, check_facts=self._facts_leave())
 
         async def resume_and_save() -> ConvergeResult:
             result = await loop.resume(checkpoint.pending, chosen)

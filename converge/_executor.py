@@ -16,22 +16,26 @@ directly, and the run's `CancelWatch` tells its stray cancellation from the run'
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from math import inf
 from time import perf_counter
 from types import CoroutineType
-from typing import Any, Literal, final
+from typing import Any, Literal, cast, final
 
 import anyio
 import anyio.lowlevel
 
 from ._abort import SuggestorAbort
-from ._calls import Slot, failure
+from ._calls import Recorder, Slot, failure
+from ._canonical import FrozenDict, freeze_json
 from ._context import ContextSnapshot
-from ._effect import AgentEffect
+from ._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
+from ._gate import admit, stand_in
+from ._model import trusted
+from ._text import storable
 from ._watch import raise_if_cancelled
 
-__all__ = ["LATE", "ErrorMode", "Executor"]
+__all__ = ["LATE", "ErrorMode", "Executor", "checked_effect"]
 
 ErrorMode = Literal["isolate", "raise"]
 
@@ -51,7 +55,7 @@ class Executor:
         max_concurrency: int | None,
         timeout: float | None,
         mode: ErrorMode,
-        record_effects: bool = False,
+        record_effects: Recorder | None = None,
     ) -> None:
         self._record = record_effects
         self._limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
@@ -159,21 +163,11 @@ class Executor:
 
     def settle(self, slot: Slot, effect: object, started: float, finished: float) -> None:
         """Fill the slot with the effect a call returned in time, checked, or its failure."""
-        name = slot.reg.name
-        if not isinstance(effect, AgentEffect):
-            error = TypeError(
-                f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
-            )
-            slot.failed(started, error)
-        elif type(effect.proposals) is not tuple or type(effect.tokens) is not int:
-            error = TypeError(  # an AgentEffect built around validation (model_construct)
-                f"execute() of {name!r} returned an AgentEffect that skipped validation "
-                f"(proposals: {type(effect.proposals).__name__}, "
-                f"tokens: {type(effect.tokens).__name__})"
-            )
-            slot.failed(started, error)
+        checked = checked_effect(effect, slot.reg.name)
+        if isinstance(checked, str):
+            slot.failed(started, TypeError(checked))
         else:
-            slot.succeeded(effect, started, finished, self._record)
+            slot.succeeded(checked, started, finished, self._record)
 
     async def _scoped(
         self, slot: Slot, call: Awaitable[object], started: float
@@ -228,6 +222,123 @@ class Executor:
             slot.late = True
             return True
         return False
+
+
+def checked_effect(effect: object, name: str) -> AgentEffect | str:
+    """`effect` as returned, when it is an `AgentEffect` as validation leaves it; a valid
+    copy when only its refusals or metadata need making valid; else what is wrong with it.
+
+    An effect built around validation (`BaseModel.model_construct`) may hold anything.
+    Its proposals are the gate's to check (`Gate`); everything else the engine keeps or
+    merges is checked here, so nothing of it reaches the trace unvalidated: the proposals a
+    tuple, the tokens an `int` in [0, 2**63 - 1] (`tokens_unknown` a `bool`), each refusal
+    a `Refusal` with a text reason (a proposal that does not validate becomes its stand-in),
+    the metadata a JSON object within `MAX_METADATA_BYTES` (its text made storable).
+    """
+    if type(effect) is not AgentEffect:
+        return f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
+    own: Mapping[str, object] = effect.__dict__
+    if _intact(own):
+        return effect
+    proposals = own.get("proposals")
+    tokens = own.get("tokens")
+    unknown = own.get("tokens_unknown", False)
+    refused = own.get("refused")
+    metadata = own.get("metadata")
+    problems: list[str] = []
+    if type(proposals) is not tuple:
+        problems.append(f"proposals: {_kind(proposals)}")
+    if type(unknown) is not bool:
+        problems.append(f"tokens_unknown: {_kind(unknown)}")
+    if type(tokens) is not int:
+        problems.append(f"tokens: {_kind(tokens)}")
+    elif not 0 <= tokens <= MAX_TOKENS:
+        problems.append("tokens: an int outside [0, 2**63 - 1]")
+    checked_refused = _refusals(refused, problems)
+    checked_metadata = _metadata(metadata, problems)
+    if problems:  # an AgentEffect built around validation (model_construct)
+        return (
+            f"execute() of {name!r} returned an AgentEffect that skipped validation "
+            f"({'; '.join(problems)})"
+        )
+    if checked_refused is refused and checked_metadata is metadata and "tokens_unknown" in own:
+        return effect
+    return trusted(
+        AgentEffect,
+        {
+            "proposals": proposals,
+            "tokens": tokens,
+            "tokens_unknown": unknown,
+            "refused": checked_refused,
+            "metadata": checked_metadata,
+        },
+    )
+
+
+def _intact(own: Mapping[str, object]) -> bool:
+    """Whether an effect's fields are what nearly every effect's are: as validation leaves
+    them, with no refusal and no metadata."""
+    tokens = own.get("tokens")
+    refused = own.get("refused")
+    return (
+        type(own.get("proposals")) is tuple
+        and type(tokens) is int
+        and 0 <= tokens <= MAX_TOKENS
+        and type(own.get("tokens_unknown")) is bool
+        and type(refused) is tuple
+        and not refused
+        and own.get("metadata") is None
+    )
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def _refusals(refused: object, problems: list[str]) -> object:
+    """`refused` if every refusal is valid, or their valid copies; a problem added if not."""
+    if not isinstance(refused, tuple):
+        problems.append(f"refused: {_kind(refused)}")
+        return refused
+    items = cast("tuple[object, ...]", refused)
+    checked: list[Refusal] = []
+    changed = False
+    for index, refusal in enumerate(items):
+        if type(refusal) is not Refusal:
+            problems.append(f"refused[{index}]: {_kind(refusal)}")
+            continue
+        fields: Mapping[str, object] = refusal.__dict__
+        reason = fields.get("reason")
+        if not isinstance(reason, str) or not reason:
+            problems.append(f"refused[{index}].reason: {_kind(reason)}, not a text")
+            continue
+        text = storable(reason)
+        proposal: object = fields.get("proposal")
+        admitted = admit(proposal)
+        valid = stand_in(proposal) if isinstance(admitted, str) else admitted
+        if text is not reason or valid is not proposal:
+            changed = True
+            refusal = trusted(Refusal, {"proposal": valid, "reason": text})
+        checked.append(refusal)
+    return tuple(checked) if changed else items
+
+
+def _metadata(metadata: object, problems: list[str]) -> object:
+    """`metadata` if it is valid, or its valid copy; a problem added if neither."""
+    if metadata is None:
+        return None
+    checked: object = metadata
+    try:
+        if type(metadata) is not FrozenDict:
+            if not isinstance(metadata, dict):
+                raise ValueError(f"a {_kind(metadata)}, not a JSON object")
+            checked = freeze_json(cast("object", metadata), "metadata", escape=True)
+        problem = metadata_problem(cast("FrozenDict", checked))
+    except ValueError as error:
+        problem = str(error)
+    if problem is not None:
+        problems.append(f"metadata: {problem}")
+    return checked
 
 
 _Steps = Generator[Any, Any, object] | Coroutine[Any, Any, object]

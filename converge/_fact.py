@@ -11,8 +11,13 @@ in `_seal` (`object.__new__`, never `Fact.__new__`), from two places only: the g
 (`_checkpoint.restore_fact`, a record coming back from JSON).
 
 Code that reaches below the public API (`object.__setattr__`, `dict.__setitem__` on the
-`__dict__`) can still change a fact object; the context keeps the leaf digest the seal computed,
-so such a fact no longer verifies, restores nor resumes (`_context`, `_integrity`).
+`__dict__` or on the frozen payload) can still change a fact object. The context keeps the leaf
+digest the seal computed from the fact's canonical bytes (`_context`); the engine checks every
+fact against it whenever it writes facts out, and when a run that is saved or signed ends
+(`_integrity.changed`, `_checkpoint.fact_records`), so such a run ends `INVARIANT_VIOLATED`
+naming the fact, its records are never signed, and it no longer verifies, restores nor
+resumes. Code that rewrites the context's kept leaves as well is past what one process can
+catch by itself: the integrity docs, "In-process code".
 """
 
 from __future__ import annotations

@@ -28,13 +28,23 @@ from ._key import AnyKey, ContextKey, Key, key_named
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._seal import Stamp
+from ._text import storable, utf8_size
 
-__all__ = ["RESERVED_PREFIX", "Gate", "PromotionPolicy", "Stamps", "stand_in", "unhashable"]
+__all__ = [
+    "RESERVED_PREFIX",
+    "Gate",
+    "PromotionPolicy",
+    "Stamps",
+    "field_reason",
+    "stand_in",
+    "unhashable",
+]
 
 _INVISIBLE: Final = (
     "\u200b\u200c\u200d\u200e\u200f\u2060\ufeff"  # zero-width characters, word joiner, BOM
     "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # bidirectional controls
 )
+
 _BAD_ID_CHARACTER: Final = re.compile(f"[\\s\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
 RESERVED_PREFIX: Final = "hitl-rejected:"
 """Ids under `DIAGNOSTIC` with this prefix are the notes human rejections leave."""
@@ -100,7 +110,7 @@ def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
     return None
 
 
-def _field_reason(policy: PromotionPolicy, proposal: ProposedFact, gate: GateKind) -> str | None:
+def field_reason(policy: PromotionPolicy, proposal: ProposedFact, gate: GateKind) -> str | None:
     """The checks of one proposal's own fields, in order: content, provenance, id, sizes."""
     content = proposal.content
     provenance = proposal.provenance
@@ -117,14 +127,14 @@ def _field_reason(policy: PromotionPolicy, proposal: ProposedFact, gate: GateKin
     if reason is not None:
         return reason
     if len(content) * 4 > policy.max_content_bytes:
-        size = len(content.encode("utf-8"))
+        size = utf8_size(content)
         if size > policy.max_content_bytes:
             return f"content is {size} bytes, over the limit of {policy.max_content_bytes}"
     payload = proposal.payload
     if payload is not None:
         text = payload_json(payload)
         if len(text) * 4 > policy.max_payload_bytes:
-            size = len(text.encode("utf-8"))
+            size = utf8_size(text)
             if size > policy.max_payload_bytes:
                 return (
                     f"payload is {size} bytes of canonical JSON, "
@@ -238,7 +248,7 @@ def admit(proposal: object) -> ProposedFact | str:
 
 def _text(value: object, default: str) -> str:
     if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return storable(value)
     return default if value is None else _shown(value, 256)
 
 
@@ -260,8 +270,9 @@ def _unit(value: object) -> float:
 def stand_in(proposal: object) -> ProposedFact:
     """A valid proposal that records one that is not, for its `Rejection`.
 
-    The fields that validate are kept (text with a lone surrogate escaped); the others become
-    placeholders: key `DIAGNOSTIC`, id and text the value's `repr`, no payload, confidence 0.
+    The fields that validate are kept (text made storable: see `_text.storable`); the others
+    become placeholders: key `DIAGNOSTIC`, id and text the value's `repr`, no payload,
+    confidence 0.
     """
     raw = getattr(proposal, "__dict__", None)
     fields: dict[str, object] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
@@ -362,7 +373,7 @@ class Gate:
             or len(content) * 4 > max_content
             or payload is not None
         ):
-            reason = _field_reason(self._policy, proposal, self._kind)
+            reason = field_reason(self._policy, proposal, self._kind)
             if reason is not None:
                 return reason
         if writes is not None and key not in writes:
@@ -384,6 +395,11 @@ class Gate:
         if refused and (key, ident) in refused:
             return f"{key}/{ident} was rejected by a human in this run"
         return None
+
+    @property
+    def policy(self) -> PromotionPolicy:
+        """The limits this gate checks proposals against."""
+        return self._policy
 
     def stamp(self, suggestor: str, suggestor_id: int, approved_by: str | None = None) -> Stamp:
         """What promotes the proposals of `suggestor` that pass (`Stamp.promote`). One without

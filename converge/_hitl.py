@@ -6,11 +6,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Final, Literal, final
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from ._key import KeyField
 from ._model import FrozenModel
 from ._proposal import ProposedFact
+from ._text import identity_problem, storable
 
 __all__ = ["GateDecision", "GateRequest", "HitlPolicy", "TimeoutAction", "utc_now"]
 
@@ -133,9 +134,25 @@ class GateDecision(FrozenModel, frozen=True):
     approved: bool
     """Whether the proposal becomes a fact."""
     by: str = Field(min_length=1)
-    """Who decided (`"timeout"` for an expired gate)."""
+    """Who decided (`"timeout"` for an expired gate): a name, so no lone surrogate, control
+    character, or invisible or bidirectional control."""
     reason: str | None = None
-    """Why, for a rejection."""
+    """Why, for a rejection. Text that cannot be stored (a lone surrogate, NUL) is escaped
+    and said so, and a reason is cut past 65,536 characters."""
+
+    @field_validator("gate_id", "by", mode="before")
+    @classmethod
+    def _is_a_name(cls, value: object) -> object:
+        if isinstance(value, str):
+            problem = identity_problem(value)
+            if problem is not None:
+                raise ValueError(f"{value!r} {problem}")
+        return value
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason_is_storable(cls, value: object) -> object:
+        return storable(value) if isinstance(value, str) else value
 
     @classmethod
     def approve(cls, gate_id: str, *, by: str) -> GateDecision:

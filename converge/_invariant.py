@@ -9,6 +9,7 @@ from typing import Protocol, final, runtime_checkable
 
 from ._context import Context
 from ._model import FrozenModel, trusted
+from ._text import storable
 
 __all__ = [
     "Invariant",
@@ -88,7 +89,11 @@ class Violation(FrozenModel, frozen=True):
 
 
 def check_invariants(invariants: Sequence[Invariant], ctx: Context, cycle: int) -> list[Violation]:
-    """Check each invariant; return every violation. One that raises counts as violated."""
+    """Check each invariant; return every violation. One that raises counts as violated.
+
+    A violation's name and reason are made storable (`_text.storable`): whatever text an
+    invariant gives, the record keeps it.
+    """
     found: list[Violation] = []
     for invariant in invariants:
         try:
@@ -100,18 +105,27 @@ def check_invariants(invariants: Sequence[Invariant], ctx: Context, cycle: int) 
             else:
                 reason = f"check() returned {type(result).__name__}, expected InvariantResult"
         except Exception as error:
-            last = traceback.extract_tb(error.__traceback__)[-1:]
-            where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
-            reason = f"check() raised {type(error).__name__}: {error}{where}"
+            reason = _raised(error)
         found.append(
             trusted(
                 Violation,
                 {
-                    "invariant": invariant.name,
+                    "invariant": storable(invariant.name),
                     "invariant_class": InvariantClass(invariant.invariant_class),
                     "cycle": cycle,
-                    "reason": reason,
+                    "reason": storable(reason),
                 },
             )
         )
     return found
+
+
+def _raised(error: Exception) -> str:
+    """What an invariant's `check` raised, and where."""
+    last = traceback.extract_tb(error.__traceback__)[-1:]
+    where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
+    try:
+        message = str(error)
+    except Exception as failed:  # a hostile or broken __str__
+        message = f"(its str() raised {type(failed).__name__})"
+    return f"check() raised {type(error).__name__}: {message}{where}"

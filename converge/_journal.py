@@ -15,7 +15,7 @@ from hashlib import sha256
 from typing import Literal, final
 
 from ._canonical import merkle_root
-from ._checkpoint import Checkpoint, FactRecord
+from ._checkpoint import Checkpoint, FactRecord, fact_records
 from ._exceptions import StoreError
 from ._hitl import GateDecision
 from ._integrity import IntegrityProof
@@ -63,6 +63,7 @@ class Journal:
     """
 
     __slots__ = (
+        "_changed",
         "_counts",
         "_cycles",
         "_decisions",
@@ -98,6 +99,8 @@ class Journal:
         self._length = 0
         self._digest = ""
         self._pending: tuple[dict[AnyKey, int], int, int, int, CycleTrace | None] | None = None
+        self._changed = False
+        """A fact this journal recorded was found changed below the API: heads go unsigned."""
 
     def progress(
         self,
@@ -107,7 +110,12 @@ class Journal:
         status: Literal[RunStatus.RUNNING, RunStatus.INTERRUPTED] = RunStatus.RUNNING,
         lease_seconds: float,
     ) -> RunProgress:
-        """The save of `state` as it stands after its last merged cycle."""
+        """The save of `state` as it stands after its last merged cycle.
+
+        The new facts are recorded with the leaves kept at their promotion, and checked
+        against them: once one was found changed below the API, no head of the run is signed
+        (the run then ends `INVARIANT_VIOLATED`, and its record is not signed either).
+        """
         restart = not self._digest
         length, digest = (0, genesis(self.run_id)) if restart else (self._length, self._digest)
         delta, marks = self._delta(state)
@@ -133,14 +141,10 @@ class Journal:
         self, state: RunState
     ) -> tuple[CycleDelta, tuple[dict[AnyKey, int], int, int, int, CycleTrace | None]]:
         snapshot = state.snapshot
-        counts = dict(self._counts)
-        facts: list[FactRecord] = []
-        for key in snapshot.keys():
-            held = snapshot.get(key)
-            start = counts.get(key, 0)
-            if len(held) > start:
-                facts.extend(FactRecord.of(fact) for fact in held[start:])
-                counts[key] = len(held)
+        # the new facts, each with the leaf kept at its promotion, checked against it
+        facts, problem = fact_records(snapshot, self._counts)
+        self._changed = self._changed or problem is not None
+        counts = {key: snapshot.count(key) for key in snapshot.keys()}
         cycles = state.cycles
         first = self._cycles
         if first and cycles[first - 1] is not self._last:
@@ -148,7 +152,7 @@ class Journal:
         delta = trusted(
             CycleDelta,
             {
-                "facts": tuple(facts),
+                "facts": facts,
                 "rejections": tuple(state.rejections[self._rejections :]),
                 "decisions": tuple(state.decisions[self._decisions :]),
                 "cycles": tuple(cycles[first:]),
@@ -190,7 +194,7 @@ class Journal:
                 "signature": None,
             },
         )
-        if self._key is None:
+        if self._key is None or self._changed:
             return head
         return head.model_copy(update={"signature": signature_of(head, self._key)})
 

@@ -17,11 +17,11 @@ import anyio
 
 from ._abort import SuggestorAbort
 from ._budget import Stopwatch, time_detail
-from ._calls import Returned, Slot, failure, records, returned
+from ._calls import Recorder, Returned, Slot, failure, records, returned
 from ._config import RunConfig
 from ._context import ContextSnapshot
 from ._effect import AgentEffect
-from ._executor import Executor
+from ._executor import Executor, checked_effect
 from ._hitl import GateRequest
 from ._key import AnyKey
 from ._registry import Registration, RegistryView
@@ -69,11 +69,12 @@ class LiveEffects:
         self._view = view
         self._watch = watch
         self._retries = Retries.replayed(view.own_retries, config.retry, history)
+        self._record_effects = Recorder(config.policy) if config.record_effects else None
         self._executor = Executor(
             max_concurrency=config.max_concurrency,
             timeout=config.suggestor_timeout,
             mode=config.on_suggestor_error,
-            record_effects=config.record_effects,
+            record_effects=self._record_effects,
         )
         self._budget = budget = config.budget
         # read once: the budget is frozen, and a model's attributes are slower to load
@@ -83,7 +84,6 @@ class LiveEffects:
         self._max_seconds = budget.max_seconds
         self._stopwatch = stopwatch
         self._raise = config.on_suggestor_error == "raise"
-        self._record_effects = config.record_effects
         self._alone = config.suggestor_timeout is None and self._max_seconds is None
         """Whether a lone eligible suggestor is awaited directly (nothing limits its time)."""
         self._events = events
@@ -135,14 +135,12 @@ class LiveEffects:
             await watch.honour(native)
         # The executor's checks (`Executor.settle` names what is wrong): a suggestor's
         # annotations do not say what it returns.
-        if (
-            not isinstance(effect, AgentEffect)  # pyright: ignore[reportUnnecessaryIsInstance]
-            or type(effect.proposals) is not tuple
-            or type(effect.tokens) is not int
-        ):
+        checked = checked_effect(effect, reg.name)
+        if isinstance(checked, str):
             slot = Slot(reg)
-            self._executor.settle(slot, effect, started, finished)
+            slot.failed(started, TypeError(checked))
             return self._lone_failure(cycle, eligible, slot, started)
+        effect = checked
         record = returned(reg, effect, started, finished, self._record_effects)
         return Batch((reg,), [record], ((reg, effect),), effect.tokens, None, False)
 

@@ -32,8 +32,10 @@ from ._invariant import Invariant, Violation, check_invariants
 from ._key import AnyKey
 from ._model import trusted
 from ._proposal import ProposedFact
+from ._recordable import recordable
 from ._result import Conflict
 from ._seal import Stamp
+from ._text import storable
 from ._trace import Rejection
 
 __all__ = ["ConflictMode", "Merger", "identical"]
@@ -48,15 +50,6 @@ and most cycles of a run add one of the same few (a set of one key alone is 216 
 _MAX_KEY_SETS: Final = 1024
 _ONE_KEY: Final[dict[AnyKey, frozenset[AnyKey]]] = {}
 """The sets of one key in `_KEY_SETS`, by their key."""
-
-
-def _recordable(proposal: ProposedFact) -> ProposedFact:
-    """`proposal`, or its stand-in when a copy that skipped validation cannot be serialised."""
-    try:
-        check_hashable(proposal)
-    except ValueError:
-        return stand_in(proposal)
-    return proposal
 
 
 def identical(fact: Fact, proposal: ProposedFact) -> bool:
@@ -283,7 +276,7 @@ class Merger:
             return None
         if self._mode == "stop":
             return Conflict(
-                proposal=_recordable(proposal),
+                proposal=recordable(proposal, self.gate.policy),
                 suggestor=suggestor,
                 cycle=self._cycle,
                 existing_provenance=existing.provenance,
@@ -310,13 +303,15 @@ class Merger:
             self.rejections.append(self._rejection(refusal.proposal, suggestor, reason))
 
     def _rejection(self, proposal: ProposedFact, suggestor: str, reason: str) -> Rejection:
+        """The record of a refused proposal: validated and bounded (`recordable`), its reason
+        made storable (`_text.storable`)."""
         return trusted(
             Rejection,
             {
-                "proposal": _recordable(proposal),
+                "proposal": recordable(proposal, self.gate.policy),
                 "suggestor": suggestor,
                 "cycle": self._cycle,
-                "reason": reason,
+                "reason": storable(reason),
             },
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
-from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
+from ._checkpoint import Checkpoint, fact_records, restore_snapshot
 from ._cycle_log import CycleLog
 from ._exceptions import InvalidCheckpointError, InvalidResumeError, RunNotFoundError
 from ._hitl import GateDecision, GateRequest, HitlPolicy
@@ -72,14 +72,17 @@ def checkpoint_of(
     elapsed: float,
     key: bytes | None,
 ) -> Checkpoint:
-    """The signed checkpoint of a run that stopped for `held` gates."""
+    """The signed checkpoint of a run that stopped for `held` gates; unsigned when a fact was
+    changed below the API since its promotion (the run then does not pause: `RunLoop._finish`
+    ends it on the change and drops the checkpoint)."""
     snapshot = state.snapshot
     registrations, invariants = fingerprint
+    facts, problem = fact_records(snapshot)
     checkpoint = Checkpoint(
         run_id=state.run_id,
         registrations=registrations,
         invariants=invariants,
-        facts=tuple(FactRecord.of(fact) for fact in snapshot.facts()),
+        facts=facts,
         merkle_root=snapshot.merkle_root(),
         clock=snapshot.clock,
         version=snapshot.version,
@@ -97,7 +100,7 @@ def checkpoint_of(
         initial_root=state.initial_root,
         continuations=state.continuations,
     )
-    return sign(checkpoint, key)
+    return sign(checkpoint, None if problem is not None else key)
 
 
 def _keys_of(checkpoint: Checkpoint) -> Iterator[AnyKey | None]:

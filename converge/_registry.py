@@ -12,6 +12,7 @@ from ._invariant import Invariant, InvariantClass
 from ._key import AnyKey
 from ._retry import RetryPolicy
 from ._suggestor import Suggestor, SuggestorId, describe_suggestor
+from ._text import identity_problem
 
 __all__ = ["Candidates", "Registration", "Registry", "RegistryView"]
 
@@ -144,6 +145,13 @@ class RegistryView:
         return tuple(unique[sid] for sid in sorted(unique))
 
 
+def _check_name(what: str, name: str) -> None:
+    """Refuse a name no record can keep as it is (`_text.identity_problem`)."""
+    problem = identity_problem(name)
+    if problem is not None:
+        raise ConfigurationError(f"{what} {name!r} {problem}")
+
+
 @final
 class Registry:
     """The engine's registrations; builds a cached `RegistryView` for each run."""
@@ -173,6 +181,7 @@ class Registry:
 
     def add(self, suggestor: Suggestor, pack: str | None) -> SuggestorId:
         name, dependencies, writes = describe_suggestor(suggestor)
+        _check_name("suggestor name", name)
         if name in self._names:
             first = next(reg for reg in self._registrations if reg.name == name)
             raise ConfigurationError(
@@ -189,6 +198,8 @@ class Registry:
             )
         if pack is not None and (not isinstance(pack, str) or not pack.strip()):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ConfigurationError(f"suggestor {name!r}: pack id must be a non-blank str")
+        if pack is not None:
+            _check_name("pack id", pack)
         retry: object = getattr(suggestor, "retry", None)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigurationError(
@@ -225,6 +236,10 @@ class Registry:
             raise ConfigurationError(
                 f"{kind} does not satisfy Invariant: 'name' must be a non-blank str"
             )
+        name = str.__str__(name)
+        _check_name("invariant name", name)
+        if pack is not None:
+            _check_name("pack id", pack)
         try:
             invariant_class = InvariantClass(getattr(invariant, "invariant_class"))  # noqa: B009
         except ValueError:

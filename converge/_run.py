@@ -58,6 +58,7 @@ class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
 
     __slots__ = (
+        "_check_facts",
         "_config",
         "_cycle_start",
         "_kept",
@@ -75,8 +76,13 @@ class RunLoop:
         view: RegistryView,
         state: RunState,
         saver: CycleSaver | None = None,
+        *,
+        check_facts: bool = False,
     ) -> None:
         self._config = config
+        self._check_facts = check_facts
+        """Check every fact against its kept leaf when the run ends (`RunState.changed_facts`):
+        for a run whose facts leave the process, saved or signed."""
         self._view = view
         self._state = state
         self._saver = saver
@@ -417,7 +423,10 @@ class RunLoop:
         checkpoint: Checkpoint | None = None,
     ) -> ConvergeResult:
         state = self._state
-        snapshot = state.snapshot
+        # a fact changed below the API since its promotion: checked when the facts leave the
+        # process (a saved or signed run, a checkpoint), not for a run that stays in memory
+        if (self._check_facts or checkpoint is not None) and (ended := state.changed_facts()):
+            (reason, detail), conflict, pending, checkpoint = ended, None, (), None
         fields: dict[str, object] = {
             "run_id": state.run_id,
             "inputs": state.inputs,
@@ -430,14 +439,14 @@ class RunLoop:
             "final_root": "",
             "continuations": state.continuations,
         }
-        ends = (state.origin, snapshot)
+        ends = (state.origin, state.snapshot)
         trace = partial(run_trace, fields, state.cycles, len(state.cycles), ends)
-        proof = self.events.run_finished(state.cycle, reason, detail, snapshot, state.tokens)
+        proof = self.events.run_finished(state.cycle, reason, detail, state.snapshot, state.tokens)
         return ConvergeResult(
             stop_reason=reason,
             detail=detail,
             cycles=state.cycle,
-            context=snapshot,
+            context=state.snapshot,
             _integrity=proof,  # else built on the first read of `integrity`
             _trace=trace,
             rejections=tuple(state.rejections),

@@ -26,7 +26,7 @@ from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues,
 from ._model import set_dict
 from ._proposal import ProposedFact
 
-__all__ = ["Stamp", "fact_digest", "seal"]
+__all__ = ["Stamp", "fact_digest", "seal", "unchanged"]
 
 _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
 _sha256 = hashlib.sha256
@@ -101,6 +101,18 @@ def fact_digest(fact: Fact) -> bytes:
     text = None if payload is None else canonical_json(payload).decode("utf-8")
     head, tail = _record_text(approved_by, gate, suggestor, suggestor_id)
     return _leaf(own, text, head, clock, cycle, tail)
+
+
+def unchanged(fact: Fact, leaf: bytes) -> bool:
+    """Whether `fact`'s fields still give `leaf`, and the fact carries it as its `digest`
+    (`fact_digest`, for the checks of a context's facts: `_integrity.changed` and
+    `_checkpoint.fact_records`). False, never an exception, for a fact changed below the API
+    in any way: another value, another type, a field missing, text that cannot be encoded.
+    """
+    try:
+        return fact_digest(fact) == leaf and fact.__dict__["digest"] == leaf
+    except Exception:  # a field of another type, missing, unhashable or unencodable
+        return False
 
 
 def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:

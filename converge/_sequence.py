@@ -65,6 +65,13 @@ class FactStore:
         self.view: FactSequence | None = None
         """The last view handed out (`sequence`), kept while the store holds as many."""
 
+    def ident(self, fact: Fact) -> str:
+        """The id `fact` (an object of this store) was added with, whatever it says now."""
+        for ident, kept in self.by_id.items():
+            if kept is fact:
+                return ident
+        raise LookupError("the fact is not one of this store's")
+
     def visible(self, size: int) -> int:
         """How many of the facts a snapshot of `size` facts sees (those below `size`)."""
         facts = self.facts

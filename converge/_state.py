@@ -13,10 +13,12 @@ from typing import final
 from ._context import ContextSnapshot
 from ._cycle_log import CycleLog
 from ._hitl import GateDecision
+from ._integrity import changed, ended_on, violation
 from ._invariant import Violation
 from ._key import AnyKey
 from ._model import trusted
 from ._proposal import ProposedFact
+from ._stop import StopReason
 from ._trace import Continuation, Rejection, RunTrace
 
 __all__ = ["Origin", "RunState", "root_of", "run_trace"]
@@ -51,6 +53,20 @@ class RunState:
         root = root_of(self.origin)
         self.origin = root
         return root
+
+    def changed_facts(self) -> tuple[StopReason, str] | None:
+        """The end-of-run check (`_integrity.changed`): when a fact changed below the API
+        since its promotion, how the run ends on it (`INVARIANT_VIOLATED`, naming the fact),
+        the built-in `integrity` violation recorded in the last cycle's trace; else `None`."""
+        problem = changed(self.snapshot)
+        if problem is None:
+            return None
+        cycles = self.cycles
+        if cycles and cycles[-1].cycle == self.cycle:
+            last = cycles[-1]
+            found = (*last.violations, violation(problem, self.cycle))
+            cycles.replace_last(last.model_copy(update={"violations": found}))
+        return StopReason.INVARIANT_VIOLATED, ended_on(problem)
 
     @classmethod
     def start(

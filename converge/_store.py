@@ -17,11 +17,11 @@ from typing import Final, Literal, Protocol, Self, final
 
 from pydantic import Field, model_validator
 
-from ._checkpoint import Checkpoint, FactRecord, restore_snapshot
+from ._checkpoint import Checkpoint, FactRecord, fact_records, restore_snapshot
 from ._context import ContextSnapshot
 from ._exceptions import StoreError
 from ._hitl import GateRequest
-from ._integrity import IntegrityProof
+from ._integrity import IntegrityProof, ended_on
 from ._invariant import Violation
 from ._key import KeyField
 from ._model import FrozenModel
@@ -244,21 +244,35 @@ class RunRecord(FrozenModel, frozen=True):
         formation: str | None = None,
         key: bytes | None = None,
     ) -> RunRecord:
-        """The record of a run's result, optionally naming its formation; signed with `key`."""
+        """The record of a run's result, optionally naming its formation; signed with `key`.
+
+        Each fact is recorded with the leaf digest the engine kept at its promotion, and
+        checked against it (`fact_records`). When a fact was changed below the API since, the
+        record says so and is not signed: it ends `INVARIANT_VIOLATED` on the built-in
+        `integrity` check (with no pending gate), and its facts do not verify.
+        """
+        facts, problem = fact_records(result.context)
+        stop_reason, detail, trace = result.stop_reason, result.detail, result.trace
+        if problem is not None:
+            key = None  # never signed as if it were what the engine promoted
+            detail = ended_on(problem)
+            if stop_reason is not StopReason.INVARIANT_VIOLATED or result.detail != detail:
+                stop_reason = StopReason.INVARIANT_VIOLATED
+                trace = trace.model_copy(update={"stop_reason": stop_reason, "detail": detail})
         record = cls(
             name=name,
             formation=formation,
             run_id=result.run_id,
-            stop_reason=result.stop_reason,
-            detail=result.detail,
+            stop_reason=stop_reason,
+            detail=detail,
             cycles=result.cycles,
             tokens=result.tokens,
             integrity=result.integrity,
-            trace=result.trace,
-            facts=tuple(FactRecord.of(fact) for fact in result.context.facts()),
+            trace=trace,
+            facts=facts,
             rejections=result.rejections,
-            pending=result.pending,
-            checkpoint=result.checkpoint,
+            pending=() if problem is not None else result.pending,
+            checkpoint=None if problem is not None else result.checkpoint,
             conflict=result.conflict,
             converge_version=__version__,
         )

@@ -16,10 +16,11 @@ from converge import (
     Context,
     ContextKey,
     Engine,
+    PromotionPolicy,
     ProposedFact,
     SuggestorId,
 )
-from converge._calls import Slot, failure, records
+from converge._calls import Recorder, Slot, failure, records
 from converge._registry import Registration
 
 H = ContextKey.HYPOTHESES
@@ -77,7 +78,7 @@ def test_a_slots_record_is_built_once_and_kept() -> None:
     slot = Slot(registration(0, "a"))
     assert slot.execution is None  # still running (or cancelled): no record
     effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
-    slot.succeeded(effect, 10.0, 10.25, record_effect=False)
+    slot.succeeded(effect, 10.0, 10.25, recorder=None)
     execution = slot.execution
     assert execution is not None
     assert execution is slot.execution
@@ -88,7 +89,7 @@ def test_records_keep_the_order_and_build_what_a_returned_call_left() -> None:
     refused = failure(registration(1, "b"), "failed", 0.0, ValueError("no"), phase="accepts")
     ran = Slot(registration(0, "a"))
     effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
-    ran.succeeded(effect, 1.0, 1.5, record_effect=True)
+    ran.succeeded(effect, 1.0, 1.5, recorder=Recorder(PromotionPolicy()))
     assert ran.returned is not None
     built = records([ran.returned, refused])
     assert [call.suggestor for call in built] == ["a", "b"]

@@ -106,7 +106,7 @@ def test_a_cycles_record_reads_back_every_part_in_order(
     regs = registry.view().registrations
     ran = [Slot(reg) for reg in regs[:eligible]]
     for slot in ran:
-        slot.succeeded(AgentEffect.empty(), 1.0, 1.5, record_effect=False)
+        slot.succeeded(AgentEffect.empty(), 1.0, 1.5, recorder=None)
     failed = [
         failure(reg, "failed", 0.0, ValueError("no"), phase="accepts") for reg in regs[2:][:refused]
     ]

@@ -9,8 +9,16 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from converge import AgentEffect, Context, ContextKey, ContextSnapshot, Suggestor, SuggestorId
-from converge._calls import Slot, describe_error, failure
+from converge import (
+    AgentEffect,
+    Context,
+    ContextKey,
+    ContextSnapshot,
+    PromotionPolicy,
+    Suggestor,
+    SuggestorId,
+)
+from converge._calls import Recorder, Slot, describe_error, failure
 from converge._executor import ErrorMode, Executor
 from converge._registry import Registration
 from tests.doubles import captured_cancellation, fact
@@ -81,7 +89,7 @@ def executor(
         max_concurrency=max_concurrency,
         timeout=timeout,
         mode=mode,
-        record_effects=record_effects,
+        record_effects=Recorder(PromotionPolicy()) if record_effects else None,
     )
 
 

@@ -34,7 +34,12 @@ def test_gate_rejects_with_reason(overrides: dict[str, object], reason: str) -> 
     assert result.context.find(SEEDS, "good") is not None
     [rejection] = result.rejections
     assert rejection.reason == reason
-    assert rejection.proposal == bad
+    if reason.startswith("content is 1"):  # kept once, its first characters and its size
+        content = rejection.proposal.content
+        assert content == bad.content[:1024] + f"… [{len(bad.content)} characters, truncated]"
+        assert rejection.proposal == bad.model_copy(update={"content": content})
+    else:
+        assert rejection.proposal == bad
     assert len(result.context) == 1
 
 

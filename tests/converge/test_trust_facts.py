@@ -28,10 +28,10 @@ from converge import (
     GateDecision,
     HitlPolicy,
     IntegrityProof,
-    InvalidCheckpointError,
     PromotionRecord,
     ProposedFact,
     RunRecord,
+    StopReason,
     StoreError,
     verify,
 )
@@ -235,12 +235,14 @@ def test_a_fact_rewritten_during_the_run_fails_its_own_proof() -> None:
 def test_a_fact_rewritten_during_the_run_does_not_restore_from_its_record() -> None:
     result = rewritten_run(Engine())
     record = RunRecord.of(result, key=b"k")
-    with pytest.raises(StoreError, match="Merkle root"):
+    refused = r"fact seeds/goal: digest .* does not match its fields"
+    with pytest.raises(StoreError, match=refused):  # recorded with the leaf kept for it
         record.restore_context()
     loaded = RunRecord.model_validate_json(record.model_dump_json())
-    loaded.verify_signature(b"k")  # signed as the engine saw it ...
-    with pytest.raises(StoreError, match="Merkle root"):
-        loaded.restore_context()  # ... and still refused
+    with pytest.raises(StoreError, match="unsigned"):  # never signed as the engine's ...
+        loaded.verify_signature(b"k")
+    with pytest.raises(StoreError, match=refused):
+        loaded.restore_context()  # ... and refused
 
 
 class Gated:
@@ -258,16 +260,14 @@ class Gated:
         )
 
 
-async def test_a_fact_rewritten_before_a_pause_does_not_resume_from_the_signed_checkpoint() -> None:
+async def test_a_fact_rewritten_before_a_pause_never_gets_a_signed_checkpoint() -> None:
     engine = Engine(hitl=HitlPolicy(confidence_below=0.5), signing_key=SIGNING_KEY)
     engine.register_suggestor(Gated())
     engine.register_suggestor(Rewriter())
-    paused = await engine.run(inputs=[seed()])
-    assert paused.checkpoint is not None
-    assert paused.checkpoint.signature is not None
-    decision = GateDecision.approve(paused.pending[0].gate_id, by="jane")
-    with pytest.raises(InvalidCheckpointError, match="Merkle root"):
-        await engine.resume(paused.checkpoint, [decision])
+    stopped = await engine.run(inputs=[seed()])
+    assert stopped.stop_reason is StopReason.INVARIANT_VIOLATED
+    assert stopped.detail.startswith("integrity: fact seeds/goal was changed")
+    assert (stopped.checkpoint, stopped.pending) == (None, ())
 
 
 class PromotionBreaker:
@@ -293,23 +293,25 @@ class PromotionBreaker:
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic's, dumping the broken record
 @pytest.mark.parametrize("values", [None, (1, 2), 5])
-async def test_a_fact_whose_promotion_was_broken_still_pauses_and_then_does_not_resume(
+async def test_a_fact_whose_promotion_was_broken_ends_the_run_instead_of_pausing(
     values: object,
 ) -> None:
-    # The run must still stop as designed and hand back its checkpoint, not raise from
-    # reading the broken record; the checkpoint must then be refused.
+    # The run must still stop, not raise from reading the broken record, and must not
+    # pause with a checkpoint holding it; its record must still be storable.
     engine = Engine(hitl=HitlPolicy(confidence_below=0.5), signing_key=SIGNING_KEY)
     engine.register_suggestor(Gated())
     engine.register_suggestor(PromotionBreaker(values))
-    paused = await engine.run(inputs=[seed()])
-    assert paused.checkpoint is not None
-    assert not verify(paused.context, paused.integrity)
-    goal = paused.context.find(SEEDS, "goal")
+    stopped = await engine.run(inputs=[seed()])
+    assert stopped.stop_reason is StopReason.INVARIANT_VIOLATED
+    assert stopped.checkpoint is None
+    assert not verify(stopped.context, stopped.integrity)
+    goal = stopped.context.find(SEEDS, "goal")
     assert goal is not None
     assert goal.promotion.cycle == values  # read back as it is, unvalidated
-    decision = GateDecision.approve(paused.pending[0].gate_id, by="jane")
-    with pytest.raises(InvalidCheckpointError):
-        await engine.resume(paused.checkpoint, [decision])
+    record = RunRecord.of(stopped, key=SIGNING_KEY.encode())
+    assert RunRecord.model_validate_json(record.model_dump_json()) == record
+    with pytest.raises(StoreError, match="fact seeds/goal: digest"):
+        record.restore_context()
 
 
 # --- B: payloads are frozen at validation and shared, never copied ---------------------------

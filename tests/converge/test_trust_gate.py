@@ -439,7 +439,11 @@ def test_a_refused_copy_holding_a_lone_surrogate_is_recorded_as_json() -> None:
     reasons = [rejection.reason for rejection in result.rejections]
     assert reasons[0] == "provenance is blank"
     assert reasons[1].startswith("conflicts with existing fact hypotheses/a")
-    assert [r.proposal.content for r in result.rejections] == ["x\\ud800", "y\\ud800"]
+    escaped = " [1 unstorable character escaped]"
+    assert [r.proposal.content for r in result.rejections] == [
+        "x\\ud800" + escaped,
+        "y\\ud800" + escaped,
+    ]
     record = RunRecord.of(result)
     assert RunRecord.model_validate_json(record.model_dump_json()).rejections == result.rejections
 
