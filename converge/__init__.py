@@ -60,6 +60,7 @@ from ._log import get_logger
 from ._merge import ConflictMode
 from ._pack import GateVerdict, Pack
 from ._proposal import ProposedFact
+from ._public import publish as _publish
 from ._report import render_report
 from ._result import Conflict, ConvergeResult
 from ._retry import RetryPolicy
@@ -165,3 +166,5 @@ __all__ = [
     "suggestor",
     "verify",
 ]
+
+_publish(__name__, globals(), __all__)

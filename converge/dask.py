@@ -42,6 +42,7 @@ from ._cli_support import CliError, load_formation, locate
 from ._durable import DEFAULT_LEASE, Durability
 from ._exceptions import ConfigurationError, RunNotFoundError
 from ._proposal import ProposedFact
+from ._public import publish as _publish
 from ._stop import RunStatus
 from ._sync import call_sync
 
@@ -355,3 +356,6 @@ async def _recovered(
         if callable(close):
             close()
     return found
+
+
+_publish(__name__, globals(), __all__)

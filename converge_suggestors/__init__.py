@@ -62,3 +62,15 @@ __all__ = [
     "ValidationConfig",
     "ValidationResult",
 ]
+
+
+# Public classes report their public path (`converge_suggestors.LlmSuggestor`), as
+# `converge`'s do, whatever private module they live in.
+def _publish() -> None:
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and value.__module__.startswith(f"{__name__}._"):
+            value.__module__ = __name__
+
+
+_publish()

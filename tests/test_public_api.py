@@ -47,3 +47,74 @@ def test_converge_does_not_import_converge_suggestors() -> None:
     code = "import sys, converge; print('converge_suggestors' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+PUBLIC_MODULES = [
+    "converge",
+    "converge.stores",
+    "converge.ui",
+    "converge.dask",
+    "converge_suggestors",
+]
+
+
+@pytest.mark.parametrize("package", PUBLIC_MODULES)
+def test_public_classes_and_functions_report_a_public_path(package: str) -> None:
+    """`repr(converge.Engine)` names `converge`, not the private module that holds it."""
+    module = importlib.import_module(package)
+    private = [
+        f"{name}: {value.__module__}"
+        for name in module.__all__
+        if (inspect.isclass(value := getattr(module, name)) or inspect.isfunction(value))
+        and any(part.startswith("_") for part in value.__module__.split(".")[1:])
+    ]
+    assert private == []
+
+
+def test_repr_of_a_public_class_is_its_public_path() -> None:
+    import converge
+
+    assert repr(converge.Engine) == "<class 'converge.Engine'>"
+    assert repr(converge.Fact) == "<class 'converge.Fact'>"
+
+
+def test_pickles_of_public_models_come_back_under_their_public_path() -> None:
+    import pickle
+
+    from converge import ContextKey, Engine, GateDecision, ProposedFact, RunRecord
+
+    proposal = ProposedFact(key=ContextKey.SEEDS, id="a", content="c", provenance="p")
+    decision = GateDecision.approve("gate:1:seeds/a", by="ana")
+    record = RunRecord.of(Engine().run_sync(inputs=[proposal]))
+    for value in (proposal, decision, record):
+        dumped = pickle.dumps(value)
+        assert b"converge\n" in dumped or b"\x8c\x08converge" in dumped
+        assert pickle.loads(dumped) == value
+
+
+def test_deferred_annotations_naming_public_models_still_resolve() -> None:
+    """A user's model whose annotations name converge's models by string is built later."""
+    from pydantic import BaseModel
+
+    from converge import ProposedFact, RunRecord
+
+    namespace: dict[str, object] = {}
+    exec(
+        "from __future__ import annotations\n"
+        "from pydantic import BaseModel\n"
+        "from converge import ProposedFact, RunRecord\n"
+        "class Audit(BaseModel):\n"
+        "    proposal: ProposedFact\n"
+        "    record: RunRecord | None = None\n",
+        namespace,
+    )
+    audit = namespace["Audit"]
+    assert isinstance(audit, type)
+    assert issubclass(audit, BaseModel)
+    assert audit.model_rebuild(force=True) is not False
+    built = audit.model_validate(
+        {"proposal": {"key": "seeds", "id": "a", "content": "c", "provenance": "p"}}
+    )
+    assert isinstance(getattr(built, "proposal"), ProposedFact)  # noqa: B009
+    for model in (ProposedFact, RunRecord):
+        assert model.model_rebuild(force=True) is not False

@@ -12,7 +12,10 @@ own. Importing this package loads no database driver.
 """
 
 from .._journal import CycleDelta, assemble
+from .._public import publish as _publish
 from .postgres import PostgresRunStore
 from .sqlite import SqliteRunStore
 
 __all__ = ["CycleDelta", "PostgresRunStore", "SqliteRunStore", "assemble"]
+
+_publish(__name__, globals(), __all__)

@@ -15,6 +15,7 @@ of the docs.
 - `serve`: run it with uvicorn.
 """
 
+from .._public import publish as _publish
 from ._app import ConsoleSettings, create_app
 from ._auth import Reviewer, Reviewers, new_token, token_digest
 from ._serve import serve
@@ -30,3 +31,5 @@ __all__ = [
     "serve",
     "token_digest",
 ]
+
+_publish(__name__, globals(), __all__)
