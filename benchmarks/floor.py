@@ -31,10 +31,10 @@ from time import perf_counter
 from typing import Final, final
 
 from converge import ContextSnapshot, Fact, PromotionPolicy, ProposedFact, Suggestor
-from converge._gate import Gate, admit
-from converge._key import AnyKey
-from converge._run import INPUT_SUGGESTOR_ID
-from converge._seal import Stamp
+from converge._core._key import AnyKey
+from converge._core._seal import Stamp
+from converge._kernel._gate import Gate, admit
+from converge._kernel._run import INPUT_SUGGESTOR_ID
 
 from ._common import prepare
 

@@ -6,14 +6,12 @@ nothing changes, a budget runs out, an invariant fails, a conflict stops it, or 
 must decide.
 """
 
-from ._budget import Budget
-from ._checkpoint import Checkpoint, FactRecord
-from ._context import Context, ContextSnapshot
-from ._decorator import FunctionSuggestor, SuggestorFunction, suggestor
-from ._durable import Durability
-from ._effect import AgentEffect, Refusal
-from ._engine import Engine
-from ._events import (
+from ._core._budget import Budget
+from ._core._checkpoint import Checkpoint, FactRecord
+from ._core._context import Context, ContextSnapshot
+from ._core._decorator import FunctionSuggestor, SuggestorFunction, suggestor
+from ._core._effect import AgentEffect, Refusal
+from ._core._events import (
     CycleFinished,
     CycleStarted,
     EngineEvent,
@@ -30,7 +28,7 @@ from ._events import (
     SuggestorFinished,
     event_adapter,
 )
-from ._exceptions import (
+from ._core._exceptions import (
     AwaitingHumanError,
     BudgetExhaustedError,
     ConfigurationError,
@@ -47,29 +45,31 @@ from ._exceptions import (
     SuggestorExitError,
     SuggestorFailuresError,
 )
-from ._executor import ErrorMode
-from ._fact import Fact, GateKind, PromotionRecord
+from ._core._fact import Fact, GateKind, PromotionRecord
+from ._core._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
+from ._core._integrity import IntegrityProof, verify
+from ._core._invariant import Invariant, InvariantClass, InvariantResult, Violation
+from ._core._join import missing, ready
+from ._core._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
+from ._core._pack import GateVerdict, Pack
+from ._core._proposal import ProposedFact
+from ._core._public import publish as _publish
+from ._core._result import Conflict, ConvergeResult
+from ._core._stop import RunStatus, StopReason
+from ._core._store import ProgressHead, RunProgress, RunRecord, RunStore, RunSummary
+from ._core._suggestor import Suggestor, SuggestorId
+from ._core._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
+from ._engine import Engine
 from ._formation import EngineOptions, Formation
-from ._gate import PromotionPolicy
-from ._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
-from ._integrity import IntegrityProof, verify
-from ._invariant import Invariant, InvariantClass, InvariantResult, Violation
-from ._join import missing, ready
-from ._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
-from ._log import get_logger
-from ._merge import ConflictMode
-from ._pack import GateVerdict, Pack
-from ._proposal import ProposedFact
-from ._public import publish as _publish
-from ._report import render_report
-from ._result import Conflict, ConvergeResult
-from ._retry import RetryPolicy
-from ._stop import RunStatus, StopReason
-from ._store import ProgressHead, RunProgress, RunRecord, RunStore, RunSummary
-from ._suggestor import Suggestor, SuggestorId
-from ._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
+from ._kernel._executor import ErrorMode
+from ._kernel._gate import PromotionPolicy
+from ._kernel._log import get_logger
+from ._kernel._merge import ConflictMode
+from ._kernel._retry import RetryPolicy
+from ._report._render import render_report
 from ._version import __version__ as __version__
 from .stores import PostgresRunStore, SqliteRunStore
+from .stores._durable import Durability
 
 __all__ = [
     "AgentEffect",

@@ -7,34 +7,34 @@ from contextlib import aclosing
 from datetime import datetime
 from typing import Literal, final
 
-from ._abort import reraise
-from ._arguments import check_label, check_settings, checked_inputs, checked_start
-from ._budget import Budget
-from ._checkpoint import Checkpoint
-from ._config import RunConfig
-from ._context import ContextSnapshot
-from ._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
-from ._events import EngineEvent, Observer
-from ._exceptions import ConfigurationError, InvalidResumeError
-from ._executor import ErrorMode
-from ._gate import PromotionPolicy
-from ._hitl import GateDecision, HitlPolicy, utc_now
-from ._invariant import Invariant
-from ._merge import ConflictMode
-from ._pause import current_version, resume_state
-from ._proposal import ProposedFact
-from ._registry import Registry
-from ._replay import replay_run
-from ._result import ConvergeResult
-from ._retry import NO_RETRY, RetryPolicy
-from ._run import RunLoop
-from ._state import RunState
-from ._stop import RunStatus
-from ._store import RunStore
-from ._stream import stream_run
-from ._suggestor import Suggestor, SuggestorId
-from ._sync import Backend, call_sync
-from ._trace import Continuation, RunTrace
+from ._core._budget import Budget
+from ._core._checkpoint import Checkpoint
+from ._core._context import ContextSnapshot
+from ._core._events import EngineEvent, Observer
+from ._core._exceptions import ConfigurationError, InvalidResumeError
+from ._core._hitl import GateDecision, HitlPolicy, utc_now
+from ._core._invariant import Invariant
+from ._core._proposal import ProposedFact
+from ._core._result import ConvergeResult
+from ._core._stop import RunStatus
+from ._core._store import RunStore
+from ._core._suggestor import Suggestor, SuggestorId
+from ._core._trace import Continuation, RunTrace
+from ._kernel._abort import reraise
+from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
+from ._kernel._config import RunConfig
+from ._kernel._executor import ErrorMode
+from ._kernel._gate import PromotionPolicy
+from ._kernel._merge import ConflictMode
+from ._kernel._pause import current_version, resume_state
+from ._kernel._registry import Registry
+from ._kernel._replay import replay_run
+from ._kernel._retry import NO_RETRY, RetryPolicy
+from ._kernel._run import RunLoop
+from ._kernel._state import RunState
+from ._kernel._stream import stream_run
+from ._kernel._sync import Backend, call_sync
+from .stores._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
 
 __all__ = ["Engine"]
 

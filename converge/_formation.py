@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from math import inf
-from typing import Final, TypedDict, Unpack, final
+from pathlib import Path
+from typing import Final, TypedDict, TypeVar, Unpack, final
 
-from ._budget import Budget
-from ._context import ContextSnapshot
-from ._durable import Durability
+from ._core._budget import Budget
+from ._core._context import ContextSnapshot
+from ._core._error import ConfigurationError, UsageError
+from ._core._events import Observer
+from ._core._hitl import HitlPolicy
+from ._core._invariant import Invariant
+from ._core._proposal import ProposedFact
+from ._core._result import ConvergeResult
+from ._core._store import RunStore
+from ._core._suggestor import Suggestor
 from ._engine import Engine
-from ._error import ConfigurationError
-from ._events import Observer
-from ._executor import ErrorMode
-from ._gate import PromotionPolicy
-from ._hitl import HitlPolicy
-from ._invariant import Invariant
-from ._merge import ConflictMode
-from ._proposal import ProposedFact
-from ._result import ConvergeResult
-from ._retry import RetryPolicy
-from ._store import RunStore
-from ._suggestor import Suggestor
-from ._sync import Backend, call_sync
+from ._kernel._executor import ErrorMode
+from ._kernel._gate import PromotionPolicy
+from ._kernel._merge import ConflictMode
+from ._kernel._retry import RetryPolicy
+from ._kernel._sync import Backend, call_sync
+from .stores._durable import Durability
 
-__all__ = ["DEFAULT_SUGGESTOR_TIMEOUT", "EngineOptions", "Formation", "command_timeout"]
+__all__ = [
+    "DEFAULT_SUGGESTOR_TIMEOUT",
+    "EngineOptions",
+    "Formation",
+    "command_timeout",
+    "load_formation",
+    "locate",
+]
 
 DEFAULT_SUGGESTOR_TIMEOUT: Final = 300.0
 """Seconds one `execute` may take under the command line (`converge run`, `resume`, `batch`)
@@ -164,3 +176,62 @@ def command_timeout(formation: Formation) -> float | None:
 
 def _limit(timeout: float) -> float | None:
     return None if timeout == inf else timeout
+
+
+T = TypeVar("T")
+
+
+def locate(locator: str) -> str:
+    """The locator to store: an absolute path for a file, the module name otherwise."""
+    path = Path(locator)
+    return str(path.resolve()) if locator.endswith(".py") or path.exists() else locator
+
+
+def load_formation(locator: str) -> Formation:
+    """The `formation` of a Python file (a path) or of an importable module (a dotted name)."""
+    path = Path(locator)
+    if locator.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise UsageError(f"no formation file at {locator}", "give a .py file or a module name")
+        path = path.resolve()
+        folder = str(path.parent)
+        if folder not in sys.path:  # as `python file.py` would, so its sibling imports work
+            sys.path.insert(0, folder)
+        name = f"converge_formation_{abs(hash(path))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise UsageError(f"cannot load {locator} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        loader = spec.loader
+        _loading(locator, lambda: loader.exec_module(module))
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:  # as `python -m` would
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = _loading(locator, lambda: importlib.import_module(locator))
+        except ModuleNotFoundError as error:
+            raise UsageError(
+                f"cannot import {locator!r}: {error}",
+                "give a path to a .py file, or a module on the Python path",
+            ) from None
+    formation: object = getattr(module, "formation", None)
+    if not isinstance(formation, Formation):
+        raise UsageError(
+            f"{locator} has no module-level `formation` (a converge.Formation)",
+            "define `formation = Formation(name=..., suggestors=(...))` in it",
+        )
+    return formation
+
+
+def _loading(locator: str, load: Callable[[], T]) -> T:
+    """`load()`, with a formation that calls `sys.exit` while it loads reported as an error."""
+    try:
+        return load()
+    except SystemExit as leaving:
+        code = leaving.code
+        status = 0 if code is None else code if isinstance(code, int) else 1
+        said = "" if code is None or isinstance(code, int) else f": {code}"
+        raise UsageError(
+            f"formation {locator} exited with status {status} while loading{said}"
+        ) from None

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Protocol, cast
 import anyio
 import anyio.to_thread
 
-from ._batch import (
+from ._core._error import UsageError
+from ._core._exceptions import ConfigurationError, RunNotFoundError
+from ._core._proposal import ProposedFact
+from ._core._public import publish as _publish
+from ._core._stop import RunStatus
+from ._formation import load_formation, locate
+from ._kernel._sync import call_sync
+from ._scale._batch import (
     BatchFailure,
     BatchResult,
     ShardItem,
@@ -34,17 +41,11 @@ from ._batch import (
     run_id_of,
     run_shard,
 )
-from ._batch import as_stored as _as_stored
-from ._batch import inputs_of as _inputs_of
-from ._batch import same_inputs as _same_inputs
-from ._batch import settled as _settled
-from ._cli_support import CliError, load_formation, locate
-from ._durable import DEFAULT_LEASE, Durability
-from ._exceptions import ConfigurationError, RunNotFoundError
-from ._proposal import ProposedFact
-from ._public import publish as _publish
-from ._stop import RunStatus
-from ._sync import call_sync
+from ._scale._batch import as_stored as _as_stored
+from ._scale._batch import inputs_of as _inputs_of
+from ._scale._batch import same_inputs as _same_inputs
+from ._scale._batch import settled as _settled
+from .stores._durable import DEFAULT_LEASE, Durability
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -177,7 +178,7 @@ def _loaded(formation: str) -> str:
     locator = locate(formation)
     try:
         load_formation(locator)
-    except CliError as error:
+    except UsageError as error:
         hint = f" ({error.hint})" if error.hint else ""
         raise ConfigurationError(f"formation {formation!r}: {error}{hint}") from None
     except Exception as error:  # the formation's module raised while it was imported

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 
-from converge._cli_records import KEY_FILE_VARIABLE, KEY_VARIABLE
+from converge._review import KEY_FILE_VARIABLE, KEY_VARIABLE
 from converge.cli import main
 
 __all__ = ["cli", "run_id_of"]

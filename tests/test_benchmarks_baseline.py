@@ -111,7 +111,7 @@ def test_a_package_that_imports_converge_absolutely_is_refused(tmp_path: Path) -
     root = tmp_path / "converge"
     root.mkdir()
     (root / "__init__.py").write_text("from ._engine import Engine\n")
-    (root / "_engine.py").write_text('"""An engine."""\n\nfrom converge._key import Key\n')
+    (root / "_engine.py").write_text('"""An engine."""\n\nfrom converge._core._key import Key\n')
     with pytest.raises(ValueError, match=r"_engine\.py:3 imports converge absolutely"):
         baseline.load_package(root, "converge_refused_test")
     assert "converge_refused_test" not in sys.modules

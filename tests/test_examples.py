@@ -25,7 +25,7 @@ from converge import (
     StopReason,
     verify,
 )
-from converge.cli import DEFAULT_DEMO
+from converge._cli._main import DEFAULT_DEMO
 from converge_suggestors import AssignmentPlan
 from converge_suggestors.demos import (
     DEMOS,

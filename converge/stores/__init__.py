@@ -11,8 +11,8 @@ and `RunProgress` they share are there too. `CycleDelta` (one journal entry) and
 own. Importing this package loads no database driver.
 """
 
-from .._journal import CycleDelta, assemble
-from .._public import publish as _publish
+from .._core._public import publish as _publish
+from ._journal import CycleDelta, assemble
 from .postgres import PostgresRunStore
 from .sqlite import SqliteRunStore
 

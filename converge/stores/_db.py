@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import LiteralString, Protocol
 
-from .._exceptions import RunNotFoundError, StaleRecordError
-from .._store import RunProgress, RunRecord
+from .._core._exceptions import RunNotFoundError, StaleRecordError
+from .._core._store import RunProgress, RunRecord
 from ._sql import (
     DROP_JOURNAL,
     INSERT,

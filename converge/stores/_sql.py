@@ -11,11 +11,11 @@ from typing import Final, LiteralString
 
 from pydantic import ValidationError
 
-from .._exceptions import StoreError
-from .._journal import assemble
-from .._key import STORED
-from .._stop import RunStatus, StopReason
-from .._store import Interruption, RunProgress, RunRecord, RunSummary
+from .._core._exceptions import StoreError
+from .._core._key import STORED
+from .._core._stop import RunStatus, StopReason
+from .._core._store import Interruption, RunProgress, RunRecord, RunSummary
+from ._journal import assemble
 
 __all__ = [
     "COLUMNS",

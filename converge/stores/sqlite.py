@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Literal, LiteralString, TypeVar, final
 
 import anyio.to_thread
 
-from .._checkpoint import Checkpoint
-from .._exceptions import RunNotFoundError, StoreError
-from .._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
+from .._core._checkpoint import Checkpoint
+from .._core._exceptions import RunNotFoundError, StoreError
+from .._core._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
 from ._db import load_record, renew_lease, write_progress, write_record
 from ._sql import (
     COLUMNS,

@@ -15,7 +15,7 @@ of the docs.
 - `serve`: run it with uvicorn.
 """
 
-from .._public import publish as _publish
+from .._core._public import publish as _publish
 from ._app import ConsoleSettings, create_app
 from ._auth import Reviewer, Reviewers, new_token, token_digest
 from ._serve import serve

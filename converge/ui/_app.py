@@ -28,15 +28,16 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from .._cli_records import check_signature, paused_checkpoint, resume_stored, signing_key
-from .._cli_support import CliError, VisibleLines, error_text
-from .._durable import DEFAULT_LEASE
-from .._events import EngineEvent
-from .._exceptions import ConvergeError, RunNotFoundError
+from .._core._error import UsageError
+from .._core._escape import VisibleLines, error_text
+from .._core._events import EngineEvent
+from .._core._exceptions import ConvergeError, RunNotFoundError
+from .._core._hitl import GateDecision
+from .._core._stop import RunStatus
+from .._core._store import RunRecord, RunStore
 from .._formation import EngineOptions, Formation, command_timeout
-from .._hitl import GateDecision
-from .._stop import RunStatus
-from .._store import RunRecord, RunStore
+from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
+from ..stores._durable import DEFAULT_LEASE
 from ._auth import Reviewers
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
@@ -172,7 +173,7 @@ class _Console:
         found = self._trust(record)
         try:  # the checkpoint is this run's, as stored; the signature is `found`'s to say
             checkpoint = paused_checkpoint(record, record.run_id, None)
-        except (CliError, ConvergeError) as error:
+        except (UsageError, ConvergeError) as error:
             return self._say(request, "Cannot review this run", error_text(error), 409, record)
         now = datetime.now(UTC)
         html = gate_page(record, checkpoint, gate_id, viewer=viewer, now=now, found=found)
@@ -210,7 +211,7 @@ class _Console:
             try:
                 with anyio.CancelScope(shield=True):
                     outcome = await self._start(record.run_id, decisions, seen)
-            except (CliError, ConvergeError, ValueError) as error:
+            except (UsageError, ConvergeError, ValueError) as error:
                 return self._say(request, "Cannot resume this run", error_text(error), 409, record)
         if outcome is not None:
             current = await self.settings.store.load(record.run_id)
@@ -236,7 +237,7 @@ class _Console:
         """
         tasks = self.tasks
         if tasks is None:
-            raise CliError("the console is not running")
+            raise UsageError("the console is not running")
         version = int(seen) if seen.isdecimal() else -1
         outcome: str | None = await tasks.start(self._resume, run_id, decisions, version)
         return outcome

@@ -28,8 +28,8 @@ from typing import Final, final
 
 from pydantic import Field, ValidationError, field_validator
 
-from .._cli_support import visible
-from .._model import FrozenModel
+from .._core._escape import visible
+from .._core._model import FrozenModel
 
 __all__ = ["Reviewer", "Reviewers", "new_token", "token_digest"]
 

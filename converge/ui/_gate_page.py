@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
-from .._checkpoint import Checkpoint, FactRecord
-from .._hitl import GateRequest
-from .._key import ContextKey
-from .._proposal import ProposedFact
-from .._report_gates import flatten_payload
-from .._report_parts import format_time
-from .._report_svg import esc
-from .._store import RunRecord
+from .._core._checkpoint import Checkpoint, FactRecord
+from .._core._escape import esc
+from .._core._hitl import GateRequest
+from .._core._key import ContextKey
+from .._core._proposal import ProposedFact
+from .._core._store import RunRecord
+from .._report._gates import flatten_payload
+from .._report._parts import format_time
 from ._html import Viewer, hidden, page
 from ._pages import gate_url, run_url
 from ._trust import Trust, banner, formation_note

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._report_svg import esc
+from .._core._escape import esc
 from ._auth import Reviewers
 from ._html import POLICY, Viewer, page
 from ._origin import Origin, origin_of_request

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from hashlib import sha256
 from typing import Final, final
 
-from .._report_assets import CSS as REPORT_CSS
-from .._report_assets import SCRIPT as REPORT_SCRIPT
-from .._report_assets import SCRIPT_HASH as REPORT_SCRIPT_HASH
-from .._report_svg import esc
+from .._core._escape import esc
+from .._report._assets import CSS as REPORT_CSS
+from .._report._assets import SCRIPT as REPORT_SCRIPT
+from .._report._assets import SCRIPT_HASH as REPORT_SCRIPT_HASH
 
 __all__ = ["POLICY", "Viewer", "hidden", "page"]
 

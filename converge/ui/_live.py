@@ -15,9 +15,9 @@ from typing import Final
 import anyio
 from starlette.responses import StreamingResponse
 
-from .._exceptions import RunNotFoundError
-from .._stop import RunStatus
-from .._store import RunRecord, RunStore
+from .._core._exceptions import RunNotFoundError
+from .._core._stop import RunStatus
+from .._core._store import RunRecord, RunStore
 
 __all__ = ["event_stream", "run_events"]
 

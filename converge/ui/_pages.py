@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
 
-from .._cli_records import SignatureCheck
-from .._report import report_body
-from .._report_header import badge_class
-from .._report_parts import RunTimes, format_seconds, format_time, run_times
-from .._report_svg import esc
-from .._stop import RunStatus, StopReason
-from .._store import RunRecord, RunSummary
+from .._core._escape import esc
+from .._core._stop import RunStatus, StopReason
+from .._core._store import RunRecord, RunSummary
+from .._report._header import badge_class
+from .._report._parts import RunTimes, format_seconds, format_time, run_times
+from .._report._render import report_body
+from .._review import SignatureCheck
 from ._html import Viewer, hidden, page
 from ._trust import Trust, banner, formation_note
 

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .._report_svg import esc
+from .._core._escape import esc
 from ._auth import Reviewer, Reviewers
 from ._form import FormError, read_form
 from ._html import Viewer, hidden, page

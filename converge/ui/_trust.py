@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
-from .._cli_records import SignatureCheck, check_signature
-from .._report_svg import esc
-from .._store import RunRecord
+from .._core._escape import esc
+from .._core._store import RunRecord
+from .._review import SignatureCheck, check_signature
 
 __all__ = ["Trust", "banner", "formation_note", "trust"]
 

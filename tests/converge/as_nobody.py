@@ -16,8 +16,8 @@ import sys
 
 import anyio._backends._asyncio  # pyright: ignore[reportUnusedImport]
 
-import converge._cli_read  # pyright: ignore[reportUnusedImport]
-import converge._report  # pyright: ignore[reportUnusedImport]
+import converge._cli._read  # pyright: ignore[reportUnusedImport]
+import converge._report._render  # pyright: ignore[reportUnusedImport]
 from converge.cli import main
 
 del asyncio, json, sqlite3, anyio, converge  # imported for after the privileges are gone

@@ -12,7 +12,7 @@ import hashlib
 import json
 import sqlite3
 
-from converge._canonical import merkle_root
+from converge._core._canonical import merkle_root
 
 __all__ = ["Record", "rehash", "stored_json", "write_json"]
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from converge import AgentEffect, Context, ContextKey, Formation, ProposedFact, RunRecord
-from converge._key import STORED
+from converge._core._key import STORED
 from converge_suggestors import SeedSuggestor
 
 KEY_HINT = "SIGNING_KEY"

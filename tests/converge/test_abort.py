@@ -26,7 +26,7 @@ from converge import (
     SqliteRunStore,
     SuggestorExitError,
 )
-from converge._abort import stopped_by
+from converge._kernel._abort import stopped_by
 
 Where = Literal["execute", "accepts"]
 

@@ -16,7 +16,7 @@ from converge import (
     ProposedFact,
     StopReason,
 )
-from converge._budget import Stopwatch
+from converge._core._budget import Stopwatch
 
 HYPOTHESES = ContextKey.HYPOTHESES
 

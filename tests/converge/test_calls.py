@@ -20,8 +20,8 @@ from converge import (
     ProposedFact,
     SuggestorId,
 )
-from converge._calls import Recorder, Slot, failure, records
-from converge._registry import Registration
+from converge._kernel._calls import Recorder, Slot, failure, records
+from converge._kernel._registry import Registration
 
 H = ContextKey.HYPOTHESES
 SEED = ProposedFact(key=ContextKey.SEEDS, id="s", content="go", provenance="test")

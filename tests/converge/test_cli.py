@@ -178,7 +178,7 @@ def test_the_printed_next_commands_name_a_store_that_is_not_the_default(
 def test_store_argument_names_the_store_without_its_password(
     given: str | None, printed: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from converge._cli_store import store_argument
+    from converge._cli._store import store_argument
 
     monkeypatch.delenv("CONVERGE_STORE", raising=False)
     assert store_argument(given) == printed

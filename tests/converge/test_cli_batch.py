@@ -39,9 +39,10 @@ import anyio
 import pytest
 
 from converge import ContextKey, ProposedFact, RunRecord, RunStatus
-from converge._batch import BatchResult, open_store_url
-from converge._cli_support import BATCH_INCOMPLETE, FAILURES, load_formation
-from converge._store import RunStore
+from converge._cli._output import BATCH_INCOMPLETE, FAILURES
+from converge._core._store import RunStore
+from converge._formation import load_formation
+from converge._scale._batch import BatchResult, open_store_url
 from tests.cli_runs import cli
 from tests.converge.batch_formation import seed as batch_seed
 from tests.converge.test_store import postgres_or_skip

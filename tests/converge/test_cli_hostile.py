@@ -30,7 +30,7 @@ from converge import (
     SqliteRunStore,
     StoreError,
 )
-from converge._cli_support import load_formation
+from converge._formation import load_formation
 from converge_suggestors import SeedSuggestor
 from tests.cli_runs import cli, run_id_of
 
@@ -146,7 +146,7 @@ def converged_run(store: str) -> str:
 
 
 def test_visible_escapes_every_control_and_hidden_character() -> None:
-    from converge._cli_support import visible
+    from converge._core._escape import visible
 
     assert visible(EVIL) == EVIL_SHOWN
     assert visible("plain text, é ü 中文 🙂 and a \\ backslash") == (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from converge._cli_support import program
+from converge._cli._output import program
 from tests.cli_runs import cli, run_id_of
 
 HERE = Path(__file__).resolve().parent

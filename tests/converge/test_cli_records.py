@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from converge._cli_records import (
+from converge._core._error import UsageError
+from converge._review import (
     KEY_FILE_VARIABLE,
     KEY_VARIABLE,
     forget_signing_key,
@@ -25,7 +26,6 @@ from converge._cli_records import (
     signing_key,
     take_signing_key,
 )
-from converge._cli_support import CliError
 from tests.cli_runs import cli, run_id_of
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +69,7 @@ def test_read_signing_key_refuses_a_missing_or_empty_file_in_one_line(
     if content is not None:
         path.write_bytes(content)
     expected = "is empty" if content is not None else "cannot read the signing key file"
-    with pytest.raises(CliError, match=expected) as raised:
+    with pytest.raises(UsageError, match=expected) as raised:
         read_signing_key(None, {KEY_FILE_VARIABLE: str(path)})
     assert "\n" not in str(raised.value)
 
@@ -77,7 +77,7 @@ def test_read_signing_key_refuses_a_missing_or_empty_file_in_one_line(
 def test_read_signing_key_refuses_both_variables_at_once(tmp_path: Path) -> None:
     path = tmp_path / "key"
     path.write_bytes(b"k")
-    with pytest.raises(CliError, match="both CONVERGE_SIGNING_KEY and"):
+    with pytest.raises(UsageError, match="both CONVERGE_SIGNING_KEY and"):
         read_signing_key(None, {KEY_VARIABLE: "k", KEY_FILE_VARIABLE: str(path)})
     assert read_signing_key(str(path), {KEY_VARIABLE: "k", KEY_FILE_VARIABLE: "x"}) == b"k"
 
@@ -95,7 +95,7 @@ def test_take_signing_key_drops_both_variables_even_when_it_fails(
     assert signing_key() is None  # the variable is gone: outside a command, none
     monkeypatch.setenv(KEY_VARIABLE, KEY)
     monkeypatch.setenv(KEY_FILE_VARIABLE, str(tmp_path / "missing"))
-    with pytest.raises(CliError):
+    with pytest.raises(UsageError):
         take_signing_key(None)
     assert KEY_VARIABLE not in os.environ
     assert KEY_FILE_VARIABLE not in os.environ

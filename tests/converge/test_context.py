@@ -14,7 +14,7 @@ from converge import (
     known_keys,
     verify,
 )
-from converge._canonical import merkle_root
+from converge._core._canonical import merkle_root
 
 
 def seeded(*ids: str, key: ContextKey = ContextKey.SEEDS) -> ContextSnapshot:
@@ -210,7 +210,7 @@ def test_a_growing_key_reads_like_a_list_in_every_snapshot() -> None:
 def test_the_merkle_root_is_computed_on_its_first_read_then_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import converge._context as context
+    import converge._core._context as context
 
     snapshot = seeded("a", "b")
     built: list[str] = []

@@ -15,10 +15,10 @@ from converge import (
     ProposedFact,
     RunTrace,
 )
-from converge._calls import Slot, failure
-from converge._cycle_log import CycleLog
-from converge._registry import Registration, Registry
-from converge._seal import Stamp
+from converge._core._seal import Stamp
+from converge._kernel._calls import Slot, failure
+from converge._kernel._cycle_log import CycleLog
+from converge._kernel._registry import Registration, Registry
 from converge_suggestors import SeedSuggestor
 from tests.doubles import fact
 

@@ -48,7 +48,7 @@ from converge import (
     StopReason,
     verify,
 )
-from converge._batch import BatchResult, open_store_url
+from converge._scale._batch import BatchResult, open_store_url
 from converge.dask import run_batch, run_batch_sync
 
 HERE = Path(__file__).resolve().parent

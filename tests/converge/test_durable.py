@@ -55,10 +55,10 @@ from converge import (
     render_report,
     verify,
 )
-from converge._cli_records import STALE
-from converge._journal import chain, genesis
-from converge._store import SCHEMA_VERSION
+from converge._core._store import SCHEMA_VERSION
+from converge._review import STALE
 from converge.stores import CycleDelta
+from converge.stores._journal import chain, genesis
 from tests.cli_runs import cli
 from tests.doubles import seed
 

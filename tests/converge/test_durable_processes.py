@@ -55,7 +55,7 @@ from converge import (
     StopReason,
     verify,
 )
-from converge._cli_records import STALE
+from converge._review import STALE
 from tests.cli_runs import cli, run_id_of
 
 HERE = Path(__file__).resolve().parent

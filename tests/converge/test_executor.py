@@ -18,9 +18,9 @@ from converge import (
     Suggestor,
     SuggestorId,
 )
-from converge._calls import Recorder, Slot, describe_error, failure
-from converge._executor import ErrorMode, Executor
-from converge._registry import Registration
+from converge._kernel._calls import Recorder, Slot, describe_error, failure
+from converge._kernel._executor import ErrorMode, Executor
+from converge._kernel._registry import Registration
 from tests.doubles import captured_cancellation, fact
 
 H = ContextKey.HYPOTHESES

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from converge import AgentEffect, Context, ContextKey, Formation, ProposedFact, SqliteRunStore
-from converge._batch import ShardItem, ShardSpec, StoredRun, run_shard
 from converge._formation import DEFAULT_SUGGESTOR_TIMEOUT, command_timeout
+from converge._scale._batch import ShardItem, ShardSpec, StoredRun, run_shard
 from tests.cli_runs import cli
 
 QUESTION = ProposedFact(key=ContextKey.SEEDS, id="q", content="a question", provenance="test")

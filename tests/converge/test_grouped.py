@@ -29,7 +29,7 @@ from converge import (
     SqliteRunStore,
     StaleRecordError,
 )
-from converge._grouped import GroupedSaves, grouped
+from converge._scale._grouped import GroupedSaves, grouped
 from converge.stores._db import Db
 
 H = ContextKey.HYPOTHESES

@@ -22,10 +22,10 @@ from converge import (
     ProposedFact,
     verify,
 )
-from converge._canonical import EMPTY_ROOT, merkle_root
-from converge._gate import Gate
-from converge._merge import Merger
-from converge._seal import fact_digest
+from converge._core._canonical import EMPTY_ROOT, merkle_root
+from converge._core._seal import fact_digest
+from converge._kernel._gate import Gate
+from converge._kernel._merge import Merger
 from tests.doubles import ProposesOnce
 from tests.doubles import fact as proposal
 
@@ -382,7 +382,7 @@ def test_a_proof_first_read_after_its_context_was_continued_twice_is_still_its_o
 def test_runs_whose_proofs_nobody_reads_hash_no_merkle_tree_not_even_when_continued(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import converge._context
+    import converge._core._context
 
     roots: list[int] = []
 
@@ -391,7 +391,7 @@ def test_runs_whose_proofs_nobody_reads_hash_no_merkle_tree_not_even_when_contin
         roots.append(len(kept))
         return merkle_root(kept)
 
-    monkeypatch.setattr(converge._context, "merkle_root", counted)
+    monkeypatch.setattr(converge._core._context, "merkle_root", counted)
     engine = Engine()
     first = engine.run_sync(inputs=[proposal(ContextKey.SEEDS, f"s{i}", "seed") for i in range(3)])
     more = [proposal(ContextKey.SEEDS, f"t{i}", "more") for i in range(2)]

@@ -37,7 +37,7 @@ from converge import (
     key_named,
     known_keys,
 )
-from converge._report import render_report
+from converge._report._render import render_report
 
 
 class Bid(BaseModel):

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from converge import RunStatus, SqliteRunStore, StaleRecordError
-from converge._lease import LeaseKeeper
+from converge.stores._lease import LeaseKeeper
 
 HERE = Path(__file__).resolve().parent
 STEPS_FILE = str(HERE / "batch_formation.py")

@@ -10,7 +10,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from converge import AgentEffect, Context, Engine, RunStarted
-from converge._log import (
+from converge._kernel._log import (
     EventLog,
     _stdlib_bound,  # pyright: ignore[reportPrivateUsage]
     _stdlib_level,  # pyright: ignore[reportPrivateUsage]

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import converge._merge as merging
+import converge._kernel._merge as merging
 from converge import (
     Conflict,
     ContextKey,
@@ -16,8 +16,8 @@ from converge import (
     ProposedFact,
     verify,
 )
-from converge._gate import Gate
-from converge._merge import ConflictMode, Merger
+from converge._kernel._gate import Gate
+from converge._kernel._merge import ConflictMode, Merger
 from tests.doubles import NoForbiddenContent, fact
 
 H = ContextKey.HYPOTHESES

@@ -15,8 +15,8 @@ from converge import (
     InvariantResult,
     SuggestorId,
 )
-from converge import _registry as registry_module
-from converge._registry import Registration, Registry, RegistryView
+from converge._kernel import _registry as registry_module
+from converge._kernel._registry import Registration, Registry, RegistryView
 
 SEEDS = ContextKey.SEEDS
 HYPOTHESES = ContextKey.HYPOTHESES

@@ -24,7 +24,7 @@ from converge import (
     render_report,
     suggestor,
 )
-from converge._report_svg import LINEAGE_LIMIT
+from converge._report._svg import LINEAGE_LIMIT
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 from tests.browser import chromium_or_skip, launch
 from tests.doubles import FirstCycleOnly, NoForbiddenHypothesis, seed

@@ -18,9 +18,9 @@ from converge import (
     RunRecord,
     render_report,
 )
-from converge._report import report_body
-from converge._report_gates import flatten_payload
-from converge._report_header import SUMMARY_FACT_LIMIT
+from converge._report._gates import flatten_payload
+from converge._report._header import SUMMARY_FACT_LIMIT
+from converge._report._render import report_body
 from converge_suggestors import SeedSuggestor
 from tests.converge.test_report import Page, rich_records
 from tests.doubles import FirstCycleOnly

@@ -34,7 +34,7 @@ from converge import (
     StopReason,
     SuggestorFailuresError,
 )
-from converge._cli_support import FAILURES, exit_status
+from converge._cli._output import FAILURES, exit_status
 
 
 class Price(BaseModel, frozen=True):

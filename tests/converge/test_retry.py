@@ -24,7 +24,7 @@ from converge import (
     StopReason,
     render_report,
 )
-from converge._store import RunRecord
+from converge._core._store import RunRecord
 
 H = ContextKey.HYPOTHESES
 SEED = ProposedFact(key=ContextKey.SEEDS, id="s", content="go", provenance="test")
@@ -272,7 +272,7 @@ def test_the_cli_exits_9_for_a_run_that_converged_with_failures(
 ) -> None:
     from cli_runs import cli
 
-    from converge._cli_support import FAILURES
+    from converge._cli._output import FAILURES
 
     formation = tmp_path / "broken.py"
     formation.write_text(FORMATION, encoding="utf-8")

@@ -18,12 +18,12 @@ from converge import (
     PromotionPolicy,
     StopReason,
 )
-from converge._config import RunConfig
-from converge._registry import Registration, Registry
-from converge._run import RunLoop
-from converge._source import Batch, End
-from converge._state import RunState
-from converge._trace import Execution
+from converge._core._trace import Execution
+from converge._kernel._config import RunConfig
+from converge._kernel._registry import Registration, Registry
+from converge._kernel._run import RunLoop
+from converge._kernel._source import Batch, End
+from converge._kernel._state import RunState
 from converge_suggestors import SeedSuggestor
 from tests.doubles import fact
 

@@ -6,7 +6,7 @@ import time
 from typing import SupportsIndex, overload
 
 from converge import ContextKey, ContextSnapshot, Engine, Fact, IntegrityProof, ProposedFact, verify
-from converge._sequence import EMPTY_FACTS, EMPTY_STORE, FactSequence
+from converge._core._sequence import EMPTY_FACTS, EMPTY_STORE, FactSequence
 
 S = ContextKey.SEEDS
 

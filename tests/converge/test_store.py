@@ -31,8 +31,8 @@ from converge import (
     StoreError,
     verify,
 )
-from converge._canonical import canonical_json
-from converge._store import SCHEMA_VERSION
+from converge._core._canonical import canonical_json
+from converge._core._store import SCHEMA_VERSION
 from tests.doubles import seed
 
 HERE = Path(__file__).resolve().parent

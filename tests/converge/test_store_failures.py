@@ -28,7 +28,7 @@ from converge import (
     RunStore,
     SqliteRunStore,
 )
-from converge._store import SCHEMA_VERSION
+from converge._core._store import SCHEMA_VERSION
 
 
 class Failing:

@@ -16,7 +16,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from converge import ContextKey, ProposedFact, SqliteRunStore
-from converge._batch import BatchFailure, ShardItem, ShardSpec, run_shard
+from converge._scale._batch import BatchFailure, ShardItem, ShardSpec, run_shard
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_two_workers_creating_one_store_at_once_lose_no_run(
     # threads (thread pools, servers of earlier tests) can hold a lock across a fork
     context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
     if os.name == "posix":  # the server imports these once; each worker starts with them
-        context.set_forkserver_preload(["converge", "converge._batch", "converge.stores"])
+        context.set_forkserver_preload(["converge", "converge._scale._batch", "converge.stores"])
     for round_ in range(ROUNDS):
         path = str(tmp_path / f"runs-{round_}.db")
         barrier = context.Barrier(2)

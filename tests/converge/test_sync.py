@@ -15,7 +15,7 @@ from converge import (
     InvalidResumeError,
     ProposedFact,
 )
-from converge._sync import Backend
+from converge._kernel._sync import Backend
 
 BACKENDS: list[Backend] = ["asyncio", "trio"]
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from converge._canonical import MAX_JSON_DIGITS, freeze_json
-from converge._text import MAX_TEXT, identity_problem, storable, utf8_size
+from converge._core._canonical import MAX_JSON_DIGITS, freeze_json
+from converge._core._text import MAX_TEXT, identity_problem, storable, utf8_size
 
 SURROGATE = json.loads('"\\ud800"')
 LOW = json.loads('"\\udfff"')

@@ -30,8 +30,8 @@ from converge import (
     StopReason,
     verify,
 )
-from converge._gate import Gate
-from converge._merge import Merger
+from converge._kernel._gate import Gate
+from converge._kernel._merge import Merger
 
 SEEDS = ContextKey.SEEDS
 H = ContextKey.HYPOTHESES

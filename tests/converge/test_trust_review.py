@@ -21,7 +21,7 @@ from converge import (
     StaleRecordError,
     StopReason,
 )
-from converge._cli_records import STALE
+from converge._review import STALE
 from tests.cli_runs import cli, run_id_of
 from tests.converge.hitl_formation import SIGNING_KEY, build_engine
 from tests.doubles import seed

@@ -38,10 +38,10 @@ from converge import (
     StoreError,
     verify,
 )
-from converge._checkpoint import restore_fact
-from converge._journal import CycleDelta, Journal
-from converge._sequence import FactStore
-from converge._state import RunState
+from converge._core._checkpoint import restore_fact
+from converge._core._sequence import FactStore
+from converge._kernel._state import RunState
+from converge.stores._journal import CycleDelta, Journal
 
 SEEDS = ContextKey.SEEDS
 H = ContextKey.HYPOTHESES

@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from converge import RunStatus, SqliteRunStore
-from converge._cli_support import load_formation
+from converge._formation import load_formation
 from converge.ui import (
     ConsoleSettings,
     Reviewer,

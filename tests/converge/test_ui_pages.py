@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from converge import RunStatus, RunSummary, SqliteRunStore
-from converge._cli_support import load_formation
+from converge._formation import load_formation
 from converge.ui import Reviewers
 from tests.cli_runs import cli, run_id_of
 from tests.converge.test_ui_console import client_for

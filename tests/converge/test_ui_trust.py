@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from converge import SqliteRunStore
-from converge._cli_support import load_formation
+from converge._formation import load_formation
 from converge.ui import Reviewers
 from tests.cli_runs import cli, run_id_of
 from tests.converge.test_trust_review import forge_pending, stored_json, write_json

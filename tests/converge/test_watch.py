@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 
 from converge import AgentEffect, Context, ContextKey, Engine, StopReason
-from converge._watch import CancelWatch
+from converge._kernel._watch import CancelWatch
 from tests.doubles import fact
 
 H = ContextKey.HYPOTHESES

@@ -1,0 +1,346 @@
+"""The `converge` command: run formations, watch them converge, review, verify, replay, report.
+
+```
+converge run PATH_OR_MODULE [--max-cycles N] [--store PATH] [--json]
+converge demo [NAME]
+converge runs | show RUN_ID | review RUN_ID
+converge resume RUN_ID --approve GATE... --reject GATE... --by NAME [--reason TEXT]
+converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
+converge batch PATH_OR_MODULE INPUTS.jsonl [--workers N | --scheduler ADDRESS] [--json]
+converge ui [--port PORT] [--users FILE]
+```
+
+`--key-file FILE` (or `CONVERGE_SIGNING_KEY_FILE`, or `CONVERGE_SIGNING_KEY`) gives the
+signing key, read once at start; both variables are then dropped from the environment
+(`_cli_records.take_signing_key`), before any formation is imported.
+
+Every command but `ui` takes `--json`: one JSON document on standard output instead of
+text, with the same exit status (the shapes are in `_cli/_read.py` and `docs/cli.md`).
+
+Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
+was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed; 8 someone
+else decided or saved the run first (nothing was saved); 9 converged with failures; 10 a
+batch input not stored; 130 interrupted; 141 the reader of the output went away. Each
+command's `--help` lists the statuses it can return (`_cli/_parser.py`).
+
+Everything printed that the command did not write itself (model output, stored records,
+exception messages) has its control characters escaped (`visible`), and
+every error is one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+
+from .._core._error import Stopped, SuggestorExitError, UsageError
+from .._core._escape import VisibleLines, error_text, json_visible, visible
+from .._core._exceptions import ConvergeError, RunNotFoundError, StaleRecordError
+from .._core._hitl import GateDecision
+from .._core._result import ConvergeResult
+from .._core._store import RunRecord, RunStore
+from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
+from .._kernel._abort import stopped_by
+from .._kernel._calls import describe_error
+from .._review import (
+    STALE,
+    forget_signing_key,
+    resume_stored,
+    signing_key,
+    take_signing_key,
+)
+from ._batch import cmd_batch
+from ._output import (
+    BROKEN_PIPE,
+    FAILURES,
+    INTERRUPTED,
+    Progress,
+    engine_warnings,
+    exit_status,
+    program,
+    summary_lines,
+)
+from ._parser import demo_names, parser
+from ._read import (
+    cmd_replay,
+    cmd_report,
+    cmd_review,
+    cmd_runs,
+    cmd_show,
+    cmd_verify,
+    write_report,
+)
+from ._store import close_stores, given_store, open_store, report_path, store_argument
+from ._ui import cmd_ui
+
+__all__ = ["main"]
+
+DEMO_PACKAGE = "converge_suggestors.demos"
+DEFAULT_DEMO = "vendor_selection"
+
+Command = Callable[[argparse.Namespace, TextIO], Awaitable[int]]
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Run the command line; return the exit status."""
+    stream = out or _output()
+    commands = parser(DEFAULT_DEMO, DEMO_PACKAGE)
+    args = commands.parse_args(argv)
+    if args.command == "resume" and (args.approve or args.reject) and args.by is None:
+        commands.error("resume: --by is required with --approve or --reject (who decides)")
+    try:
+        with engine_warnings(sys.stderr):
+            return _main(_COMMANDS[args.command], args, stream)
+    finally:
+        close_stores()
+        forget_signing_key()
+
+
+def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
+    try:
+        take_signing_key(args.key_file)  # before any formation is imported: see _cli_records
+        _check_store(args.store)
+        status = anyio.run(command, args, stream)
+        _flush(stream)  # a reader gone away shows here, not when the interpreter exits
+        return status
+    except BrokenPipeError:  # the reader went away (`converge runs | head -1`)
+        _discard_output()
+        return BROKEN_PIPE
+    except KeyboardInterrupt as error:
+        if args.debug:
+            traceback.print_exc()
+        stopped = stopped_by(error)
+        said = "" if stopped is None else f": {_stopped_text(error, stopped, args.store)}"
+        print(f"interrupted{said}", file=sys.stderr)
+        return INTERRUPTED
+    except UsageError as error:
+        return _fail(error_text(error), error.hint, args.debug)
+    except RunNotFoundError as error:
+        return _fail(error_text(error), "`converge runs` lists the stored runs", args.debug)
+    except StaleRecordError as error:  # taken over while it ran: someone else has the run
+        return _fail(error_text(error), None, args.debug, STALE)
+    except ConvergeError as error:
+        stopped = stopped_by(error)
+        if stopped is not None:  # a suggestor's `SystemExit`
+            return _fail(_stopped_text(error, stopped, args.store), None, args.debug)
+        return _fail(f"{type(error).__name__}: {error_text(error)}", None, args.debug)
+    except Exception as error:
+        return _fail(
+            f"{type(error).__name__}: {error_text(error)}",
+            "rerun with --debug for a traceback",
+            args.debug,
+        )
+    except BaseException as error:  # `SystemExit`, `GeneratorExit` or another, never a status
+        stopped = stopped_by(error)
+        if stopped is not None:
+            return _fail(_stopped_text(error, stopped, args.store), None, args.debug)
+        return _fail(
+            f"{type(error).__name__}: {error_text(error)}",
+            "rerun with --debug for a traceback",
+            args.debug,
+        )
+
+
+def _check_store(option: str | None) -> None:
+    """Refuse a store that names a directory, before any command opens or lists it."""
+    target = given_store(option)
+    if not target.startswith(("postgresql://", "postgres://")) and Path(target).is_dir():
+        raise UsageError(
+            f"--store {target} is a directory, not a store",
+            f"name a SQLite file (such as {Path(target) / 'runs.db'}) or a PostgreSQL URL",
+        )
+
+
+def _stopped_text(error: BaseException, stopped: Stopped, store: str | None) -> str:
+    """One line (made visible): what a suggestor raised, where, and what became of the run."""
+    raised = (
+        f"SystemExit({error.code!r})"
+        if isinstance(error, SuggestorExitError)
+        else describe_error(error).strip().splitlines()[0]
+    )
+    if stopped.saved is None:
+        kept = "nothing was saved (--durability exit)"
+    elif stopped.saved:
+        kept = (
+            f"it was saved as interrupted; `{program()} resume {stopped.run_id}"
+            f"{store_argument(store)}` continues it"
+        )
+    else:
+        kept = "saving it as interrupted failed (see the warning above)"
+    return visible(
+        f"suggestor {stopped.suggestor!r} raised {raised} in {stopped.phase}(), cycle "
+        f"{stopped.cycle} of run {stopped.run_id}, which stopped there; {kept}"
+    )
+
+
+def _output() -> TextIO:
+    """Standard output; when unbuffered (`python -u`), a buffered writer on its descriptor.
+
+    Unbuffered standard output drops what a write to a pipe could not take when the reader
+    goes away, instead of raising `BrokenPipeError`; a buffered writer raises it.
+    """
+    stdout = sys.stdout
+    if not isinstance(getattr(stdout, "buffer", None), io.RawIOBase):
+        return stdout
+    stdout.flush()
+    raw = io.FileIO(stdout.fileno(), "w", closefd=False)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=stdout.encoding,
+        errors=stdout.errors,
+        line_buffering=True,
+    )
+
+
+def _flush(stream: TextIO) -> None:
+    """Write out what `stream` and standard output still buffer."""
+    stream.flush()
+    if sys.stdout is not None and sys.stdout is not stream:
+        sys.stdout.flush()
+
+
+def _discard_output() -> None:
+    """Send standard output to the null device: what it still buffers goes nowhere, quietly.
+
+    Python flushes standard output once more as it exits; into the closed pipe, that flush
+    would print `Exception ignored ... BrokenPipeError` and change the exit status.
+    """
+    if sys.stdout is None:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)
+
+
+def _fail(message: str, hint: str | None, debug: bool, status: int = 1) -> int:
+    """Report an error: one line (`message` is already visible), and a hint line."""
+    if debug:
+        traceback.print_exc()
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {visible(hint)}", file=sys.stderr)
+    return status
+
+
+def _engine_options(
+    args: argparse.Namespace, formation: Formation, out: TextIO, locator: str, store: RunStore
+) -> EngineOptions:
+    options: EngineOptions = {
+        "store": store,
+        "formation": locate(locator),
+        "lease": args.lease,
+        "durability": getattr(args, "durability", "cycle"),
+        "suggestor_timeout": command_timeout(formation),
+    }
+    if getattr(args, "max_cycles", None) is not None:
+        options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
+    if not getattr(args, "json", False):
+        options["observers"] = (Progress(out),)
+    key = signing_key()
+    if key is not None:
+        options["signing_key"] = key
+    return options
+
+
+async def _finish(
+    result: ConvergeResult,
+    formation: Formation,
+    locator: str,
+    args: argparse.Namespace,
+    out: TextIO,
+    label: str,
+) -> int:
+    """Print the saved run's summary (or JSON) and write its report."""
+    record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
+    report = write_report(record, report_path(label, result.run_id), store_argument(args.store))
+    if args.json:
+        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
+        return exit_status(record, allow_failures=args.allow_failures)
+    run_id = visible(result.run_id)
+    out.write("\n".join(summary_lines(record)) + "\n")
+    out.write(f"saved run    {run_id} to {visible(label)}\n")
+    if report is not None:
+        out.write(f"report       {visible(report)}\n")
+    if record.pending:
+        gates = " ".join(visible(gate.gate_id) for gate in record.pending)
+        where = visible(store_argument(args.store))
+        again = visible(program())
+        out.write(
+            f"next         {again} review {run_id}{where}\n"
+            f"             {again} resume {run_id} --approve {gates} --by NAME{where}\n"
+        )
+    status = exit_status(record, allow_failures=args.allow_failures)
+    if status == FAILURES:
+        out.write(
+            f"converged, but with failures: exit status {FAILURES} (--allow-failures exits 0)\n"
+        )
+    return status
+
+
+async def _run_formation(locator: str, args: argparse.Namespace, out: TextIO) -> int:
+    formation = load_formation(locator)
+    store, label = open_store(args.store)
+    engine = formation.engine(**_engine_options(args, formation, out, locator, store))
+    if not args.json:
+        out.write(f"converge: running {visible(formation.name)}")
+        description = formation.description
+        out.write(f" ({visible(description)})\n" if description else "\n")
+    result = await engine.run(inputs=formation.inputs)
+    return await _finish(result, formation, locator, args, out, label)
+
+
+async def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    return await _run_formation(args.formation, args, out)
+
+
+async def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    demos = demo_names(DEMO_PACKAGE)
+    if demos is None:
+        raise UsageError(f"the demos package {DEMO_PACKAGE} is not installed")
+    if args.name not in demos:
+        raise UsageError(f"no demo named {args.name!r}", f"demos: {', '.join(demos)}")
+    return await _run_formation(f"{DEMO_PACKAGE}.{args.name}", args, out)
+
+
+async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    store, _ = open_store(args.store)
+    decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
+    decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
+    resumed = await resume_stored(
+        store,
+        args.run_id,
+        decisions,
+        formation=args.formation,
+        options=lambda formation, locator: _engine_options(args, formation, out, locator, store),
+        err=VisibleLines(sys.stderr),
+    )
+    if isinstance(resumed, str):
+        print(f"error: {visible(resumed)}", file=sys.stderr)
+        return STALE
+    result, formation, locator = resumed
+    return await _finish(result, formation, locator, args, out, open_store(args.store)[1])
+
+
+_COMMANDS: dict[str, Command] = {
+    "run": _cmd_run,
+    "demo": _cmd_demo,
+    "runs": cmd_runs,
+    "show": cmd_show,
+    "review": cmd_review,
+    "resume": _cmd_resume,
+    "verify": cmd_verify,
+    "replay": cmd_replay,
+    "report": cmd_report,
+    "batch": cmd_batch,
+    "ui": cmd_ui,
+}

@@ -1,0 +1,407 @@
+"""The `converge` commands that read stored runs: `runs`, `show`, `review`, `verify`,
+`replay` and `report`, each as text or, with `--json`, as one JSON document.
+
+Each of `runs`, `show`, `review` and `verify` checks the signature of what it shows
+(`check_signature`, `check_listed`) and says what it found: on standard error (a `warning:`
+line when the check failed, a `note:` line when no key is set), in its text, and as
+`"signature_check"` (`SignatureCheck`: `run_id`, `state`, `message`) in its JSON.
+
+The JSON shapes (documented in `docs/cli.md`):
+
+- `runs`: a list of `RunSummary` objects, the most recently saved first, each with its
+  `"signature_check"`;
+- `show`: the `RunRecord`, as `run --json` prints it, and its `"signature_check"`;
+- `review`: `{"run_id", "outcome", "pending": [GateRequest...], "decisions":
+  [GateDecision...], "commands": [str...], "signature_check"}`;
+- `verify`: `{"verified", "run_id", "merkle_root", "clock", "fact_count",
+  "signature_check"}`, and `"error"` when it failed;
+- `replay`: `{"replayed", "run_id", "cycles", "merkle_root", "replay_merkle_root"}`, and
+  `"error"` when it failed;
+- `report`: `{"report": PATH}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final, TextIO
+
+import anyio
+from pydantic import JsonValue, ValidationError
+
+from .._core._error import UsageError
+from .._core._escape import VisibleLines, error_text, json_visible, visible
+from .._core._exceptions import ReplayError, StoreError
+from .._core._integrity import verify
+from .._core._key import STORED
+from .._core._result import ConvergeResult
+from .._core._stop import StopReason
+from .._core._store import RunRecord, RunStore
+from .._core._trace import RunTrace
+from .._formation import load_formation
+from .._review import (
+    SignatureCheck,
+    check_listed,
+    check_signature,
+    formation_locator,
+    paused_checkpoint,
+    signing_key,
+)
+from ._output import EXIT_CODES, VERIFY_FAILED, decided, program, summary_lines
+from ._store import open_store, report_path, store_argument
+
+__all__ = [
+    "cmd_replay",
+    "cmd_report",
+    "cmd_review",
+    "cmd_runs",
+    "cmd_show",
+    "cmd_verify",
+    "json_document",
+    "write_report",
+]
+
+
+def json_document(value: object) -> str:
+    """`value` as one indented JSON document and a newline, made visible (`json_visible`)."""
+    return json_visible(json.dumps(value, indent=2, ensure_ascii=False)) + "\n"
+
+
+def write_report(record: RunRecord, path: Path, where: str) -> Path | None:
+    """Write the run's HTML report; `where` (`store_argument`) goes into its commands."""
+    try:
+        report = importlib.import_module("converge._report._render")
+    except ImportError:
+        return None
+    render: Callable[..., str] = report.render_report
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(record, store_argument=where), encoding="utf-8")
+    return path
+
+
+async def _load(args: argparse.Namespace, run_id: str) -> tuple[RunStore, RunRecord]:
+    store, _ = open_store(args.store, read_only=True)
+    return store, await store.load(run_id)
+
+
+_SIGNATURE_CHECK: Final = "signature_check"
+"""The JSON member that says what checking the record's signature found."""
+
+
+def _say(check: SignatureCheck, err: TextIO) -> None:
+    """Say on `err` what `check` found, in one line: a warning when it failed, a note when
+    no key is set (nothing when the signature verified)."""
+    if check.failed:
+        err.write(f"warning: {visible(check.message)}; what is shown is not authenticated\n")
+    elif check.state == "unchecked":
+        err.write(f"note: {visible(check.message)}\n")
+
+
+def _signature_line(check: SignatureCheck) -> str:
+    """The `signature` line of `show`'s summary."""
+    if check.failed:
+        return f"signature    FAILED ({visible(check.message)})"
+    if check.state == "unchecked":
+        return "signature    not checked: no signing key is set"
+    return "signature    verified"
+
+
+def _with_member(document: str, name: str, value: JsonValue) -> str:
+    """The indented JSON object `document` (as pydantic writes it) with one more member."""
+    member = json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+    inner = document.rstrip().removesuffix("}").rstrip()
+    separator = "," if inner != "{" else ""
+    return f"{inner}{separator}\n  {json.dumps(name)}: {member}\n}}"
+
+
+async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge runs`: one line per stored run, the most recently saved first, each checked
+    (`check_listed`)."""
+    store, label = open_store(args.store, read_only=True)
+    key = signing_key()
+    listed = await check_listed(store, await store.list_runs(limit=args.limit), key)
+    for run in listed:
+        if run.check.failed:
+            _say(run.check, sys.stderr)
+    if listed and key is None:
+        sys.stderr.write(
+            "note: these runs are not authenticated (no signing key is set); anyone with "
+            "write access to the store could have changed them\n"
+        )
+    if args.json:
+        documents: list[JsonValue] = [
+            run.summary.model_dump(mode="json") | {_SIGNATURE_CHECK: run.check.model_dump()}
+            for run in listed
+        ]
+        out.write(json_document(documents))
+        return 0
+    if not listed:
+        out.write(f"no runs in {visible(label)}\n")
+        return 0
+    for checked in listed:
+        run = checked.summary
+        mark = "  signature FAILED" if checked.check.failed else ""
+        reason = run.stop_reason.value if run.stop_reason else "-"
+        if run.failures:
+            reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
+        out.write(
+            f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
+            f"{run.status.value:<11} {reason:<22} "
+            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
+            f"{mark}\n"
+        )
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge show`: the summary, every fact by key, then the rejections; the record's
+    signature and its facts checked first, and a warning when either fails."""
+    _, record = await _load(args, args.run_id)
+    check = check_signature(record, signing_key())
+    _say(check, sys.stderr)
+    inconsistent = _verified(record)
+    if inconsistent is not None:
+        sys.stderr.write(f"warning: {visible(inconsistent)}\n")
+    if args.json:
+        document = _with_member(
+            record.model_dump_json(indent=2), _SIGNATURE_CHECK, check.model_dump()
+        )
+        out.write(json_visible(document) + "\n")
+        return 0
+    name = f" ({visible(record.name)})" if record.name else ""
+    out.write(f"run {visible(record.run_id)}{name}\n")
+    out.write("\n".join(summary_lines(record)) + "\n")
+    out.write(_signature_line(check) + "\n")
+    if inconsistent is not None:
+        out.write(f"integrity    FAILED ({visible(inconsistent)})\n")
+    key = None
+    for fact in record.facts:
+        if fact.key is not key:
+            key = fact.key
+            out.write(f"\n{key.value}:\n")
+        promotion = fact.promotion
+        out.write(
+            f"  {visible(fact.id)}: {visible(fact.content)}\n"
+            f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
+            f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{decided(fact)}\n"
+        )
+    if record.rejections:
+        out.write("\nrejections:\n")
+        for rejection in record.rejections:
+            out.write(
+                f"  {visible(rejection.proposal.ref)} from {visible(rejection.suggestor)} "
+                f"(cycle {rejection.cycle}): {visible(rejection.reason)}\n"
+            )
+    return 0
+
+
+async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge review`: the gates a paused run waits on, and the command to decide them.
+
+    A paused run's record must verify (with a key) before anything of it is shown; of any
+    other run, what it says is shown with a warning when its signature fails.
+    """
+    _, record = await _load(args, args.run_id)
+    key = signing_key()
+    pending = paused_checkpoint(record, args.run_id, key).pending if record.pending else ()
+    check = check_signature(record, key)
+    _say(check, sys.stderr)
+    gates = " ".join(gate.gate_id for gate in pending)
+    where = store_argument(args.store)
+    commands = [f"{program()} resume {record.run_id} --approve {gates} --by NAME{where}"]
+    status = EXIT_CODES[StopReason.AWAITING_HUMAN] if pending else 0
+    if args.json:
+        out.write(
+            json_document(
+                {
+                    "run_id": record.run_id,
+                    "outcome": record.outcome,
+                    "pending": [gate.model_dump(mode="json") for gate in pending],
+                    "decisions": [d.model_dump(mode="json") for d in record.trace.decisions],
+                    "commands": commands if pending else [],
+                    _SIGNATURE_CHECK: check.model_dump(),
+                }
+            )
+        )
+        return status
+    if not pending:
+        unverified = " (not authenticated: its signature check failed)" if check.failed else ""
+        out.write(
+            f"run {visible(record.run_id)} is not waiting for anyone "
+            f"({record.outcome}){visible(record.decided_by())}{unverified}\n"
+        )
+        return status
+    for gate in pending:
+        proposal = gate.proposal
+        deadline = gate.deadline.isoformat() if gate.deadline else "none"
+        payload = proposal.payload
+        out.write(
+            f"gate {visible(gate.gate_id)}\n"
+            f"  proposal   {visible(proposal.ref)}: {visible(gate.summary)}\n"
+            f"  from       {visible(gate.suggestor)} (cycle {gate.cycle}), "
+            f"confidence {proposal.confidence}\n"
+            f"  evidence   {visible(', '.join(proposal.evidence) or 'none')}\n"
+            f"  payload    {visible(payload if payload is not None else 'none')}\n"
+            f"  deadline   {deadline}\n"
+        )
+    out.write(f"decide with: {visible(commands[0])}\n")
+    return status
+
+
+async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:
+    path = anyio.Path(target)
+    if await path.is_file():
+        try:
+            text = await path.read_text(encoding="utf-8")
+            return RunRecord.model_validate_json(_without_check(text), context=STORED)
+        except ValidationError as error:
+            raise UsageError(f"{target} is not a run record: {error_text(error)}") from None
+    return (await _load(args, target))[1]
+
+
+def _without_check(text: str) -> str:
+    """A record's JSON without the `"signature_check"` that `show --json` adds: a file's own
+    say about its signature counts for nothing, `verify` checks it again."""
+    try:
+        document: object = json.loads(text)
+    except ValueError:
+        return text  # not JSON: validation says so
+    if not isinstance(document, dict) or _SIGNATURE_CHECK not in document:
+        return text
+    del document[_SIGNATURE_CHECK]
+    return json.dumps(document)
+
+
+def _verified(record: RunRecord) -> str | None:
+    """Why `record`'s facts do not match its integrity proof; `None` when they do.
+
+    Every fact's digest is computed again from its stored fields (the stored digests are
+    only compared), the root from those digests; the trace's final root, when it has one,
+    must be that root too.
+    """
+    try:
+        context = record.restore_context()
+    except StoreError as error:
+        return str(error).strip()
+    if not verify(context, record.integrity):
+        return f"run {record.run_id} does not match its integrity proof"
+    final = record.trace.final_root
+    if final is not None and final != record.integrity.merkle_root:
+        return (
+            f"run {record.run_id}: its trace ends at root {final}, its integrity proof says "
+            f"{record.integrity.merkle_root}"
+        )
+    return None
+
+
+async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge verify`: check a run's facts against its integrity proof, and with a key
+    its signature; status 7 when either fails."""
+    record = await _record_for(args, args.target)
+    check = check_signature(record, signing_key())
+    error = _verified(record)
+    if error is None and check.failed:
+        error = check.message
+    if error is None:
+        _say(check, sys.stderr)
+    proof = record.integrity
+    if args.json:
+        document: dict[str, JsonValue] = {
+            "verified": error is None,
+            "run_id": record.run_id,
+            "merkle_root": proof.merkle_root,
+            "clock": proof.clock,
+            "fact_count": proof.fact_count,
+            _SIGNATURE_CHECK: check.model_dump(),
+        }
+        if error is not None:
+            document["error"] = error
+        out.write(json_document(document))
+    elif error is not None:
+        out.write(f"FAILED: {visible(error)}\n")
+    else:
+        said = (
+            "not authenticated (no signing key is set)"
+            if check.state == "unchecked"
+            else "signature verified"
+        )
+        out.write(
+            f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
+            f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
+        )
+    return 0 if error is None else VERIFY_FAILED
+
+
+async def _replay(
+    args: argparse.Namespace, record: RunRecord
+) -> tuple[ConvergeResult | None, str | None]:
+    """Replay `record`'s trace: the result, and why it is not the run (`None` when it is)."""
+    locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
+    engine = load_formation(locator).engine()
+    # read the trace again now that the formation has declared its keys (a store keeps a name
+    # it did not know as an undeclared key, and replay refuses those)
+    trace = RunTrace.model_validate(record.trace.model_dump())
+    try:
+        replayed = await engine.replay(trace)
+    except ReplayError as error:
+        return None, str(error).strip()
+    if replayed.integrity != record.integrity:
+        return replayed, (
+            f"replay gives root {replayed.integrity.merkle_root}, "
+            f"the run recorded {record.integrity.merkle_root}"
+        )
+    return replayed, None
+
+
+async def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge replay`: merge a stopped run's recorded effects again; same proof or fail.
+
+    With a key, the record's signature is checked first, whichever formation replays it.
+    """
+    _, record = await _load(args, args.run_id)
+    record.verify_signature(signing_key())
+    if record.stop_reason is None:
+        raise UsageError(
+            f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",
+            f"continue it first: converge resume {record.run_id}",
+        )
+    replayed, error = await _replay(args, record)
+    if args.json:
+        document: dict[str, JsonValue] = {
+            "replayed": error is None,
+            "run_id": record.run_id,
+            "cycles": None if replayed is None else replayed.cycles,
+            "merkle_root": record.integrity.merkle_root,
+            "replay_merkle_root": None if replayed is None else replayed.integrity.merkle_root,
+        }
+        if error is not None:
+            document["error"] = error
+        out.write(json_document(document))
+    elif error is not None or replayed is None:
+        out.write(f"FAILED: {visible(error)}\n")
+    else:
+        out.write(
+            f"replayed: run {visible(record.run_id)}, {replayed.cycles} cycles, "
+            f"no suggestor called, same root {visible(replayed.integrity.merkle_root)}\n"
+        )
+    return 0 if error is None else VERIFY_FAILED
+
+
+async def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge report`: write a stored run's HTML report again, anywhere."""
+    _, label = open_store(args.store, read_only=True)
+    _, record = await _load(args, args.run_id)
+    record.verify_signature(signing_key())
+    path = Path(args.output) if args.output else report_path(label, record.run_id)
+    written = write_report(record, path, store_argument(args.store))
+    if written is None:
+        raise UsageError("this converge has no HTML report module")
+    if args.json:
+        out.write(json_document({"report": str(written)}))
+    else:
+        out.write(f"report written to {visible(written)}\n")
+    return 0

@@ -1,0 +1,419 @@
+"""The run store contract: the `RunStore` protocol and the records it saves and lists.
+
+The backends live in `converge.stores` (`SqliteRunStore`, `PostgresRunStore`), one module
+each, so that importing converge loads no database driver. Both keep one row per run, with
+searchable columns, a status and a version, under the versioned schema `SCHEMA_VERSION`.
+A finished or paused run's row holds its whole `RunRecord` as JSON. A running run's row
+holds a small `ProgressHead`, and each cycle's additions are appended beside it as one
+journal entry (`RunProgress`), so a per-cycle save costs what the cycle added, not the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal, Protocol, Self, final
+
+from pydantic import Field, model_validator
+
+from .._version import __version__
+from ._checkpoint import Checkpoint, FactRecord, fact_records, restore_snapshot
+from ._context import ContextSnapshot
+from ._exceptions import StoreError
+from ._hitl import GateRequest
+from ._integrity import IntegrityProof, ended_on
+from ._invariant import Violation
+from ._key import KeyField
+from ._model import FrozenModel
+from ._proposal import ProposedFact
+from ._result import Conflict, ConvergeResult
+from ._signature import signature_matches, signature_of
+from ._stop import RunStatus, StopReason
+from ._trace import Continuation, Rejection, RunTrace
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ProgressHead",
+    "RunProgress",
+    "RunRecord",
+    "RunStore",
+    "RunSummary",
+    "failure_count",
+]
+
+SCHEMA_VERSION: Final = 4
+"""The version of the tables every backend writes; a store refuses any other."""
+
+Interruption = Literal["cancelled", "lost"]
+"""Why a run is `INTERRUPTED`: its caller cancelled it, or its process stopped saving."""
+
+
+@final
+class ProgressHead(FrozenModel, frozen=True):
+    """What a running run's row holds besides its journal: everything but the facts, the
+    cycle traces, the rejections and the decisions, which the journal entries carry.
+
+    `journal_digest` chains every entry's JSON (`SHA-256(previous digest + entry)`, from
+    `SHA-256("converge-journal:" + run_id)`), and `signature` (with a signing key) covers
+    the head, so an entry changed, dropped, added or reordered in the store is refused.
+    """
+
+    run_id: str
+    """The run."""
+    name: str | None = None
+    """The formation's name, if recorded."""
+    formation: str | None = None
+    """Where the formation can be loaded from, if recorded."""
+    registrations: tuple[str, ...]
+    """The registrations fingerprint, as a checkpoint records it."""
+    invariants: tuple[str, ...]
+    """The invariants fingerprint, as a checkpoint records it."""
+    inputs: tuple[ProposedFact, ...] = ()
+    """The run's inputs."""
+    input_violations: tuple[Violation, ...] = ()
+    """Structural violations of the inputs."""
+    initial_root: str
+    """The Merkle root of the starting context."""
+    cycle: int
+    """The last cycle saved."""
+    clock: int
+    """The Lamport clock after it."""
+    version: int
+    """The context's version after it."""
+    fact_count: int
+    """Facts in the context after it."""
+    dirty: tuple[KeyField, ...]
+    """Keys that gained facts in it (what the next cycle wakes up)."""
+    tokens: int
+    """Tokens spent so far."""
+    elapsed_seconds: float = Field(ge=0.0)
+    """The run's own time so far."""
+    refused: tuple[str, ...] = ()
+    """`"key/id"` of proposals a human rejected in this run."""
+    continuations: tuple[Continuation, ...] = ()
+    """Where the run was interrupted and continued so far."""
+    journal_length: int = Field(ge=0)
+    """How many journal entries the run has."""
+    journal_digest: str
+    """The chain over those entries (see the class)."""
+    signature: str | None = None
+    """HMAC-SHA256 over the rest of the head (hex), with a signing key."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """One per-cycle save of a running run: its new head and what to append to its journal."""
+
+    head: ProgressHead
+    """The run's head after this save."""
+    entry: str | None
+    """The journal entry to append (JSON; `None` appends nothing)."""
+    status: Literal[RunStatus.RUNNING, RunStatus.INTERRUPTED]
+    """`RUNNING` while the run goes on; `INTERRUPTED` when its caller cancelled it."""
+    lease_seconds: float
+    """How long the run counts as running without another save or `renew_lease`."""
+    restart: bool = False
+    """Drop the journal (and any finished record) first: this entry starts it again."""
+
+
+def failure_count(trace: RunTrace) -> int:
+    """A run's calls that failed and were not made good (`RunTrace.failures`) plus its
+    effects that a structural invariant rolled back (`RunTrace.rolled_back`)."""
+    return len(trace.failures()) + len(trace.rolled_back())
+
+
+@final
+class RunSummary(FrozenModel, frozen=True):
+    """One line about a stored run."""
+
+    run_id: str
+    """The run's id."""
+    status: RunStatus
+    """Where it stands (a running run whose lease ran out shows as `INTERRUPTED`)."""
+    stop_reason: StopReason | None
+    """How it ended; `None` while running or interrupted."""
+    detail: str
+    """The stop detail."""
+    cycles: int
+    """Cycles run."""
+    fact_count: int
+    """Facts in its context."""
+    merkle_root: str
+    """Its context's Merkle root (empty while running or interrupted)."""
+    saved_at: datetime
+    """When it was last saved (UTC)."""
+    name: str | None = None
+    """The formation's name, if recorded."""
+    failures: int = 0
+    """Its failed calls not made good and its rolled-back effects (`RunRecord.failure_count`);
+    0 while running or interrupted. A run that converged with any converged with failures."""
+
+    @property
+    def outcome(self) -> str:
+        """The stop reason's value, or the status's while the run has none (`"running"`)."""
+        return self.status.value if self.stop_reason is None else self.stop_reason.value
+
+
+@final
+class RunRecord(FrozenModel, frozen=True):
+    """Everything stored about a run: summary, proof, trace, facts, and any checkpoint."""
+
+    run_id: str
+    """The run's id."""
+    stop_reason: StopReason | None
+    """How it ended; `None` while running or interrupted."""
+    detail: str
+    """The stop detail."""
+    cycles: int
+    """Cycles run."""
+    tokens: int
+    """Tokens spent."""
+    integrity: IntegrityProof
+    """The proof over `facts`."""
+    trace: RunTrace
+    """The run trace."""
+    facts: tuple[FactRecord, ...]
+    """Every fact, in key then insertion order."""
+    rejections: tuple[Rejection, ...] = ()
+    """Every refused proposal."""
+    pending: tuple[GateRequest, ...] = ()
+    """Gates awaiting decisions, for a paused run."""
+    checkpoint: Checkpoint | None = None
+    """The checkpoint of a paused run."""
+    conflict: Conflict | None = None
+    """The conflict that stopped it, if one did."""
+    name: str | None = None
+    """The formation's name, when it came from one."""
+    formation: str | None = None
+    """Where the formation can be loaded from again (a file path or module name)."""
+    signature: str | None = None
+    """HMAC-SHA256 over the rest of the record (hex), when it was saved with a signing key."""
+    progress: ProgressHead | None = None
+    """The stored head of a running or interrupted run (its signature covers the record)."""
+    converge_version: str = Field(default="", exclude_if=lambda version: not version)
+    """The converge version that saved the finished or paused run (`""`: saved before 0.2.0,
+    or a running run's head). Left out of the JSON when empty, so older records load and their
+    signatures still verify."""
+    status: RunStatus = Field(default=RunStatus.FINISHED, exclude=True)
+    """Where the run stands; `PAUSED` exactly when `stop_reason` is `AWAITING_HUMAN`. Not
+    part of the record's JSON: each store keeps it beside the record."""
+    interruption: Interruption | None = Field(default=None, exclude=True)
+    """Why an `INTERRUPTED` run is interrupted."""
+    version: int = Field(default=0, ge=0, exclude=True)
+    """The store's version of this record when it was loaded (0: never saved). Not part of
+    the record's JSON: each store keeps it beside the record and bumps it on every save."""
+
+    @model_validator(mode="after")
+    def _status_fits(self) -> Self:
+        if "status" not in self.model_fields_set and self.stop_reason is StopReason.AWAITING_HUMAN:
+            object.__setattr__(self, "status", RunStatus.PAUSED)  # the default, derived
+        stopped = self.status in (RunStatus.FINISHED, RunStatus.PAUSED)
+        paused = self.stop_reason is StopReason.AWAITING_HUMAN
+        if stopped != (self.stop_reason is not None) or paused != (self.status is RunStatus.PAUSED):
+            raise ValueError(
+                f"run {self.run_id}: status {self.status.value} does not fit stop reason "
+                f"{None if self.stop_reason is None else self.stop_reason.value}"
+            )
+        if (self.progress is not None) == stopped:
+            raise ValueError(f"run {self.run_id}: only a running run has a progress head")
+        return self
+
+    @model_validator(mode="after")
+    def _pending_is_the_checkpoints(self) -> Self:
+        checkpoint = self.checkpoint
+        shown = () if checkpoint is None else checkpoint.pending
+        if self.pending != shown:
+            raise ValueError(
+                f"run {self.run_id}: the record's pending gates differ from its checkpoint's; "
+                "a reviewer would be shown something other than what resume applies"
+            )
+        if checkpoint is not None and checkpoint.run_id != self.run_id:
+            raise ValueError(
+                f"run {self.run_id}: its checkpoint belongs to run {checkpoint.run_id}"
+            )
+        return self
+
+    @classmethod
+    def of(
+        cls,
+        result: ConvergeResult,
+        *,
+        name: str | None = None,
+        formation: str | None = None,
+        key: bytes | None = None,
+    ) -> RunRecord:
+        """The record of a run's result, optionally naming its formation; signed with `key`.
+
+        Each fact is recorded with the leaf digest the engine kept at its promotion, and
+        checked against it (`fact_records`). When a fact was changed below the API since, the
+        record says so and is not signed: it ends `INVARIANT_VIOLATED` on the built-in
+        `integrity` check (with no pending gate), and its facts do not verify.
+        """
+        facts, problem = fact_records(result.context)
+        stop_reason, detail, trace = result.stop_reason, result.detail, result.trace
+        if problem is not None:
+            key = None  # never signed as if it were what the engine promoted
+            detail = ended_on(problem)
+            if stop_reason is not StopReason.INVARIANT_VIOLATED or result.detail != detail:
+                stop_reason = StopReason.INVARIANT_VIOLATED
+                trace = trace.model_copy(update={"stop_reason": stop_reason, "detail": detail})
+        record = cls(
+            name=name,
+            formation=formation,
+            run_id=result.run_id,
+            stop_reason=stop_reason,
+            detail=detail,
+            cycles=result.cycles,
+            tokens=result.tokens,
+            integrity=result.integrity,
+            trace=trace,
+            facts=facts,
+            rejections=result.rejections,
+            pending=() if problem is not None else result.pending,
+            checkpoint=None if problem is not None else result.checkpoint,
+            conflict=result.conflict,
+            converge_version=__version__,
+        )
+        return record if key is None else record.signed(key)
+
+    @property
+    def outcome(self) -> str:
+        """The stop reason's value, or the status's while the run has none (`"running"`)."""
+        return self.status.value if self.stop_reason is None else self.stop_reason.value
+
+    @property
+    def failure_count(self) -> int:
+        """Its calls that failed and were not made good plus its effects that a structural
+        invariant rolled back (`failure_count`): a run that converged with any converged
+        with failures."""
+        return failure_count(self.trace)
+
+    def decided_by(self) -> str:
+        """Who decided the run's gates so far, as `" (decided by jane: approved gate:…)"`."""
+        decisions = self.trace.decisions
+        if not decisions:
+            return ""
+        said = "; ".join(
+            f"{decision.by}: {'approved' if decision.approved else 'rejected'} {decision.gate_id}"
+            for decision in decisions
+        )
+        return f" (decided by {said})"
+
+    def signed(self, key: bytes) -> RunRecord:
+        """This record with its signature set under `key`."""
+        return self.model_copy(update={"signature": signature_of(self, key, _UNSIGNED)})
+
+    def verify_signature(self, key: bytes | None) -> None:
+        """Refuse an unsigned or mis-signed record when there is a key (nothing without one).
+
+        Raises:
+            StoreError: The record is unsigned, or it was changed or signed with another key.
+        """
+        if key is None:
+            return
+        head = self.progress
+        if head is not None:
+            if head.signature is None:
+                raise StoreError(
+                    f"run {self.run_id}: the stored progress is unsigned, but a signing key is set"
+                )
+            if not signature_matches(head, head.signature, key):
+                raise StoreError(
+                    f"run {self.run_id}: the stored progress has a bad signature: it was "
+                    "changed or signed with another key"
+                )
+            return
+        if self.signature is None:
+            raise StoreError(
+                f"run {self.run_id}: the stored record is unsigned, but a signing key is set"
+            )
+        if not signature_matches(self, self.signature, key, _UNSIGNED):
+            raise StoreError(
+                f"run {self.run_id}: the stored record has a bad signature: it was changed "
+                "or signed with another key"
+            )
+
+    def restore_context(self) -> ContextSnapshot:
+        """The stored context, through the one verifying restore (digests, order, root).
+
+        Raises:
+            StoreError: A fact, their order or the root does not match what was stored.
+        """
+        try:
+            return restore_snapshot(
+                self.facts,
+                cycle=self.cycles,
+                clock=self.integrity.clock,
+                merkle_root=self.integrity.merkle_root,
+            )
+        except ValueError as error:
+            raise StoreError(f"run {self.run_id}: {error}") from None
+
+    def summary(self, saved_at: datetime) -> RunSummary:
+        """This record as one line."""
+        return RunSummary(
+            run_id=self.run_id,
+            status=self.status,
+            stop_reason=self.stop_reason,
+            detail=self.detail,
+            cycles=self.cycles,
+            fact_count=self.integrity.fact_count,
+            merkle_root=self.integrity.merkle_root,
+            saved_at=saved_at,
+            name=self.name,
+        )
+
+
+_UNSIGNED: Final = frozenset({"progress"})
+"""Record fields the record's own signature leaves out (the head is signed by itself)."""
+
+
+class RunStore(Protocol):
+    """Saves and loads runs by id. Any class with these methods qualifies."""
+
+    async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
+        """Save the record of `record.run_id` atomically and return its new version.
+
+        Versions start at 1 and grow by one with every save. `expected_version=None`
+        replaces whatever is stored; `0` inserts a run that must not exist; `k` replaces the
+        run only while it is at version `k`, and otherwise raises `StaleRecordError` and
+        saves nothing (optimistic concurrency: no decision is silently lost).
+        """
+        ...
+
+    async def save_progress(self, progress: RunProgress, /, *, expected_version: int) -> int:
+        """Save one cycle of a running run atomically and return the run's new version.
+
+        Writes `progress.head` and the status, appends `progress.entry` to the run's journal
+        (after dropping the journal when `progress.restart`), and sets the lease to now plus
+        `progress.lease_seconds`. `expected_version` works as for `save` (0: a new run).
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
+        """Extend a running run's lease to now plus `lease_seconds`, keeping its version.
+
+        Called from the engine's lease thread, in an event loop of its own, while the run's
+        other calls go on in the run's loop: an implementation must allow that (the built-in
+        stores do). Raises `StaleRecordError` when the run is no longer at `version`.
+        """
+        ...
+
+    async def load(self, run_id: str, /) -> RunRecord:
+        """The stored record with its `version` and `status`; raises `RunNotFoundError`.
+
+        A running or interrupted run comes back assembled from its head and journal (see
+        `converge.stores.assemble`), with `stop_reason=None` and its `checkpoint` the point
+        to continue from.
+        """
+        ...
+
+    async def list_runs(self, *, limit: int = 50) -> Sequence[RunSummary]:
+        """The most recently saved runs first."""
+        ...
+
+    async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
+        """The pending checkpoint of a paused run, or `None` if it is not paused."""
+        ...

@@ -1,0 +1,415 @@
+"""The promotion gate: the checks every proposal passes, and the one place it becomes a fact.
+
+`PromotionPolicy` holds the gate's limits and checks. A `Gate` applies them for one merge
+(one cycle, one gate kind: the engine's, the input gate or a human's) and promotes what
+passes, stamping each fact with its `PromotionRecord`.
+
+The gate trusts nothing it receives. `admit` takes a proposal as validation left it
+(its fields in a plain `dict`, every field of its declared type, the confidence in [0, 1],
+the payload frozen, the id in NFC) and validates anything else again:
+`model_copy(update=...)`, `model_construct` and pydantic's base-class routes skip
+validation, and what they build fails these checks. What validates is decided as the
+validated copy; what does not is refused with the field named.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Final, cast, final
+
+from pydantic import BaseModel, Field, JsonValue, ValidationError
+
+from .._core._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
+from .._core._fact import GateKind
+from .._core._key import AnyKey, ContextKey, Key, key_named
+from .._core._model import FrozenModel
+from .._core._proposal import ProposedFact
+from .._core._seal import Stamp
+from .._core._text import storable, utf8_size
+
+__all__ = [
+    "RESERVED_PREFIX",
+    "Gate",
+    "PromotionPolicy",
+    "Stamps",
+    "field_reason",
+    "stand_in",
+    "unhashable",
+]
+
+_INVISIBLE: Final = (
+    "\u200b\u200c\u200d\u200e\u200f\u2060\ufeff"  # zero-width characters, word joiner, BOM
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # bidirectional controls
+)
+
+_BAD_ID_CHARACTER: Final = re.compile(f"[\\s\\x00-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+RESERVED_PREFIX: Final = "hitl-rejected:"
+"""Ids under `DIAGNOSTIC` with this prefix are the notes human rejections leave."""
+_FIELDS: Final = frozenset(ProposedFact.model_fields)
+# The members the gate compares with every proposal, bound once: on Python 3.11 reading
+# `ContextKey.PROPOSALS` goes through the enum metaclass's `__getattr__` hook (about 0.1 µs
+# each time), where a module constant is one specialised global load.
+_PROPOSALS: Final = ContextKey.PROPOSALS
+_DIAGNOSTIC: Final = ContextKey.DIAGNOSTIC
+
+
+@final
+class PromotionPolicy(FrozenModel, frozen=True):
+    """Limits of the engine gate. The gate itself is always on.
+
+    The gate rejects, in this order: a proposal that does not validate; blank content; blank
+    provenance or provenance over `max_provenance_length`; an id that is empty, too long,
+    holds whitespace, control, invisible or bidirectional control characters, or is reserved
+    for the engine's notes; content over `max_content_bytes`; a payload over
+    `max_payload_bytes`; a key the suggestor may not write; a `PROPOSALS` proposal without a
+    `target` or targeting `PROPOSALS`, and a `target` on any other key; a `(key, id)` a human
+    rejected in this run.
+    """
+
+    max_content_bytes: int = Field(default=1024 * 1024, ge=1)
+    """Largest content, in UTF-8 bytes (default 1 MiB)."""
+    max_id_length: int = Field(default=256, ge=1)
+    """Longest id, in characters."""
+    max_provenance_length: int = Field(default=256, ge=1)
+    """Longest provenance, in characters."""
+    max_payload_bytes: int = Field(default=1024 * 1024, ge=1)
+    """Largest payload, in bytes of its canonical JSON (default 1 MiB)."""
+
+    def check(
+        self,
+        proposal: ProposedFact,
+        writes: Collection[AnyKey] | None,
+        refused: Collection[tuple[AnyKey, str]] = (),
+        *,
+        gate: GateKind = "engine",
+    ) -> str | None:
+        """The reason the `gate` refuses `proposal`, or `None` when it passes."""
+        admitted = admit(proposal)
+        if isinstance(admitted, str):
+            return admitted
+        return Gate(self, kind=gate, refused=frozenset(refused)).check(admitted, writes)
+
+
+def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
+    """Why `payload` does not validate as `key`'s model (pydantic's words), or `None`.
+
+    Strict JSON validation: the payload must already be the model's JSON (`"42"` is not an
+    `int`; an ISO 8601 string is a `datetime`), so the stored payload reads back unchanged.
+    """
+    try:
+        key.payload.model_validate_json(payload_json(payload), strict=True)
+    except ValidationError as error:
+        said = "; ".join(
+            f"{'.'.join(str(part) for part in detail['loc']) or 'payload'}: {detail['msg']}"
+            for detail in error.errors(include_url=False)
+        )
+        return f"payload does not fit {key.payload.__qualname__}, the model of key {key}: {said}"
+    return None
+
+
+def field_reason(policy: PromotionPolicy, proposal: ProposedFact, gate: GateKind) -> str | None:
+    """The checks of one proposal's own fields, in order: content, provenance, id, sizes."""
+    content = proposal.content
+    provenance = proposal.provenance
+    if not content.strip():
+        return "content is blank"
+    if not provenance.strip():
+        return "provenance is blank"
+    if len(provenance) > policy.max_provenance_length:
+        return (
+            f"provenance is {len(provenance)} characters long, "
+            f"over the limit of {policy.max_provenance_length}"
+        )
+    reason = _id_reason(policy, proposal.key, proposal.id, gate)
+    if reason is not None:
+        return reason
+    if len(content) * 4 > policy.max_content_bytes:
+        size = utf8_size(content)
+        if size > policy.max_content_bytes:
+            return f"content is {size} bytes, over the limit of {policy.max_content_bytes}"
+    payload = proposal.payload
+    if payload is not None:
+        text = payload_json(payload)
+        if len(text) * 4 > policy.max_payload_bytes:
+            size = utf8_size(text)
+            if size > policy.max_payload_bytes:
+                return (
+                    f"payload is {size} bytes of canonical JSON, "
+                    f"over the limit of {policy.max_payload_bytes}"
+                )
+    return None
+
+
+def _id_reason(policy: PromotionPolicy, key: AnyKey, ident: str, gate: GateKind) -> str | None:
+    if not ident:
+        return "id is empty"
+    if len(ident) > policy.max_id_length:
+        return f"id is {len(ident)} characters long, over the limit of {policy.max_id_length}"
+    bad = _BAD_ID_CHARACTER.search(ident)
+    if bad is not None:
+        character = bad.group()
+        if character in _INVISIBLE:
+            return (
+                f"id {ident!r} contains an invisible or bidirectional control character "
+                f"(U+{ord(character):04X})"
+            )
+        return f"id {ident!r} contains whitespace or control characters"
+    if key is _DIAGNOSTIC and gate != "human" and ident.startswith(RESERVED_PREFIX):
+        return (
+            f"{key}/{ident} is reserved: only the human gate writes {key}/{RESERVED_PREFIX}* notes"
+        )
+    return None
+
+
+def _intact(fields: Mapping[str, Any]) -> bool:
+    """Whether a proposal's fields are as validation leaves them (the gate's fast path)."""
+    try:
+        key = fields["key"]
+        ident = fields["id"]
+        confidence = fields["confidence"]
+        target = fields["target"]
+        evidence: tuple[object, ...] = fields["evidence"]  # its type checked below
+        payload: object = fields["payload"]
+        kind = type(payload)
+        return (
+            (type(key) is ContextKey or type(key) is Key)
+            and type(ident) is str
+            and type(fields["content"]) is str
+            and type(fields["provenance"]) is str
+            and type(confidence) is float
+            and 0.0 <= confidence <= 1.0
+            and (target is None or type(target) is ContextKey or type(target) is Key)
+            and type(evidence) is tuple
+            and (not evidence or all(type(ref) is str for ref in evidence))
+            and (
+                payload is None
+                or kind is FrozenDict
+                or kind is FrozenList
+                or kind is str
+                or kind is int
+                or kind is bool
+                or (kind is float and math.isfinite(cast("float", payload)))
+            )
+            and (ident.isascii() or unicodedata.is_normalized("NFC", ident))
+        )
+    except KeyError:
+        return False
+
+
+def unhashable(error: ValueError) -> str:
+    """The reason for a proposal that cannot be hashed as canonical JSON."""
+    return f"cannot be hashed as canonical JSON ({type(error).__name__}: {error})"
+
+
+def _describe(error: ValidationError) -> str:
+    parts: list[str] = []
+    for detail in error.errors(include_url=False):
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in detail["loc"]
+        ).lstrip(".")
+        shown = _shown(detail.get("input"))
+        parts.append(f"{where or 'proposal'}: {detail['msg']} (got {shown})")
+    return "; ".join(parts)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__: say what it is instead
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def admit(proposal: object) -> ProposedFact | str:
+    """`proposal` as validation left it, or validated again; or why it does not validate."""
+    # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
+    # differently (a valid id to the checks, another to the seal): validated again, once.
+    if type(proposal) is ProposedFact:
+        own = proposal.__dict__  # typeshed says a mapping proxy; it is a dict, or a subclass
+        if type(own) is dict and _intact(own):  # pyright: ignore[reportUnnecessaryComparison]
+            return proposal
+    if not isinstance(proposal, ProposedFact):
+        return f"invalid proposal: not a ProposedFact but a {type(proposal).__name__}"
+    fields = {name: value for name, value in proposal.__dict__.items() if name in _FIELDS}
+    payload = fields.get("payload")
+    if payload is not None:
+        try:
+            fields["payload"] = freeze_json(payload)
+        except ValueError as error:
+            return unhashable(error)
+    try:
+        return ProposedFact.model_validate(fields)
+    except ValidationError as error:
+        return f"invalid proposal: {_describe(error)}"
+
+
+def _text(value: object, default: str) -> str:
+    if isinstance(value, str):
+        return storable(value)
+    return default if value is None else _shown(value, 256)
+
+
+def _key(value: object) -> AnyKey | None:
+    try:
+        return key_named(str.__str__(value)) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _unit(value: object) -> float:
+    if type(value) is int or type(value) is float:
+        number = float(cast("float", value))
+        if 0.0 <= number <= 1.0:
+            return number
+    return 0.0
+
+
+def stand_in(proposal: object) -> ProposedFact:
+    """A valid proposal that records one that is not, for its `Rejection`.
+
+    The fields that validate are kept (text made storable: see `_text.storable`); the others
+    become placeholders: key `DIAGNOSTIC`, id and text the value's `repr`, no payload,
+    confidence 0.
+    """
+    raw = getattr(proposal, "__dict__", None)
+    fields: dict[str, object] = raw if isinstance(raw, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    try:
+        payload = freeze_json(fields.get("payload"))
+    except ValueError:
+        payload = None
+    confidence = fields.get("confidence")
+    evidence = fields.get("evidence")
+    try:
+        return ProposedFact.model_validate(
+            {
+                "key": _key(fields.get("key")) or ContextKey.DIAGNOSTIC,
+                "id": _text(fields.get("id"), "invalid"),
+                "content": _text(fields.get("content"), "") if fields else _shown(proposal),
+                "provenance": _text(fields.get("provenance"), ""),
+                "payload": payload,
+                "confidence": _unit(confidence),
+                "target": _key(fields.get("target")),
+                "evidence": (
+                    tuple(_text(ref, "") for ref in cast("Sequence[object]", evidence))
+                    if isinstance(evidence, tuple | list)
+                    else ()
+                ),
+            }
+        )
+    except Exception:  # nothing of it validates: a bare placeholder
+        return ProposedFact(key=ContextKey.DIAGNOSTIC, id="invalid", content="", provenance="")
+
+
+def check_hashable(proposal: ProposedFact) -> None:
+    """Raise `ValueError` if a field cannot be hashed (a copy that skipped validation)."""
+    check_text(proposal.id, "id")
+    check_text(proposal.content, "content")
+    check_text(proposal.provenance, "provenance")
+    for index, ref in enumerate(proposal.evidence):
+        check_text(ref, f"evidence[{index}]")
+    if proposal.payload is not None:
+        payload_json(proposal.payload)
+
+
+Stamps = dict[tuple[GateKind, str, int], Stamp]
+"""Promotion stamps without an approver, by gate, suggestor name and id: kept while an
+engine's registrations stay the same (`RegistryView.stamps`), so a suggestor's facts share
+their promotion record's text from run to run."""
+
+
+@final
+class Gate:
+    """The gate of one merge: checks proposals against the policy and promotes them."""
+
+    __slots__ = ("_kind", "_limits", "_policy", "_stamps", "refused")
+
+    def __init__(
+        self,
+        policy: PromotionPolicy,
+        *,
+        kind: GateKind,
+        refused: frozenset[tuple[AnyKey, str]] = frozenset(),
+        stamps: Stamps | None = None,
+    ) -> None:
+        self._policy = policy
+        # the limits every proposal is checked against, read once: a model's attributes
+        # are slower to load than a tuple's items
+        self._limits = (
+            policy.max_provenance_length,
+            policy.max_id_length,
+            policy.max_content_bytes,
+        )
+        self._kind: GateKind = kind
+        self.refused = refused
+        """The slots a human rejected in this run: proposals for them are refused. Read,
+        never changed: an engine keeps its gate while its run's set stays the same."""
+        self._stamps: Stamps = {} if stamps is None else stamps
+
+    def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
+        """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`: the
+        first check it fails, in the documented order, or `None`."""
+        max_provenance, max_id, max_content = self._limits
+        own = proposal.__dict__  # read once: a model's attributes are slower to load
+        key: AnyKey = own["key"]
+        ident: str = own["id"]
+        content: str = own["content"]
+        provenance: str = own["provenance"]
+        payload: JsonValue | None = own["payload"]
+        if (  # one pass over what nearly every proposal passes; the details only when one fails
+            not content.strip()
+            or not provenance.strip()
+            or len(provenance) > max_provenance
+            or not ident
+            or len(ident) > max_id
+            or not (  # an ASCII id is printable and has no space, or has no bad character
+                ident.isprintable() and " " not in ident
+                if ident.isascii()
+                else _BAD_ID_CHARACTER.search(ident) is None
+            )
+            or (key is _DIAGNOSTIC and ident.startswith(RESERVED_PREFIX))
+            or len(content) * 4 > max_content
+            or payload is not None
+        ):
+            reason = field_reason(self._policy, proposal, self._kind)
+            if reason is not None:
+                return reason
+        if writes is not None and key not in writes:
+            return f"not authorised to write {key}"
+        target: AnyKey | None = own["target"]
+        if key is _PROPOSALS:
+            if target is None:
+                return "a proposal under proposals needs a target"
+            if target is _PROPOSALS:
+                return "a staged proposal cannot target proposals"
+        elif target is not None:
+            return f"target is only allowed under proposals, not under {key}"
+        typed = key if type(key) is Key else target if type(target) is Key else None
+        if typed is not None:
+            reason = _model_reason(typed, payload)
+            if reason is not None:
+                return reason
+        refused = self.refused
+        if refused and (key, ident) in refused:
+            return f"{key}/{ident} was rejected by a human in this run"
+        return None
+
+    @property
+    def policy(self) -> PromotionPolicy:
+        """The limits this gate checks proposals against."""
+        return self._policy
+
+    def stamp(self, suggestor: str, suggestor_id: int, approved_by: str | None = None) -> Stamp:
+        """What promotes the proposals of `suggestor` that pass (`Stamp.promote`). One without
+        an approver is kept in `stamps`; one with (a human's approval) is made each time, so
+        the kept ones stay as many as the registrations."""
+        if approved_by is not None:
+            return Stamp(suggestor, suggestor_id, self._kind, approved_by)
+        stamps = self._stamps
+        key = (self._kind, suggestor, suggestor_id)
+        stamp = stamps.get(key)
+        if stamp is None:
+            stamp = stamps[key] = Stamp(suggestor, suggestor_id, self._kind, None)
+        return stamp

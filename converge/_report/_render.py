@@ -1,0 +1,321 @@
+"""`render_report` and `report_body`: a stored run as one self-contained HTML page.
+
+The page has inline CSS, inline SVG and a few lines of inline script, allowed by a content
+security policy that admits nothing else: no network, no external fonts, and any script a fact
+might smuggle in is escaped and would be refused anyway. `report_body` is the part inside
+`<main>`, which the review console embeds in its own page; `render_report` wraps it. The
+header and summary live in `_report_header`, the gates in `_report_gates`, the charts in
+`_report_timeline` and `_report_svg`, the stylesheet, script and policy in `_report_assets`.
+Every count the page shows carries `data-count` and `data-value`, so tests and tools can read
+them from the DOM.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Final
+
+from .._core._checkpoint import FactRecord
+from .._core._escape import esc
+from .._core._integrity import verify
+from .._core._key import in_key_order
+from .._core._store import RunRecord
+from .._kernel._verdict import verdict
+from .._version import __version__
+from ._assets import CSS, POLICY, SCRIPT
+from ._gates import gates
+from ._header import header, summary
+from ._parts import executions, ref_link, section, table, violations
+from ._svg import format_ms, key_colour, lineage_svg, short
+from ._timeline import timeline_svg
+
+__all__ = ["render_report", "report_body"]
+
+
+def _saved_by(record: RunRecord) -> str:
+    """`" saved by converge 0.2.0"`, or nothing for a record older than the field."""
+    version = record.converge_version
+    return f" saved by converge {esc(version)}" if version else ""
+
+
+def _timeline(record: RunRecord) -> str:
+    legend = (
+        '<div class="legend"><span><i style="background:var(--bar)"></i>ok</span>'
+        '<span><i style="background:var(--bad)"></i>failed ✕</span>'
+        '<span><i style="background:#fde2c8;border:1px solid var(--budget)"></i>timed out ◷</span>'
+        '<span><b class="human-key">◆</b> human decisions applied</span>'
+        '<span><b class="continuation-key">■</b> continued after an interruption</span>'
+        "<span>x axis: the run&#x27;s own time (a human&#x27;s wait left out); vertical lines: "
+        "cycle starts; hover a bar or a line for details</span></div>"
+    )
+    failed = [(cycle, e) for cycle, e in executions(record) if e.outcome != "ok"]
+    rows = [
+        f'<tr data-outcome="{e.outcome}"><td class="num">{cycle}</td>'
+        f"<td><code>{esc(e.suggestor)}</code></td>"
+        f'<td class="{"bad" if e.outcome == "failed" else "warn"}">'
+        f"{e.outcome.replace('_', ' ')}</td><td>{e.phase}</td>"
+        f'<td class="num">{format_ms(e.duration_ms)}</td><td class="wrap">'
+        f"{esc(e.error or '')}"
+        + (
+            f"<details><summary>traceback</summary><pre>{esc(e.traceback)}</pre></details>"
+            if e.traceback
+            else ""
+        )
+        + "</td></tr>"
+        for cycle, e in failed
+    ]
+    failures = (
+        "<h3>Failures and timeouts</h3>"
+        + table(
+            ["cycle", "suggestor", "outcome", "phase", "duration", "error"],
+            rows,
+            kind="failures",
+            right=(0, 4),
+            widths=(7, 20, 10, 9, 10, 44),
+        )
+        if rows
+        else '<p class="empty">Every execution finished without error.</p>'
+    )
+    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + failures)
+
+
+def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
+    ref = f"{fact.key.value}/{fact.id}"
+    promotion = fact.promotion
+    content = esc(fact.content)
+    if fact.target is not None:
+        content += f' <span class="muted">→ {esc(fact.target.value)}</span>'
+    if fact.payload is not None:
+        payload = json.dumps(fact.payload, indent=2, ensure_ascii=False, sort_keys=True)
+        content += f"<details><summary>payload</summary><pre>{esc(payload)}</pre></details>"
+    decision = verdict(fact)
+    approved = "" if decision is None else f"<br>{decision[0]} by <b>{esc(decision[1])}</b>"
+    evidence = "<br>".join(ref_link(ref, anchors) for ref in fact.evidence) or (
+        '<span class="muted">—</span>'
+    )
+    confidence = max(0.0, min(1.0, fact.confidence))
+    return (
+        f'<tr id="{anchor}" data-fact="{esc(ref)}">'
+        f'<td class="wrap"><code>{esc(fact.id)}</code></td>'
+        f'<td class="wrap">{content}</td><td class="wrap"><code>{esc(fact.provenance)}</code></td>'
+        f'<td class="num">{fact.confidence:.2f}<span class="meter"><span style="width:'
+        f'{confidence * 100:.0f}%"></span></span></td>'
+        f"<td>cycle {promotion.cycle} · clock {promotion.clock}<br>"
+        f"<code>{esc(promotion.suggestor)}</code> (#{promotion.suggestor_id})<br>"
+        f'<span class="gate gate-{promotion.gate}">gate {promotion.gate}</span>{approved}</td>'
+        f'<td class="wrap refs">{evidence}</td></tr>'
+    )
+
+
+def _facts(record: RunRecord, anchors: dict[str, str]) -> str:
+    if not record.facts:
+        return section(
+            "facts", "Facts", '<p class="empty">The context holds no facts.</p>', count=0
+        )
+    groups: list[str] = []
+    for key in in_key_order({fact.key for fact in record.facts}):
+        facts = [fact for fact in record.facts if fact.key == key]
+        if not facts:
+            continue
+        rows = [_fact_row(fact, anchors[f"{key.value}/{fact.id}"], anchors) for fact in facts]
+        groups.append(
+            f'<div class="key-group" data-key="{key.value}"><h3><span class="key-chip" '
+            f'style="background:{key_colour(key)}"></span>{key.value}'
+            f' <span class="muted" data-count="facts-{key.value}" data-value="{len(facts)}">'
+            f"({len(facts)})</span></h3>"
+            + table(
+                ["id", "content", "provenance", "confidence", "promotion", "evidence"],
+                rows,
+                kind="facts",
+                right=(3,),
+                widths=(14, 27, 14, 10, 19, 16),
+            )
+            + "</div>"
+        )
+    total = len(record.facts)
+    search = (
+        '<div class="filter"><input type="search" id="fact-filter" placeholder="Filter facts: '
+        'any text in a row" aria-label="Filter facts"> <span data-count="facts-shown" '
+        f'data-value="{total}">{total} of {total} facts</span></div>'
+    )
+    return section("facts", "Facts by key", search + "".join(groups), count=total)
+
+
+def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
+    edges = sum(len(fact.evidence) for fact in record.facts)
+    intro = (
+        f'<p class="note">Columns are promotion cycles; an arrow runs from each piece of evidence '
+        f"to the fact derived from it ({edges} evidence link(s) in all). Hover a node to "
+        "highlight its links; click it to jump to its row. Dashed outline: approved by a human.</p>"
+    )
+    return section("lineage", "Lineage", intro + lineage_svg(record.facts, anchors))
+
+
+def _rejections(record: RunRecord) -> str:
+    rows = [
+        f'<tr data-rejection><td class="num">{r.cycle}</td><td><code>{esc(r.suggestor)}</code></td>'
+        f"<td><code>{esc(r.proposal.key.value)}/{esc(r.proposal.id)}</code></td>"
+        f'<td class="wrap">{esc(short(r.proposal.content, 400))}</td>'
+        f'<td class="wrap">{esc(r.reason)}</td></tr>'
+        for r in record.rejections
+    ]
+    body = (
+        table(
+            ["cycle", "suggestor", "proposal", "content", "reason"],
+            rows,
+            kind="rejections",
+            right=(0,),
+            widths=(7, 18, 20, 27, 28),
+        )
+        if rows
+        else '<p class="empty">No proposal was rejected.</p>'
+    )
+    return section("rejections", "Rejections", body, count=len(rows))
+
+
+def _invariants(record: RunRecord) -> str:
+    rows = [
+        f'<tr data-violation><td class="num">{v.cycle}</td><td><code>{esc(v.invariant)}</code></td>'
+        f'<td>{v.invariant_class.value}</td><td class="wrap">{esc(v.reason)}</td></tr>'
+        for v in violations(record)
+    ]
+    body = (
+        table(
+            ["cycle", "invariant", "class", "reason"],
+            rows,
+            kind="violations",
+            right=(0,),
+            widths=(7, 28, 12, 53),
+        )
+        if rows
+        else '<p class="empty">No invariant violation was recorded.</p>'
+    )
+    if record.conflict is not None:
+        body += (
+            f'<h3>Conflict</h3><p class="bad" data-conflict>{esc(record.conflict.describe())}</p>'
+            f"<pre>{esc(record.conflict.proposal.content)}</pre>"
+        )
+    return section("invariants", "Invariants and conflicts", body, count=len(rows))
+
+
+def _integrity(record: RunRecord) -> str:
+    proof = record.integrity
+    try:
+        holds = verify(record.restore_context(), proof)
+    except Exception as error:  # a report must render whatever the record holds
+        status = "error"
+        verdict = (
+            f'<span class="bad">cannot restore the stored facts</span>: '
+            f"<code>{esc(type(error).__name__)}: {esc(error)}</code>"
+        )
+    else:
+        status = "true" if holds else "false"
+        verdict = (
+            '<span class="ok">✓ verified</span>: the stored facts reproduce the root and clock'
+            if holds
+            else '<span class="bad">✗ does not verify</span>: the facts do not match the proof'
+        )
+    final = record.trace.final_root or "—"
+    body = (
+        f'<dl class="proof"><dt>verification</dt><dd data-verified="{status}">{verdict}</dd>'
+        f'<dt>Merkle root</dt><dd class="mono">{esc(proof.merkle_root)}</dd>'
+        f"<dt>Lamport clock</dt><dd>{proof.clock}</dd>"
+        f"<dt>fact count</dt><dd>{proof.fact_count}</dd>"
+        f'<dt>initial root</dt><dd class="mono">{esc(record.trace.initial_root)}</dd>'
+        f'<dt>trace final root</dt><dd class="mono">{esc(final)}</dd></dl>'
+    )
+    return section("integrity", "Integrity proof", body)
+
+
+_NAV: Final = (
+    ("summary", "Result"),
+    ("timeline", "Timeline"),
+    ("facts", "Facts"),
+    ("lineage", "Lineage"),
+    ("rejections", "Rejections"),
+    ("gates", "Human gates"),
+    ("invariants", "Invariants"),
+    ("integrity", "Integrity"),
+)
+
+
+def _heading(record: RunRecord, title: str | None) -> str:
+    if title is not None:
+        return title
+    return record.name if record.name is not None else "Run report"
+
+
+def report_body(
+    record: RunRecord,
+    *,
+    title: str | None = None,
+    store_argument: str = "",
+    gate_href: Callable[[str], str] | None = None,
+) -> str:
+    """The report's HTML inside `<main>`: header, navigation and every section.
+
+    Without `<html>`, `<head>`, the stylesheet or the script, so another page (the review
+    console) can embed it beside `CSS` and `SCRIPT` from `_report_assets`.
+
+    Args:
+        record: The run.
+        title: The heading; by default the formation's name, else `"Run report"`.
+        store_argument: Appended to every printed command so it finds the same store, e.g.
+            `" --store /tmp/runs.db"` (already shell-quoted; `""` for the default store).
+        gate_href: When given, each pending gate also links to `gate_href(gate_id)`.
+    """
+    anchors = {f"{fact.key.value}/{fact.id}": f"fact-{i}" for i, fact in enumerate(record.facts)}
+    nav = "".join(f'<a href="#{ident}">{label}</a>' for ident, label in _NAV)
+    held = gates(record, anchors, store_argument=store_argument, gate_href=gate_href)
+    paused = bool(record.pending)
+    return "".join(
+        [
+            header(record, _heading(record, title)),
+            f"<nav>{nav}</nav>",
+            summary(record, anchors),
+            held if paused else "",
+            _timeline(record),
+            _facts(record, anchors),
+            _lineage(record, anchors),
+            _rejections(record),
+            "" if paused else held,
+            _invariants(record),
+            _integrity(record),
+        ]
+    )
+
+
+def render_report(record: RunRecord, *, title: str | None = None, store_argument: str = "") -> str:
+    """The run as one self-contained HTML page (inline CSS, SVG and a few lines of script).
+
+    It shows the formation, stop reason, times and counts; a summary of what the run decided
+    and who approved it; every held proposal in full with the commands that decide it; the
+    timeline of every execution on one time axis; the facts by key (with a filter), their
+    provenance and promotion record; the lineage graph drawn from `evidence`; rejections,
+    human decisions, invariant violations, and the integrity proof with whether the stored
+    facts verify against it. Every user-provided text is escaped, and the page loads nothing
+    from the network.
+
+    Args:
+        record: The run, e.g. `RunRecord.of(result)` or `await store.load(run_id)`.
+        title: The heading and page title; by default the heading is the formation's name
+            (else `"Run report"`) and the page title `"converge run {run_id}"`.
+        store_argument: Appended to the printed `converge review` and `converge resume`
+            commands so they find the same store (`" --store PATH"`, shell-quoted).
+    """
+    page_title = title if title is not None else f"converge run {record.run_id}"
+    body = report_body(record, title=title, store_argument=store_argument)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="converge"><title>{esc(page_title)}</title>'
+        f"<style>{CSS}</style></head>"
+        f'<body data-run-id="{esc(record.run_id)}" data-stop-reason="{record.outcome}"><main>'
+        f"{body}<footer>Generated by converge {__version__} from a stored run record"
+        f"{_saved_by(record)}. This file is self-contained: it loads nothing from the "
+        "network.</footer></main>"
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )

@@ -1,0 +1,334 @@
+"""A running run on its way to the store, and back: journal entries and their assembly.
+
+`Journal` follows one run and turns its state after each cycle into a `RunProgress`: a new
+`ProgressHead` and one `CycleDelta` holding only what was added since the save before (new
+facts, rejections and decisions, and the cycle traces that are new or were rewritten). Each
+entry's JSON is chained into the head's `journal_digest`, and the head is signed with the
+engine's key. `assemble` is the way back: it checks the chain and builds the `RunRecord` of a
+running or interrupted run, whose `checkpoint` (with no pending gates) is where it continues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from hashlib import sha256
+from typing import Literal, final
+
+from .._core._canonical import merkle_root
+from .._core._checkpoint import Checkpoint, FactRecord, fact_records
+from .._core._exceptions import StoreError
+from .._core._hitl import GateDecision
+from .._core._integrity import IntegrityProof
+from .._core._key import STORED, AnyKey, in_key_order, key_rank
+from .._core._model import FrozenModel, trusted
+from .._core._signature import signature_of
+from .._core._stop import RunStatus
+from .._core._store import Interruption, ProgressHead, RunProgress, RunRecord
+from .._core._trace import CycleTrace, Rejection, RunTrace
+from .._kernel._state import RunState
+
+__all__ = ["CycleDelta", "Journal", "assemble", "chain", "genesis"]
+
+
+@final
+class CycleDelta(FrozenModel, frozen=True):
+    """One journal entry: what a run added since its previous save."""
+
+    facts: tuple[FactRecord, ...] = ()
+    """New facts, in key order then insertion order."""
+    rejections: tuple[Rejection, ...] = ()
+    """New rejections."""
+    decisions: tuple[GateDecision, ...] = ()
+    """New human decisions."""
+    cycles: tuple[CycleTrace, ...] = ()
+    """Cycle traces that are new, or rewrote one saved before (same `cycle`)."""
+
+
+def genesis(run_id: str) -> str:
+    """The journal digest of a run with no entries."""
+    return sha256(f"converge-journal:{run_id}".encode()).hexdigest()
+
+
+def chain(digest: str, entry: str) -> str:
+    """The journal digest after appending `entry` to a journal at `digest`."""
+    return sha256(bytes.fromhex(digest) + entry.encode()).hexdigest()
+
+
+@final
+class Journal:
+    """Turns one run's state into per-cycle saves, each holding only what is new.
+
+    The first save of a run, or of a continuation, restarts the journal with everything.
+    `commit` moves the watermarks once the store has taken a save.
+    """
+
+    __slots__ = (
+        "_changed",
+        "_counts",
+        "_cycles",
+        "_decisions",
+        "_digest",
+        "_fingerprint",
+        "_key",
+        "_last",
+        "_length",
+        "_name",
+        "_pending",
+        "_rejections",
+        "run_id",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        fingerprint: tuple[tuple[str, ...], tuple[str, ...]],
+        *,
+        name: str | None,
+        formation: str | None,
+        key: bytes | None,
+    ) -> None:
+        self.run_id = run_id
+        self._fingerprint = fingerprint
+        self._name = (name, formation)
+        self._key = key
+        self._counts: dict[AnyKey, int] = {}
+        self._rejections = 0
+        self._decisions = 0
+        self._cycles = 0
+        self._last: CycleTrace | None = None
+        self._length = 0
+        self._digest = ""
+        self._pending: tuple[dict[AnyKey, int], int, int, int, CycleTrace | None] | None = None
+        self._changed = False
+        """A fact this journal recorded was found changed below the API: heads go unsigned."""
+
+    def progress(
+        self,
+        state: RunState,
+        *,
+        elapsed: float,
+        status: Literal[RunStatus.RUNNING, RunStatus.INTERRUPTED] = RunStatus.RUNNING,
+        lease_seconds: float,
+    ) -> RunProgress:
+        """The save of `state` as it stands after its last merged cycle.
+
+        The new facts are recorded with the leaves kept at their promotion, and checked
+        against them: once one was found changed below the API, no head of the run is signed
+        (the run then ends `INVARIANT_VIOLATED`, and its record is not signed either).
+        """
+        restart = not self._digest
+        length, digest = (0, genesis(self.run_id)) if restart else (self._length, self._digest)
+        delta, marks = self._delta(state)
+        entry = None
+        if restart or any(delta.__dict__.values()):  # something was added
+            entry = delta.model_dump_json()
+            length, digest = length + 1, chain(digest, entry)
+        self._pending = marks
+        head = self._head(state, elapsed, length, digest)
+        return RunProgress(head, entry, status, lease_seconds, restart)
+
+    def commit(self, progress: RunProgress) -> None:
+        """Record that the store took `progress`: the next save starts after it."""
+        if self._pending is not None:
+            self._counts, self._rejections, self._decisions, self._cycles, self._last = (
+                self._pending
+            )
+            self._pending = None
+        self._length = progress.head.journal_length
+        self._digest = progress.head.journal_digest
+
+    def _delta(
+        self, state: RunState
+    ) -> tuple[CycleDelta, tuple[dict[AnyKey, int], int, int, int, CycleTrace | None]]:
+        snapshot = state.snapshot
+        # the new facts, each with the leaf kept at its promotion, checked against it
+        facts, problem = fact_records(snapshot, self._counts)
+        self._changed = self._changed or problem is not None
+        counts = {key: snapshot.count(key) for key in snapshot.keys()}
+        cycles = state.cycles
+        first = self._cycles
+        if first and cycles[first - 1] is not self._last:
+            first -= 1  # the last saved cycle was rewritten since (decisions, violations)
+        delta = trusted(
+            CycleDelta,
+            {
+                "facts": facts,
+                "rejections": tuple(state.rejections[self._rejections :]),
+                "decisions": tuple(state.decisions[self._decisions :]),
+                "cycles": tuple(cycles[first:]),
+            },
+        )
+        last = cycles[-1] if cycles else None
+        return delta, (counts, len(state.rejections), len(state.decisions), len(cycles), last)
+
+    def _head(self, state: RunState, elapsed: float, length: int, digest: str) -> ProgressHead:
+        snapshot = state.snapshot
+        registrations, invariants = self._fingerprint
+        name, formation = self._name
+        cycles = state.cycles
+        cycle = state.cycle
+        if cycle and not (cycles and cycles[-1].cycle == cycle):
+            cycle -= 1  # cancelled inside a cycle: nothing of it was merged
+        head = trusted(
+            ProgressHead,
+            {
+                "run_id": self.run_id,
+                "name": name,
+                "formation": formation,
+                "registrations": registrations,
+                "invariants": invariants,
+                "inputs": state.inputs,
+                "input_violations": state.input_violations,
+                "initial_root": state.initial_root,
+                "cycle": cycle,
+                "clock": snapshot.clock,
+                "version": snapshot.version,
+                "fact_count": len(snapshot),
+                "dirty": in_key_order(state.dirty),
+                "tokens": state.tokens,
+                "elapsed_seconds": elapsed,
+                "refused": tuple(f"{k.value}/{ident}" for k, ident in sorted(state.human_rejected)),
+                "continuations": state.continuations,
+                "journal_length": length,
+                "journal_digest": digest,
+                "signature": None,
+            },
+        )
+        if self._key is None or self._changed:
+            return head
+        return head.model_copy(update={"signature": signature_of(head, self._key)})
+
+
+def assemble(
+    head_text: str,
+    entries: Sequence[str],
+    *,
+    run_id: str,
+    status: RunStatus,
+    interruption: Interruption | None,
+    version: int,
+) -> RunRecord:
+    """The record of a running or interrupted run, from its stored head and journal.
+
+    Raises:
+        StoreError: The head is invalid or another run's, or the journal does not chain to
+            the head's digest (an entry was changed, dropped, added or reordered).
+    """
+    try:
+        head = ProgressHead.model_validate_json(head_text, context=STORED)
+    except ValueError as error:
+        raise StoreError(f"run {run_id}: the stored progress head is invalid ({error})") from None
+    if head.run_id != run_id:
+        raise StoreError(f"the row of run {run_id} holds the progress of run {head.run_id}")
+    digest = genesis(run_id)
+    deltas: list[CycleDelta] = []
+    for index, entry in enumerate(entries):
+        digest = chain(digest, entry)
+        try:
+            deltas.append(CycleDelta.model_validate_json(entry, context=STORED))
+        except ValueError as error:
+            raise StoreError(
+                f"run {run_id}: journal entry {index + 1} is invalid ({error})"
+            ) from None
+    facts = sum(len(delta.facts) for delta in deltas)
+    if len(entries) != head.journal_length or digest != head.journal_digest:
+        raise StoreError(
+            f"run {run_id}: its journal ({len(entries)} entries) does not match its head "
+            f"({head.journal_length} entries): an entry was changed, dropped or added"
+        )
+    if facts != head.fact_count:
+        raise StoreError(
+            f"run {run_id}: its journal holds {facts} facts, its head says {head.fact_count}"
+        )
+    return _record(head, deltas, status=status, interruption=interruption, version=version)
+
+
+def _record(
+    head: ProgressHead,
+    deltas: Sequence[CycleDelta],
+    *,
+    status: RunStatus,
+    interruption: Interruption | None,
+    version: int,
+) -> RunRecord:
+    facts = sorted(
+        (fact for delta in deltas for fact in delta.facts), key=lambda f: key_rank(f.key)
+    )
+    by_cycle: dict[int, CycleTrace] = {}
+    for delta in deltas:
+        for cycle in delta.cycles:
+            by_cycle[cycle.cycle] = cycle
+    cycles = tuple(by_cycle[number] for number in sorted(by_cycle))
+    checkpoint = _continuation_point(
+        head,
+        tuple(facts),
+        cycles,
+        rejections=tuple(r for delta in deltas for r in delta.rejections),
+        decisions=tuple(d for delta in deltas for d in delta.decisions),
+    )
+    root = checkpoint.merkle_root
+    said = {"cancelled": "its caller cancelled it", "lost": "its process stopped saving"}
+    detail = f"saved after cycle {head.cycle}" + (
+        f"; interrupted: {said[interruption]}" if interruption is not None else ""
+    )
+    trace = RunTrace(
+        run_id=head.run_id,
+        inputs=head.inputs,
+        initial_root=head.initial_root,
+        cycles=cycles,
+        decisions=checkpoint.decisions,
+        input_violations=head.input_violations,
+        detail=detail,
+        continuations=head.continuations,
+    )
+    return RunRecord(
+        run_id=head.run_id,
+        stop_reason=None,
+        detail=detail,
+        cycles=head.cycle,
+        tokens=head.tokens,
+        integrity=IntegrityProof(merkle_root=root, clock=head.clock, fact_count=len(facts)),
+        trace=trace,
+        facts=checkpoint.facts,
+        rejections=checkpoint.rejections,
+        checkpoint=checkpoint,
+        name=head.name,
+        formation=head.formation,
+        progress=head,
+        status=status,
+        interruption=interruption,
+        version=version,
+    )
+
+
+def _continuation_point(
+    head: ProgressHead,
+    facts: tuple[FactRecord, ...],
+    cycles: tuple[CycleTrace, ...],
+    *,
+    rejections: tuple[Rejection, ...],
+    decisions: tuple[GateDecision, ...],
+) -> Checkpoint:
+    """The checkpoint (no pending gates) an interrupted run continues from."""
+    return Checkpoint(
+        run_id=head.run_id,
+        registrations=head.registrations,
+        invariants=head.invariants,
+        facts=facts,
+        merkle_root=merkle_root(bytes.fromhex(fact.digest) for fact in facts),
+        clock=head.clock,
+        version=head.version,
+        cycle=head.cycle,
+        dirty=head.dirty,
+        tokens=head.tokens,
+        elapsed_seconds=head.elapsed_seconds,
+        refused=head.refused,
+        pending=(),
+        decisions=decisions,
+        rejections=rejections,
+        cycles=cycles,
+        inputs=head.inputs,
+        input_violations=head.input_violations,
+        initial_root=head.initial_root,
+        continuations=head.continuations,
+    )
