@@ -44,6 +44,7 @@ demo-model: $(MODEL_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check $(PATHS)
 	$(BIN)/ruff format --check $(PATHS)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/pyright

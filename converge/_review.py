@@ -1,4 +1,4 @@
-"""What the command line trusts in a stored run, and how it checks it before acting.
+"""What the command line, the console and batches trust in a stored run, and how they check it.
 
 A stored record is data anyone with write access to the store could have changed. With a
 signing key every record the CLI or an engine saves is signed, every record `review`,

@@ -1,12 +1,23 @@
-"""The shape of `converge/`: no import circle, no backend on import."""
+"""The shape of `converge/`: enforced layers, no import circle, no backend on import.
+
+The layers themselves are import-linter contracts in `pyproject.toml` (`lint-imports`, run by
+`make lint`); this module checks that they hold, that they catch a break, and what
+import-linter cannot say.
+"""
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "converge"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "converge"
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def module_name(path: Path) -> str:
@@ -70,3 +81,45 @@ def test_a_backend_loads_when_its_store_is_used(tmp_path: Path) -> None:
         "anyio.run(store.list_runs)"
     )
     assert "sqlite3" in loaded_after(code)
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    if not LINT_IMPORTS.exists():
+        pytest.skip("import-linter is not installed: pip install --group lint (or make setup)")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True, text=True
+    )
+
+
+def test_the_layer_contracts_hold() -> None:
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_an_upward_import_breaks_the_layer_contract(tmp_path: Path) -> None:
+    for name in ("converge", "converge_suggestors"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    model = tmp_path / "converge" / "_core" / "_model.py"
+    model.write_text(model.read_text() + "\nimport converge._engine  # an upward import\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "converge._core._model -> converge._engine" in done.stdout
+
+
+def test_the_engine_importing_a_battery_breaks_the_forbidden_contract(tmp_path: Path) -> None:
+    for name in ("converge", "converge_suggestors"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    engine = tmp_path / "converge" / "_engine.py"
+    engine.write_text(engine.read_text() + "\nimport converge_suggestors  # a battery\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "converge._engine -> converge_suggestors" in done.stdout
+
+
+def test_the_package_top_level_stays_small() -> None:
+    entries = [p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 20, sorted(entries)

@@ -141,7 +141,7 @@ def run_shard(spec: ShardSpec, items: Sequence[ShardItem]) -> list[StoredRun | B
     stays interrupted, and is reported as failed.
 
     Raises:
-        converge._cli._output.UsageError: The formation cannot be imported.
+        UsageError: The formation cannot be imported.
     """
     formation, cached = _cached(spec)
     shard = _Shard(spec, formation, grouped(cached))  # saves grouped in this shard's loop
