@@ -189,33 +189,32 @@ def _key_diffs(
     for each in sorted({*grouped_a, *grouped_b}, key=key_rank):
         facts_a = grouped_a.get(each, {})
         facts_b = grouped_b.get(each, {})
-        only_a = [FactSide.of(f) for i, f in facts_a.items() if i not in facts_b]
-        only_b = [FactSide.of(f) for i, f in facts_b.items() if i not in facts_a]
-        changed: list[FactChange] = []
-        for ident, fact_a in facts_a.items():
-            fact_b = facts_b.get(ident)
-            if fact_b is None or fact_b.digest == fact_a.digest:
-                continue
-            fields = _changed_fields(fact_a, fact_b)
-            if fields:
-                changed.append(
-                    FactChange(
-                        id=ident, fields=fields, a=FactSide.of(fact_a), b=FactSide.of(fact_b)
-                    )
-                )
+        only_a = [f for i, f in facts_a.items() if i not in facts_b]
+        only_b = [f for i, f in facts_b.items() if i not in facts_a]
+        changed: list[tuple[FactRecord, FactRecord]] = [
+            (fact_a, fact_b)
+            for ident, fact_a in facts_a.items()
+            if (fact_b := facts_b.get(ident)) is not None
+            and fact_b.digest != fact_a.digest
+            and _changed_fields(fact_a, fact_b)
+        ]
         if only_a or only_b or changed:
             found.append(
                 KeyDiff(
                     key=each,
-                    only_a=tuple(only_a[:limit]),
-                    only_b=tuple(only_b[:limit]),
-                    changed=tuple(changed[:limit]),
+                    only_a=tuple(FactSide.of(fact) for fact in only_a[:limit]),
+                    only_b=tuple(FactSide.of(fact) for fact in only_b[:limit]),
+                    changed=tuple(_change(a, b) for a, b in changed[:limit]),
                     only_a_count=len(only_a),
                     only_b_count=len(only_b),
                     changed_count=len(changed),
                 )
             )
     return tuple(found)
+
+
+def _change(a: FactRecord, b: FactRecord) -> FactChange:
+    return FactChange(id=a.id, fields=_changed_fields(a, b), a=FactSide.of(a), b=FactSide.of(b))
 
 
 def _grouped(
