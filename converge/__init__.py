@@ -34,6 +34,7 @@ from ._core._exceptions import (
     ConfigurationError,
     ConflictError,
     ConvergeError,
+    ForkError,
     InvalidCheckpointError,
     InvalidResumeError,
     InvariantViolationError,
@@ -51,6 +52,7 @@ from ._core._integrity import IntegrityProof, verify
 from ._core._invariant import Invariant, InvariantClass, InvariantResult, Violation
 from ._core._join import missing, ready
 from ._core._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
+from ._core._lineage import ForkKind, Lineage
 from ._core._pack import GateVerdict, Pack
 from ._core._proposal import ProposedFact
 from ._core._public import publish as _publish
@@ -100,6 +102,8 @@ __all__ = [
     "Fact",
     "FactPromoted",
     "FactRecord",
+    "ForkError",
+    "ForkKind",
     "Formation",
     "FunctionSuggestor",
     "GateDecided",
@@ -119,6 +123,7 @@ __all__ = [
     "InvariantViolationError",
     "Key",
     "KeyLike",
+    "Lineage",
     "Observer",
     "Outcome",
     "Pack",

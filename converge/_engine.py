@@ -11,27 +11,36 @@ from ._core._budget import Budget
 from ._core._checkpoint import Checkpoint
 from ._core._context import ContextSnapshot
 from ._core._events import EngineEvent, Observer
-from ._core._exceptions import ConfigurationError, InvalidResumeError
+from ._core._exceptions import ConfigurationError, ForkError, InvalidResumeError, ReplayError
 from ._core._hitl import GateDecision, HitlPolicy, utc_now
 from ._core._invariant import Invariant
+from ._core._key import undeclared_names
 from ._core._proposal import ProposedFact
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus
-from ._core._store import RunStore
+from ._core._store import RunRecord, RunStore
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._trace import Continuation, RunTrace
 from ._kernel._abort import reraise
 from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._kernel._config import RunConfig
 from ._kernel._executor import ErrorMode
+from ._kernel._fork import (
+    check_inputs,
+    fork_point,
+    fork_state,
+    replay_start,
+    replay_trace,
+    resolve_retractions,
+)
 from ._kernel._gate import PromotionPolicy
 from ._kernel._merge import ConflictMode
 from ._kernel._pause import current_version, resume_state
 from ._kernel._registry import Registry
-from ._kernel._replay import replay_run
+from ._kernel._replay import RecordedEffects, replay_run
 from ._kernel._retry import NO_RETRY, RetryPolicy
 from ._kernel._run import RunLoop
-from ._kernel._state import RunState
+from ._kernel._state import RunState, new_run_id
 from ._kernel._stream import stream_run
 from ._kernel._sync import Backend, call_sync
 from .stores._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
@@ -390,6 +399,88 @@ class Engine:
         """
         start = ContextSnapshot.empty() if context is None else context
         return await replay_run(self._config, self._registry.view(), trace, start)
+
+    async def fork(
+        self,
+        record: RunRecord,
+        *,
+        at_cycle: int,
+        inputs: Iterable[ProposedFact] = (),
+        retract: Iterable[str] = (),
+        cascade: bool = False,
+        replay: bool = False,
+        run_id: str | None = None,
+    ) -> ConvergeResult:
+        """Start a new run from a stored run's context at the end of `at_cycle`, and run it
+        live with this engine's suggestors.
+
+        The context is rebuilt from `record`'s facts (0: the inputs only), each checked
+        against its digest, without calling any suggestor; with `replay`, the record's
+        recorded effects are merged again up to `at_cycle` first (with this engine's
+        registrations), and the root they give must be the stored one. Then `retract`
+        removes facts (`"key/id"`, or an id that names one fact), with `cascade` every fact
+        whose evidence reaches one of them too, and `inputs` are merged at `at_cycle` as the
+        fork's inputs. Cycles go on from `at_cycle + 1` (the budget counts the parent's
+        cycles and tokens up to there). The parent's human decisions after `at_cycle` are
+        not carried over: a gate the fork reaches again waits again.
+
+        The result's `lineage` (and its stored record's) names the parent run, the cycle and
+        the parent's Merkle root there. With a store, the fork is saved when it stops or
+        pauses, as a new run.
+
+        Raises:
+            StoreError: With a signing key, `record` is unsigned or its signature fails.
+            ForkError: The run has no such cycle, is still running, started from a context
+                of its own, or its facts do not verify; a retracted fact does not exist at
+                `at_cycle`; an input's key is undeclared or its payload does not fit it; a
+                kept fact's key is not declared in this process. Nothing runs nor is saved.
+            ReplayError: With `replay`, an effect is missing, a suggestor differs, or the
+                replayed root is not the stored one.
+        """
+        record.verify_signature(self._config.signing_key)
+        point = fork_point(record, at_cycle)
+        given = checked_inputs(inputs)
+        check_inputs(given)
+        if isinstance(retract, str):
+            raise ConfigurationError("retract must be a sequence of fact references, not a str")
+        retracted = resolve_retractions(point, tuple(retract), cascade=cascade)
+        unknown = undeclared_names(fact.key for fact in point.facts)
+        if unknown:
+            raise ForkError(
+                f"run {record.run_id} names keys this process has not declared: {unknown}; "
+                "import the module that declares them (Key(name, payload=...)) first"
+            )
+        checked_start(None, run_id)
+        if replay:
+            await self._replayed_to(record, at_cycle, point.root)
+        state = fork_state(
+            record,
+            point,
+            inputs=given,
+            retracted=retracted,
+            kind="replay" if replay else "fork",
+            run_id=run_id or new_run_id(),
+        )
+        view = self._registry.view()
+        loop = RunLoop(self._config, view, state, None, check_facts=self._facts_leave())
+
+        async def fork_and_save() -> ConvergeResult:
+            return await self._keeper.save(await loop.start(held=point.held), 0, None)
+
+        return await reraise(fork_and_save())
+
+    async def _replayed_to(self, record: RunRecord, cycle: int, root: str) -> None:
+        """Merge `record`'s recorded effects up to `cycle` again; refuse another root."""
+        trace = replay_trace(record, cycle)
+        view = self._registry.view()
+        loop = RunLoop(self._config, view, replay_start(record))
+        replayed = await loop.start(RecordedEffects(trace, view.registrations))
+        got = replayed.context.merkle_root()
+        if got != root:
+            raise ReplayError(
+                f"replaying run {record.run_id} to cycle {cycle} gives root {got}, not the "
+                f"stored {root}: the recorded effects or the registrations differ"
+            )
 
     async def stream(
         self,

@@ -58,6 +58,7 @@ from .._review import (
     take_signing_key,
 )
 from ._batch import cmd_batch
+from ._fork import cmd_diff, cmd_fork, cmd_replay_or_live
 from ._output import (
     BROKEN_PIPE,
     FAILURES,
@@ -70,7 +71,6 @@ from ._output import (
 )
 from ._parser import demo_names, parser
 from ._read import (
-    cmd_replay,
     cmd_report,
     cmd_review,
     cmd_runs,
@@ -339,7 +339,9 @@ _COMMANDS: dict[str, Command] = {
     "review": cmd_review,
     "resume": _cmd_resume,
     "verify": cmd_verify,
-    "replay": cmd_replay,
+    "replay": cmd_replay_or_live,
+    "fork": cmd_fork,
+    "diff": cmd_diff,
     "report": cmd_report,
     "batch": cmd_batch,
     "ui": cmd_ui,

@@ -19,6 +19,7 @@ from .._version import __version__
 from ..dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 from ..stores._durable import DEFAULT_LEASE
 from ._batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
+from ._fork import InputAction, PayloadAction
 from ._output import (
     BATCH_INCOMPLETE,
     BROKEN_PIPE,
@@ -172,6 +173,7 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     _resume(commands)
     _listing(commands)
     _checking(commands)
+    _forking(commands)
     _batch(commands)
     _console(commands)
     for sub in commands.choices.values():  # `--store` after the command works too
@@ -382,7 +384,14 @@ def _checking(commands: Commands) -> None:
     )
     replay.add_argument("run_id")
     replay.add_argument("--formation", help=_FORMATION_HELP)
-    _json(replay, "the outcome")
+    replay.add_argument(
+        "--live-from",
+        type=_cycle,
+        metavar="CYCLE",
+        help="replay up to CYCLE (the root checked), then run the current suggestors live "
+        "as a new run linked to this one (a fork)",
+    )
+    _json(replay, "the outcome (with --live-from: the new run's record)")
     report = _command(
         commands,
         "report",
@@ -393,6 +402,93 @@ def _checking(commands: Commands) -> None:
     report.add_argument("run_id")
     report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
     _json(report, '{"report": PATH}')
+
+
+def _cycle(value: str) -> int:
+    """A cycle number, 0 or more (an argparse type)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a cycle number, got {value!r}") from None
+    if not 0 <= number <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:_}, got {number}")
+    return number
+
+
+def _forking(commands: Commands) -> None:
+    """`fork` and `diff`: branch a stored run at a cycle, compare two runs."""
+
+    fork = _command(
+        commands,
+        "fork",
+        "start a new run from a stored run's context at a cycle",
+        (
+            "Rebuild a stored run's context at the end of CYCLE (0: its inputs only) from its "
+            "facts, checked, without calling any suggestor; remove --retract facts and add "
+            "--input facts; then run the formation as it is now from there, as a new run "
+            "that names its parent, the cycle and the parent's root there. The parent's "
+            "human decisions after CYCLE are not carried over.",
+            "--json prints the fork's record as one JSON document.",
+        ),
+        (
+            *_RUN,
+            (2, "also: no such cycle, no such fact to retract, an input that does not fit"),
+            (VERIFY_FAILED, "the parent's signature fails: nothing was forked"),
+        ),
+    )
+    fork.add_argument("run_id", metavar="RUN")
+    fork.add_argument("--at", type=_cycle, required=True, metavar="CYCLE", help="the cycle")
+    fork.add_argument(
+        "--input",
+        action=InputAction,
+        nargs=3,
+        metavar=("KEY", "ID", "CONTENT"),
+        help="add a fact at the fork (repeatable); --payload JSON right after gives its payload",
+    )
+    fork.add_argument(
+        "--payload", action=PayloadAction, metavar="JSON", help="the payload of the --input before"
+    )
+    fork.add_argument("--inputs", metavar="FILE", help="a JSON list of proposed facts to add")
+    fork.add_argument(
+        "--retract",
+        action="append",
+        metavar="FACT_ID",
+        help="remove a fact (KEY/ID, or an ID that names one fact; repeatable)",
+    )
+    fork.add_argument(
+        "--cascade", action="store_true", help="also remove every fact whose evidence reaches it"
+    )
+    fork.add_argument(
+        "--max-cycles",
+        type=at_least_one,
+        metavar="N",
+        help="override the formation's cycle budget (counted from the parent's first cycle)",
+    )
+    fork.add_argument("--formation", help=_FORMATION_HELP)
+    _run_options(fork, "the fork's record")
+    diff = _command(
+        commands,
+        "diff",
+        "compare two stored runs fact by fact",
+        (
+            "Print the first cycle at whose end the two runs' contexts differ (by Merkle "
+            "root), then per key the facts only in A, only in B, and in both with different "
+            "content, payload or provenance, each with the suggestor and cycle that made it, "
+            "and both stop reasons.",
+        ),
+        ((0, "compared"), (VERIFY_FAILED, "a run's signature or facts do not verify")),
+    )
+    diff.add_argument("run_a", metavar="RUN_A")
+    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("--key", metavar="K", help="only the facts under key K")
+    diff.add_argument(
+        "--limit",
+        type=at_least_one,
+        default=1000,
+        metavar="N",
+        help="at most N facts per list (default 1000; the counts are whole)",
+    )
+    _json(diff, "the comparison")
 
 
 def _batch(commands: Commands) -> None:

@@ -35,7 +35,7 @@ from pydantic import JsonValue, ValidationError
 
 from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
-from .._core._exceptions import ReplayError, StoreError
+from .._core._exceptions import ReplayError, RunNotFoundError, StoreError
 from .._core._integrity import verify
 from .._core._key import STORED
 from .._core._result import ConvergeResult
@@ -43,6 +43,7 @@ from .._core._stop import StopReason
 from .._core._store import RunRecord, RunStore
 from .._core._trace import RunTrace
 from .._formation import load_formation
+from .._kernel._fork import lineage_problem
 from .._review import (
     SignatureCheck,
     check_listed,
@@ -132,9 +133,17 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
             "note: these runs are not authenticated (no signing key is set); anyone with "
             "write access to the store could have changed them\n"
         )
+    parents = await _lineages(store, [run.summary.run_id for run in listed])
+    forks: dict[str, int] = {}
+    for parent, _ in parents.values():
+        forks[parent] = forks.get(parent, 0) + 1
     if args.json:
         documents: list[JsonValue] = [
-            run.summary.model_dump(mode="json") | {_SIGNATURE_CHECK: run.check.model_dump()}
+            {
+                **run.summary.model_dump(mode="json"),
+                _SIGNATURE_CHECK: run.check.model_dump(mode="json"),
+                **_family(parents, forks, run.summary.run_id),
+            }
             for run in listed
         ]
         out.write(json_document(documents))
@@ -145,6 +154,12 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     for checked in listed:
         run = checked.summary
         mark = "  signature FAILED" if checked.check.failed else ""
+        if run.run_id in parents:
+            parent, cycle = parents[run.run_id]
+            mark += f"  fork of {visible(parent[:12])}@{cycle}"
+        if run.run_id in forks:
+            count = forks[run.run_id]
+            mark += f"  {count} fork{'s' if count > 1 else ''} listed"
         reason = run.stop_reason.value if run.stop_reason else "-"
         if run.failures:
             reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
@@ -155,6 +170,32 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
             f"{mark}\n"
         )
     return 0
+
+
+async def _lineages(store: RunStore, run_ids: list[str]) -> dict[str, tuple[str, int]]:
+    """The parent and fork cycle of each of `run_ids` that is a fork (its record loaded;
+    one that cannot be loaded counts as no fork)."""
+    found: dict[str, tuple[str, int]] = {}
+    for run_id in run_ids:
+        try:
+            record = await store.load(run_id)
+        except StoreError:
+            continue
+        if record.lineage is not None:
+            found[run_id] = (record.lineage.parent_run_id, record.lineage.at_cycle)
+    return found
+
+
+def _family(
+    parents: dict[str, tuple[str, int]], forks: dict[str, int], run_id: str
+) -> dict[str, JsonValue]:
+    """`runs --json`'s members about a run's fork family."""
+    parent = parents.get(run_id)
+    return {
+        "parent_run_id": None if parent is None else parent[0],
+        "fork_cycle": None if parent is None else parent[1],
+        "forks_listed": forks.get(run_id, 0),
+    }
 
 
 async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -176,6 +217,12 @@ async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"run {visible(record.run_id)}{name}\n")
     out.write("\n".join(summary_lines(record)) + "\n")
     out.write(_signature_line(check) + "\n")
+    if record.lineage is not None:
+        lineage = record.lineage
+        out.write(
+            f"forked from  {visible(lineage.parent_run_id)} at cycle {lineage.at_cycle} "
+            f"(root {visible(lineage.parent_root[:12])}, {lineage.kind})\n"
+        )
     if inconsistent is not None:
         out.write(f"integrity    FAILED ({visible(inconsistent)})\n")
     key = None
@@ -306,6 +353,14 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     error = _verified(record)
     if error is None and check.failed:
         error = check.message
+    parent_checked = False
+    if error is None and record.lineage is not None:
+        parent = await _parent_of(args, record.lineage.parent_run_id)
+        if isinstance(parent, str):
+            error = parent
+        else:
+            parent_checked = parent is not None
+            error = lineage_problem(record, parent)
     if error is None:
         _say(check, sys.stderr)
     proof = record.integrity
@@ -318,6 +373,14 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             "fact_count": proof.fact_count,
             _SIGNATURE_CHECK: check.model_dump(),
         }
+        lineage = record.lineage
+        if lineage is not None:
+            document["lineage"] = {
+                "parent_run_id": lineage.parent_run_id,
+                "at_cycle": lineage.at_cycle,
+                "parent_root": lineage.parent_root,
+                "parent_checked": parent_checked,
+            }
         if error is not None:
             document["error"] = error
         out.write(json_document(document))
@@ -333,7 +396,34 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
             f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
         )
+        lineage = record.lineage
+        if lineage is not None:
+            where = (
+                "the parent's record has that root there too"
+                if parent_checked
+                else "the parent is not in this store: checked against the fork alone"
+            )
+            out.write(
+                f"lineage: forked from {visible(lineage.parent_run_id)} at cycle "
+                f"{lineage.at_cycle}, root {visible(lineage.parent_root)}; {where}\n"
+            )
     return 0 if error is None else VERIFY_FAILED
+
+
+async def _parent_of(args: argparse.Namespace, run_id: str) -> RunRecord | str | None:
+    """A fork's parent from the store, its signature checked (with a key); `None` when the
+    store does not have it; why not, when it does not verify."""
+    try:
+        store, _ = open_store(args.store, read_only=True)
+        parent = await store.load(run_id)
+    except RunNotFoundError:
+        return None
+    except StoreError as error:
+        return f"parent run {run_id}: {str(error).strip()}"
+    check = check_signature(parent, signing_key())
+    if check.failed:
+        return f"parent run {run_id}: {check.message}"
+    return parent
 
 
 async def _replay(

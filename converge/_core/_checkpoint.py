@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal, cast, final
+from typing import TYPE_CHECKING, Literal, cast, final
 
 from pydantic import Field, JsonValue, ValidationError
 
@@ -27,6 +27,9 @@ from ._proposal import ProposedFact
 from ._seal import seal, unchanged
 from ._text import storable
 from ._trace import Continuation, CycleTrace, Rejection
+
+if TYPE_CHECKING:
+    from ._lineage import Lineage
 
 __all__ = [
     "Checkpoint",
@@ -218,6 +221,8 @@ class Checkpoint(FrozenModel, frozen=True):
     """The Merkle root of the starting context."""
     continuations: tuple[Continuation, ...] = Field(default=(), exclude_if=lambda v: not v)
     """Where the run was interrupted and continued so far (left out of JSON when none)."""
+    lineage: Lineage | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Where a forked run branched off its parent (left out of JSON for any other run)."""
     signature: str | None = None
     """HMAC-SHA256 of the rest, hex, when the engine has a signing key."""
 
@@ -271,3 +276,8 @@ def restore_snapshot(
     if root != merkle_root:
         raise ValueError(f"its facts hash to {root}, not to the recorded Merkle root {merkle_root}")
     return snapshot
+
+
+from ._lineage import Lineage  # noqa: E402  # it records `FactRecord`s: defined above
+
+Checkpoint.model_rebuild(_types_namespace={"Lineage": Lineage})

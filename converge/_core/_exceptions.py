@@ -43,6 +43,7 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "ConvergeError",
+    "ForkError",
     "InvalidCheckpointError",
     "InvalidResumeError",
     "InvariantViolationError",
@@ -66,6 +67,11 @@ class InvalidCheckpointError(ConfigurationError):
 
 class ReplayError(ConfigurationError):
     """A trace cannot be replayed, or replaying it does not reproduce its recorded root."""
+
+
+class ForkError(ConfigurationError):
+    """A stored run cannot be forked as asked: no such cycle, no such fact to retract, an
+    input that does not fit its key, or a parent record whose facts do not verify."""
 
 
 class StoreError(ConvergeError):

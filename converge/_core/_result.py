@@ -13,6 +13,7 @@ from ._fact import Fact
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
+from ._lineage import Lineage
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._shortfall import Shortfall, invalid_proposals
@@ -164,6 +165,8 @@ class ConvergeResult:
     """Proposals awaiting a human, for `StopReason.AWAITING_HUMAN`."""
     checkpoint: Checkpoint | None = None
     """What `Engine.resume` needs, for `StopReason.AWAITING_HUMAN`."""
+    lineage: Lineage | None = None
+    """Where a forked run branched off its parent (`Engine.fork`); `None` for any other."""
 
     @property
     def integrity(self) -> IntegrityProof:

@@ -25,6 +25,7 @@ from ._hitl import GateRequest
 from ._integrity import IntegrityProof, ended_on
 from ._invariant import Violation
 from ._key import KeyField
+from ._lineage import Lineage
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult
@@ -192,6 +193,9 @@ class RunRecord(FrozenModel, frozen=True):
     """HMAC-SHA256 over the rest of the record (hex), when it was saved with a signing key."""
     progress: ProgressHead | None = None
     """The stored head of a running or interrupted run (its signature covers the record)."""
+    lineage: Lineage | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Where a forked run branched off its parent (`Engine.fork`): left out of the JSON of
+    any other run, so older records load and their signatures still verify."""
     converge_version: str = Field(default="", exclude_if=lambda version: not version)
     """The converge version that saved the finished or paused run (`""`: saved before 0.2.0,
     or a running run's head). Left out of the JSON when empty, so older records load and their
@@ -274,6 +278,7 @@ class RunRecord(FrozenModel, frozen=True):
             pending=() if problem is not None else result.pending,
             checkpoint=None if problem is not None else result.checkpoint,
             conflict=result.conflict,
+            lineage=result.lineage,
             converge_version=__version__,
         )
         return record if key is None else record.signed(key)

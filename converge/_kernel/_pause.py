@@ -99,6 +99,7 @@ def checkpoint_of(
         input_violations=state.input_violations,
         initial_root=state.initial_root,
         continuations=state.continuations,
+        lineage=state.lineage,
     )
     return sign(checkpoint, None if problem is not None else key)
 
@@ -167,6 +168,7 @@ def resume_state(
         cycles=CycleLog(checkpoint.cycles),
         input_violations=checkpoint.input_violations,
         continuations=checkpoint.continuations,
+        lineage=checkpoint.lineage,
     )
     return state, chosen
 

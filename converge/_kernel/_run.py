@@ -107,13 +107,20 @@ class RunLoop:
 
     # -- entry points ----------------------------------------------------------------------------
 
-    async def start(self, source: EffectSource | None = None) -> ConvergeResult:
-        """Merge the inputs at cycle 0, then run cycles from `source` (live by default)."""
+    async def start(
+        self, source: EffectSource | None = None, held: Sequence[GateRequest] = ()
+    ) -> ConvergeResult:
+        """Merge the inputs at cycle 0 (a fork's at its cycle), then run cycles from `source`
+        (live by default); with `held` (a fork of a paused run at its paused cycle), pause
+        on those gates again first."""
         source = source or LiveEffects(
             self._config, self._view, self._stopwatch, self.events, self._watch
         )
         self._started()
-        return await self._drive(source, self._merge_inputs(source))
+        result = self._merge_inputs(source)
+        if result is None and held:
+            result = self._pause(list(held))
+        return await self._drive(source, result)
 
     async def resume(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
@@ -248,20 +255,26 @@ class RunLoop:
         self.events.run_started(state.cycle, suggestors, len(state.inputs), len(state.snapshot))
 
     def _merge_inputs(self, source: EffectSource) -> ConvergeResult | None:
+        """Merge the inputs at the run's first cycle: 0, or a fork's cycle (whose keys that
+        were to wake up next in its parent, `state.dirty`, stay awake)."""
         state = self._state
-        merger = self._merger(state.snapshot, 0, gate="input", hitl=False)
+        cycle = state.cycle
+        merger = self._merger(state.snapshot, cycle, gate="input", hitl=False)
         conflict = merger.merge("input", INPUT_SUGGESTOR_ID, None, state.inputs)
         state.snapshot = merger.snapshot()
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)
-        self.events.merged(0, merger.promoted, merger.rejections, (), merger.violations)
-        self.events.invalid(0, merger.rejections)
+        self.events.merged(cycle, merger.promoted, merger.rejections, (), merger.violations)
+        self.events.invalid(cycle, merger.rejections)
         if conflict is not None:
             return self._finish(StopReason.CONFLICT, conflict.describe(), conflict)
         stop = source.budget_stop(len(state.snapshot), state.tokens)
         if stop is not None:
             return self._finish(*stop)
-        state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
+        if state.lineage is not None:
+            state.dirty = state.dirty | merger.added_keys
+        else:
+            state.dirty = merger.added_keys or frozenset(state.snapshot.keys())
         return None
 
     def _apply_decisions(
@@ -465,4 +478,5 @@ class RunLoop:
             conflict=conflict,
             pending=pending,
             checkpoint=checkpoint,
+            lineage=state.lineage,
         )

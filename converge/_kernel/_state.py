@@ -15,6 +15,7 @@ from .._core._hitl import GateDecision
 from .._core._integrity import changed, ended_on, violation
 from .._core._invariant import Violation
 from .._core._key import AnyKey
+from .._core._lineage import Lineage
 from .._core._model import trusted
 from .._core._proposal import ProposedFact
 from .._core._stop import StopReason
@@ -46,6 +47,8 @@ class RunState:
     """Each cycle's trace, built when first read."""
     input_violations: tuple[Violation, ...] = ()
     continuations: tuple[Continuation, ...] = ()
+    lineage: Lineage | None = None
+    """Where a forked run branched off its parent."""
 
     @property
     def initial_root(self) -> str:

@@ -116,7 +116,11 @@ def test_runs_json_is_the_list_of_run_summaries(store: str, paused: str) -> None
         "name",
         "signature_check",
         "failures",
+        "parent_run_id",
+        "fork_cycle",
+        "forks_listed",
     }
+    assert runs[0]["parent_run_id"] is None
     assert runs[0]["signature_check"]["state"] == "unchecked"
     assert runs[0]["failures"] == 0
 
