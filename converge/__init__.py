@@ -7,7 +7,7 @@ must decide.
 """
 
 from ._core._budget import Budget
-from ._core._checkpoint import Checkpoint, FactRecord
+from ._core._checkpoint import Checkpoint, FactRecord, ForkKind, Lineage
 from ._core._context import Context, ContextSnapshot
 from ._core._decorator import FunctionSuggestor, SuggestorFunction, suggestor
 from ._core._effect import AgentEffect, Refusal
@@ -52,7 +52,6 @@ from ._core._integrity import IntegrityProof, verify
 from ._core._invariant import Invariant, InvariantClass, InvariantResult, Violation
 from ._core._join import missing, ready
 from ._core._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
-from ._core._lineage import ForkKind, Lineage
 from ._core._pack import GateVerdict, Pack
 from ._core._proposal import ProposedFact
 from ._core._public import publish as _publish

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, cast, final
+from typing import Literal, cast, final
 
 from pydantic import Field, JsonValue, ValidationError
 
@@ -28,12 +28,11 @@ from ._seal import seal, unchanged
 from ._text import storable
 from ._trace import Continuation, CycleTrace, Rejection
 
-if TYPE_CHECKING:
-    from ._lineage import Lineage
-
 __all__ = [
     "Checkpoint",
     "FactRecord",
+    "ForkKind",
+    "Lineage",
     "fact_records",
     "restore_fact",
     "restore_snapshot",
@@ -171,6 +170,39 @@ def _changed_record(key: AnyKey, ident: str, own: Mapping[str, object], leaf: by
         return FactRecord.model_validate(fields, strict=False)
 
 
+ForkKind = Literal["fork", "replay"]
+"""How a run was branched off: `"fork"` rebuilt the parent's context from its stored facts;
+`"replay"` re-merged the parent's recorded effects up to the cycle (the root checked)."""
+
+
+@final
+class Lineage(FrozenModel, frozen=True):
+    """Where a forked run branched off its parent, recorded in its trace and signed with it."""
+
+    parent_run_id: str
+    """The run it was forked from."""
+    at_cycle: int = Field(ge=0)
+    """The parent's cycle it was forked at: the context at the end of that cycle (0: the
+    inputs only)."""
+    parent_root: str
+    """The Merkle root of the parent's context at the end of `at_cycle`."""
+    parent_clock: int = Field(ge=0)
+    """The parent's Lamport clock there: every fact kept from the parent has a clock at most
+    this, every fact the fork promoted a later one."""
+    parent_tokens: int = Field(default=0, ge=0)
+    """The tokens the parent had spent by then (the fork's token budget counts them)."""
+    retracted: tuple[FactRecord, ...] = ()
+    """The parent's facts removed at the fork (with `cascade`, those whose evidence reached
+    a removed one too), in key then insertion order."""
+    kind: ForkKind = "fork"
+    """How the fork's past was rebuilt."""
+
+    @property
+    def retracted_refs(self) -> tuple[str, ...]:
+        """`"key/id"` of the retracted facts."""
+        return tuple(f"{fact.key}/{fact.id}" for fact in self.retracted)
+
+
 @final
 class Checkpoint(FrozenModel, frozen=True):
     """Everything needed to resume a paused run in another process, as plain JSON.
@@ -276,8 +308,3 @@ def restore_snapshot(
     if root != merkle_root:
         raise ValueError(f"its facts hash to {root}, not to the recorded Merkle root {merkle_root}")
     return snapshot
-
-
-from ._lineage import Lineage  # noqa: E402  # it records `FactRecord`s: defined above
-
-Checkpoint.model_rebuild(_types_namespace={"Lineage": Lineage})

@@ -6,14 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
 
-from ._checkpoint import Checkpoint
+from ._checkpoint import Checkpoint, Lineage
 from ._context import ContextSnapshot
 from ._error import ConvergeError
 from ._fact import Fact
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof
 from ._invariant import Violation
-from ._lineage import Lineage
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._shortfall import Shortfall, invalid_proposals

@@ -18,14 +18,13 @@ from typing import Final, Literal, Protocol, Self, final
 from pydantic import Field, model_validator
 
 from .._version import __version__
-from ._checkpoint import Checkpoint, FactRecord, fact_records, restore_snapshot
+from ._checkpoint import Checkpoint, FactRecord, Lineage, fact_records, restore_snapshot
 from ._context import ContextSnapshot
 from ._exceptions import StoreError
 from ._hitl import GateRequest
 from ._integrity import IntegrityProof, ended_on
 from ._invariant import Violation
 from ._key import KeyField
-from ._lineage import Lineage
 from ._model import FrozenModel
 from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult

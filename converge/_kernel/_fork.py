@@ -19,12 +19,11 @@ from typing import final
 from pydantic import BaseModel, ValidationError
 
 from .._core._canonical import EMPTY_ROOT, merkle_root, payload_json
-from .._core._checkpoint import FactRecord, restore_fact, restore_snapshot
+from .._core._checkpoint import FactRecord, ForkKind, Lineage, restore_fact, restore_snapshot
 from .._core._context import ContextSnapshot
 from .._core._exceptions import ForkError
 from .._core._hitl import GateRequest
 from .._core._key import AnyKey, ContextKey, Key, declared, key_rank
-from .._core._lineage import ForkKind, Lineage
 from .._core._proposal import ProposedFact
 from .._core._stop import RunStatus
 from .._core._store import RunRecord

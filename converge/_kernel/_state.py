@@ -10,12 +10,12 @@ import os
 from dataclasses import dataclass, field
 from typing import final
 
+from .._core._checkpoint import Lineage
 from .._core._context import ContextSnapshot
 from .._core._hitl import GateDecision
 from .._core._integrity import changed, ended_on, violation
 from .._core._invariant import Violation
 from .._core._key import AnyKey
-from .._core._lineage import Lineage
 from .._core._model import trusted
 from .._core._proposal import ProposedFact
 from .._core._stop import StopReason
