@@ -23,12 +23,12 @@ STEPS = int(os.environ.get("FORK_TEST_STEPS", "5"))
 
 
 class Bid(BaseModel, frozen=True):
-    """The payload of the typed key `bids`."""
+    """The payload of the typed key `fork_bids`."""
 
     amount: int
 
 
-BIDS = Key("bids", payload=Bid)
+BIDS = Key("fork_bids", payload=Bid)
 
 
 class Seeder:

@@ -43,7 +43,7 @@ def test_cli_fork_runs_from_the_cycle_and_verifies_its_lineage(store: str) -> No
         "--at",
         "3",
         "--input",
-        "bids",
+        "fork_bids",
         "b1",
         "a bid",
         "--payload",
@@ -96,8 +96,8 @@ def test_cli_verify_fails_a_fork_whose_lineage_was_edited(store: str) -> None:
         (("--at", "2", "--retract", "nope"), "--retract nope: run"),
         (("--at", "2", "--input", "nokey", "x", "y"), "inputs[0] (nokey/x): key"),
         (
-            ("--at", "2", "--input", "bids", "b", "c", "--payload", '{"amount": "x"}'),
-            "inputs[0] (bids/b): payload does not fit Bid",
+            ("--at", "2", "--input", "fork_bids", "b", "c", "--payload", '{"amount": "x"}'),
+            "inputs[0] (fork_bids/b): payload does not fit Bid",
         ),
     ],
 )
@@ -138,7 +138,7 @@ def test_cli_fork_names_a_formation_that_no_longer_imports(store: str, tmp_path:
 def test_cli_diff_names_the_first_cycle_and_the_facts(store: str) -> None:
     parent = _run(store)
     code, fork = _fork(
-        store, parent, "--at", "3", "--input", "bids", "b1", "x", "--payload", '{"amount": 1}'
+        store, parent, "--at", "3", "--input", "fork_bids", "b1", "x", "--payload", '{"amount": 1}'
     )
     assert code == 0
     code, out = cli("--store", store, "diff", parent, str(fork["run_id"]), "--json")
@@ -146,12 +146,12 @@ def test_cli_diff_names_the_first_cycle_and_the_facts(store: str) -> None:
     diff = json.loads(out)
     assert diff["first_difference"] == 3
     keys = {entry["key"]: entry for entry in diff["keys"]}
-    assert [f["id"] for f in keys["bids"]["only_b"]] == ["b1"]
+    assert [f["id"] for f in keys["fork_bids"]["only_b"]] == ["b1"]
     changed = keys["hypotheses"]["changed"]
     assert [c["id"] for c in changed] == ["step-3", "step-4", "step-5"]
     assert changed[0]["a"]["suggestor"] == "stepper"
     assert changed[0]["a"]["cycle"] == 4
-    code, out = cli("--store", store, "diff", parent, str(fork["run_id"]), "--key", "bids")
+    code, out = cli("--store", store, "diff", parent, str(fork["run_id"]), "--key", "fork_bids")
     assert code == 0
     assert "hypotheses" not in out
     assert "only in B: b1" in out

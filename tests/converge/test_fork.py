@@ -164,7 +164,7 @@ async def test_fork_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None
     with pytest.raises(ForkError, match=r"hypotheses/step-5: run .* no such fact at the end of"):
         await engine.fork(parent, at_cycle=3, retract=["hypotheses/step-5"])
     bad = ProposedFact(key=BIDS, id="b", content="x", provenance="me", payload={"amount": "x"})
-    with pytest.raises(ForkError, match=r"inputs\[0\] \(bids/b\): payload does not fit Bid"):
+    with pytest.raises(ForkError, match=r"inputs\[0\] \(fork_bids/b\): payload does not fit Bid"):
         await engine.fork(parent, at_cycle=3, inputs=[bad])
     assert len(await store.list_runs()) == before
 
