@@ -1,6 +1,6 @@
 """The performance issue's goals, projected from a comparison with its starting commit.
 
-The goals of issue #17 are absolute figures, set on the machine that measured the issue's
+The goals are absolute figures, set on the machine that measured the issue's
 starting commit, `4387133`. Another host runs everything faster or slower, so the suite's
 own figures there say nothing about the goals: a faster host would show a goal as met that
 the issue's machine would not. What carries over is the ratio to `4387133`, timed in the

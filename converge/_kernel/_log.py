@@ -185,7 +185,7 @@ class EventLog:
     the level the standard-library logger had when the log was made: a run that logs
     nothing (the default: `"converge"` writes from `WARNING`) never builds one, which spares
     it the memory structlog's code and objects take (about 130 pages, each paid for after a
-    full collection; benchmarks/README.md, "Tenth pass").
+    full collection).
     """
 
     __slots__ = ("_bindings", "_level", "_log", "threshold")

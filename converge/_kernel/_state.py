@@ -104,8 +104,7 @@ def new_run_id() -> str:
 
     Written from the random bytes directly: `uuid.UUID`'s checks and conversions touch about
     100 more pages of memory than the bytes need, and a run after a full collection pays
-    about half a microsecond for each page it touches first (benchmarks/README.md, "Tenth
-    pass").
+    about half a microsecond for each page it touches first.
     """
     raw = bytearray(os.urandom(16))
     raw[6] = raw[6] & 0x0F | 0x40  # the version, 4

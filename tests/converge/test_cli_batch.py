@@ -1,4 +1,4 @@
-"""`converge batch` (issue 14): one run per input line on a real Dask cluster.
+"""`converge batch`: one run per input line on a real Dask cluster.
 
 The formation is the chain of `durable_formation.py`, three steps and no sleep: it reads them
 from the environment when imported, so the variables are set before any cluster starts and

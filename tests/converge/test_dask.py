@@ -1,4 +1,4 @@
-"""Batches on a real Dask cluster (issue 14): `converge.dask.run_batch` and `run_batch_sync`.
+"""Batches on a real Dask cluster: `converge.dask.run_batch` and `run_batch_sync`.
 
 Each cluster is a `distributed.LocalCluster` of two worker processes on 127.0.0.1 running the
 chain formation of `durable_formation.py`, which reads its length and its sleep from the

@@ -1,4 +1,4 @@
-"""Durable execution with real processes and real stores (issue 12).
+"""Durable execution with real processes and real stores.
 
 Each test drives the `converge` command (or `durable_worker.py`) in child processes against
 one SQLite file, and against PostgreSQL when DATABASE_URL is set:

@@ -1,4 +1,4 @@
-"""Attacks on what a reviewer sees and on which checkpoint a resume applies (issue 11: 1, 2, 9).
+"""Attacks on what a reviewer sees and on which checkpoint a resume applies.
 
 Each test edits the store the way someone with write access to it would, then checks that
 `review`, `report`, `resume` and `replay` refuse, or show exactly what resume applies.

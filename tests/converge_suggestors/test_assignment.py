@@ -413,7 +413,7 @@ def test_assignment_names_the_extra_when_scipy_is_missing(
         build()
 
 
-# Large matrices by digest, and the solver off the event loop (issue 13, point 10).
+# Large matrices by digest, and the solver off the event loop.
 
 
 def digest_of(matrix: np.ndarray[tuple[int, int], np.dtype[np.float64]]) -> str:
