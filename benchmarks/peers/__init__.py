@@ -24,12 +24,34 @@ __all__ = [
     "table",
 ]
 
-WORKLOADS: Final = {"W1": "chain", "W2": "fanout", "W3": "growth", "W4": "wide_idle"}
-"""The workloads with a LangGraph twin, and the module in this package that holds it."""
+WORKLOADS: Final = {
+    "W1": ("chain", "chain_static"),
+    "W2": ("fanout",),
+    "W3": ("growth",),
+    "W4": ("wide_idle",),
+}
+"""The workloads with a LangGraph twin, and the modules in this package that hold it: W1 has
+two shapes, the twin of converge's design (every node routed by 200 predicates) and the one a
+LangGraph user would write (a chain of static edges)."""
 
 
 def measure(workload: str, settings: Settings) -> Figures:
-    """Run one workload on converge and LangGraph, alternating, and return its figures."""
-    module = importlib.import_module(f"{__name__}.{WORKLOADS[workload]}")
+    """Run one workload on converge and LangGraph, alternating, and return its figures.
+
+    With two shapes, the first shape's figures hold the second's under its module's name
+    (`"chain_static"`), and `"rows"` holds the rows of both.
+    """
+    first, *others = WORKLOADS[workload]
+    figures = _measure(first, settings)
+    rows = list(cast(list[Figures], figures["rows"]))
+    for name in others:
+        shape = _measure(name, settings)
+        rows.extend(cast(list[Figures], shape["rows"]))
+        figures[name] = shape
+    return {**figures, "rows": rows}
+
+
+def _measure(module_name: str, settings: Settings) -> Figures:
+    module = importlib.import_module(f"{__name__}.{module_name}")
     run = cast(Callable[[Settings], Figures], module.measure)
     return run(settings)
