@@ -27,9 +27,9 @@ A run's integrity proof is built on the first read of `result.integrity`, after 
 as its trace is; an engine before that change built it in the run. `--read-proof` times
 each run with that first read, so both engines' figures include the Merkle tree.
 
-With `--project` (and `REF` the issue's starting commit, `4387133`), the report also holds
-the performance issue's goals projected onto the issue's own machine: each ratio times the
-issue's figure for that commit (`projection.py`).
+With `--project` (and `REF` the goals' starting commit, `4387133`), the report also holds
+the performance goals projected onto the project's machine, where they were set: each ratio
+times that machine's figure for the commit (`projection.py`).
 
 The earlier package must import itself only relatively (`from ._x import ...`), as
 converge's modules do: an absolute `import converge` inside it would load the working
@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--project",
         action="store_true",
-        help=f"project the performance issue's goals (REF must be {ISSUE_START})",
+        help=f"project the performance goals (REF must be {ISSUE_START})",
     )
     parser.add_argument(
         "--read-proof",

@@ -1,11 +1,11 @@
-"""The performance issue's goals, projected from a comparison with its starting commit.
+"""The performance goals, projected from a comparison with the commit they started from.
 
-The goals are absolute figures, set on the machine that measured the issue's
+The goals are absolute figures, set on the project's machine against the
 starting commit, `4387133`. Another host runs everything faster or slower, so the suite's
 own figures there say nothing about the goals: a faster host would show a goal as met that
-the issue's machine would not. What carries over is the ratio to `4387133`, timed in the
+the project's machine would not. What carries over is the ratio to `4387133`, timed in the
 same process (`benchmarks.baseline`, the two engines alternated so that noise hits both).
-A goal's projection is that ratio times the issue's own figure for `4387133`:
+A goal's projection is that ratio times the project machine's figure for `4387133`:
 
     python -m benchmarks.baseline 4387133 --rounds 100 --project
 
@@ -14,7 +14,7 @@ its limit (W2, which has no per-round ratio over its floor, uses the ratio of th
 
 W1's engine share needs the replay of the run's user code, which reads private parts of the
 context that `4387133` does not have. Its ratio is the current engine's share over
-`4387133`'s whole cycle, round by round, so it is projected onto the issue's whole cycle at
+`4387133`'s whole cycle, round by round, so it is projected onto that machine's whole cycle at
 the start (82.5 µs): the machine's pace is taken from the whole cycle, which both engines
 run, and the share from the current engine alone.
 """
@@ -29,7 +29,7 @@ from ._common import Figures, rounded
 __all__ = ["GOALS", "ISSUE_GOALS", "ISSUE_START", "W1_ENGINE", "W1_TOTAL", "Goal", "project"]
 
 ISSUE_START: Final = "4387133"
-"""The commit the issue measured its starting figures on."""
+"""The commit the goals' starting figures were measured on."""
 
 W1_TOTAL: Final = "total µs / cycle"
 W1_ENGINE: Final = "engine µs / cycle (baseline: its total)"
@@ -46,7 +46,7 @@ ISSUE_GOALS: Final = (
     ("W4_us_per_cycle_1000", "W4", "us_per_cycle.1000", 25.0),
     ("W4_ratio_1000_to_1", "W4", "ratio_1000_to_1", 1.1),
 )
-"""The issue's goals as `(name, workload, figure, limit)`, for the suite's `goals` block
+"""The goals as `(name, workload, figure, limit)`, for the suite's `goals` block
 (a figure in a nested object is named by its path, `"us_per_cycle.1000"`); the goals
 projected below take their limits from here."""
 _LIMITS: Final = {name: limit for name, _, _, limit in ISSUE_GOALS}
@@ -55,7 +55,7 @@ _LIMITS: Final = {name: limit for name, _, _, limit in ISSUE_GOALS}
 @final
 @dataclass(frozen=True, slots=True)
 class Goal:
-    """One goal of the issue, as `benchmarks.baseline` measures its figure."""
+    """One goal, as `benchmarks.baseline` measures its figure."""
 
     name: str
     """The name the suite's `goals` block gives it."""
@@ -63,7 +63,7 @@ class Goal:
     figure: str
     """The figure's name in the workload's part of the comparison."""
     at_start: float
-    """The issue's figure for `4387133` on its own machine."""
+    """The figure for `4387133` on the machine the goals were set on."""
     limit: float
 
 
@@ -84,18 +84,18 @@ GOALS: Final = (
 def project(report: Figures) -> Figures:
     """The goals `report` (a `benchmarks.baseline` comparison) measures, projected.
 
-    Each goal whose workload the comparison timed is projected onto the issue's machine;
+    Each goal whose workload the comparison timed is projected onto the project's machine;
     the goals of the workloads it did not time are left out.
 
     Raises:
-        ValueError: `report` compares with another commit than the issue's starting one, or
+        ValueError: `report` compares with another commit than the goals' starting one, or
             a workload's part lacks the figure its goal needs.
     """
     commit = str(report.get("ref_commit", ""))
     if not commit.startswith(ISSUE_START):
         raise ValueError(
             f"the goals can only be projected from a comparison with {ISSUE_START}, the "
-            f"issue's starting commit, not with {commit or 'an unnamed commit'}"
+            f"goals' starting commit, not with {commit or 'an unnamed commit'}"
         )
     projected: Figures = {}
     for goal in GOALS:

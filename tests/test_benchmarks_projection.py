@@ -1,4 +1,4 @@
-"""`benchmarks/projection.py`: the issue's goals projected from a comparison with 4387133."""
+"""`benchmarks/projection.py`: the performance goals projected from a comparison with 4387133."""
 
 from typing import cast
 
