@@ -1,5 +1,10 @@
 """`benchmarks/peers/chain_static.py`: W1 as a LangGraph user would write it, a static chain."""
 
+# LangGraph ships no `py.typed` and is only in the bench-peers group: its graph objects are
+# read loosely here, as in `benchmarks/peers/`.
+# pyright: reportUnknownMemberType=false, reportUnknownVariableType=false
+# pyright: reportUnknownArgumentType=false
+
 from __future__ import annotations
 
 from typing import cast
