@@ -16,6 +16,7 @@ import os
 import sqlite3
 import tracemalloc
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -567,7 +568,7 @@ def test_an_oversized_content_is_refused_and_stored_once_truncated(
     assert len(content) < 2048
     assert kept < 4 * 1024 * 1024  # nothing of the 50 MB is kept once the run is over
     assert peak < size * 1.5  # the suggestor's own string, and not much more
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         stored = sum(
             len(text or "") for (text,) in connection.execute("SELECT record FROM converge_runs")
         )
