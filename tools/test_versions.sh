@@ -17,6 +17,11 @@ mapfile -t sessions < <("$NOX" --list --json | .venv/bin/python -c \
 mkdir -p .nox
 start=$SECONDS
 pids=()
+# Job control: without it, bash starts background jobs with SIGINT ignored, and the tests
+# that interrupt a child `converge run` would find the signal ignored there too. Each job is
+# then its own process group, stopped with the script.
+set -m
+trap 'for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
 for session in "${sessions[@]}"; do
     "$NOX" --error-on-missing-interpreters --session "$session" >".nox/$session.log" 2>&1 &
     pids+=("$!")
@@ -28,8 +33,8 @@ for index in "${!sessions[@]}"; do
         echo "test_versions: $session passed: $(grep -o "[0-9]* passed[^=]*" ".nox/$session.log" | tail -n 1)"
     else
         status=1
-        echo "test_versions: $session FAILED; its log, .nox/$session.log, ends:"
-        tail -n 30 ".nox/$session.log"
+        echo "test_versions: $session FAILED (its log: .nox/$session.log):"
+        grep -E "^(FAILED|ERROR)|^nox > |[0-9]+ (passed|failed)" ".nox/$session.log" | tail -n 30
     fi
 done
 echo "test_versions: ${#sessions[@]} sessions in $((SECONDS - start)) s"
