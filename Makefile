@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MODEL_STAMP := $(VENV)/.installed-local-model
-PATHS := converge converge_suggestors tests examples benchmarks tools
+PATHS := converge converge_suggestors tests examples benchmarks tools noxfile.py
 
 .PHONY: setup setup-model demo demo-model test lint typecheck docs bench bench-peers clean
 
@@ -66,4 +66,4 @@ bench-peers: $(STAMP)
 	$(BIN)/python -m benchmarks --peers
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) site .pytest_cache .ruff_cache .hypothesis .nox

@@ -1,7 +1,8 @@
 """Test configuration: Hypothesis profiles, and the anyio backends async tests run on.
 
 Choose a profile with the `HYPOTHESIS_PROFILE` environment variable: `default` (50 examples)
-for local runs, `ci` (100 examples, derandomized, failures printed with a reproduction blob).
+for local runs, `ci` (100 examples, derandomized, failures printed with a reproduction blob),
+`core` (`ci` with 25 examples: the nox sessions on the other Pythons, `noxfile.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
 )
+settings.register_profile("core", parent=settings.get_profile("ci"), max_examples=25)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "Stamps",
     "field_reason",
     "stand_in",
+    "storable_inputs",
     "unhashable",
 ]
 
@@ -199,8 +200,14 @@ def _intact(fields: Mapping[str, Any]) -> bool:
         return False
 
 
-def unhashable(error: ValueError) -> str:
-    """The reason for a proposal that cannot be hashed as canonical JSON."""
+def unhashable(error: ValueError, proposal: ProposedFact | None = None) -> str:
+    """The reason for a proposal that cannot be hashed as canonical JSON: the field that
+    cannot be UTF-8 is named when `proposal` is given (`error` may come from its JSON)."""
+    if proposal is not None:
+        try:
+            check_hashable(proposal)
+        except ValueError as named:
+            error = named
     return f"cannot be hashed as canonical JSON ({type(error).__name__}: {error})"
 
 
@@ -301,6 +308,26 @@ def stand_in(proposal: object) -> ProposedFact:
         )
     except Exception:  # nothing of it validates: a bare placeholder
         return ProposedFact(key=ContextKey.DIAGNOSTIC, id="invalid", content="", provenance="")
+
+
+def storable_inputs(inputs: tuple[ProposedFact, ...]) -> tuple[ProposedFact, ...]:
+    """The inputs a run's record keeps once the input gate has merged them: each as
+    validation leaves it; one that does not validate or cannot be hashed (a copy that skipped
+    validation, holding a lone surrogate) is left out, its rejection (with its stand-in) being
+    what the record keeps of it. `inputs` itself when all of them are kept as they are."""
+    kept: list[ProposedFact] = []
+    for proposal in inputs:
+        admitted = admit(proposal)
+        if isinstance(admitted, str):
+            continue
+        try:
+            check_hashable(admitted)
+        except ValueError:
+            continue
+        kept.append(admitted)
+    if len(kept) == len(inputs) and all(a is b for a, b in zip(kept, inputs, strict=True)):
+        return inputs
+    return tuple(kept)
 
 
 def check_hashable(proposal: ProposedFact) -> None:

@@ -250,7 +250,7 @@ class Merger:
                                 continue
                         except ValueError as error:  # model_copy/model_construct skip validation
                             decision = self._rejection(
-                                stand_in(admitted), suggestor, unhashable(error)
+                                stand_in(admitted), suggestor, unhashable(error, admitted)
                             )
             except Exception as error:
                 reason = f"could not be decided ({type(error).__name__}: {error})"
@@ -271,7 +271,7 @@ class Merger:
         try:
             same = identical(existing, proposal)
         except ValueError as error:  # an unvalidated copy holding unhashable text
-            return self._rejection(stand_in(proposal), suggestor, unhashable(error))
+            return self._rejection(stand_in(proposal), suggestor, unhashable(error, proposal))
         if same:
             return None
         if self._mode == "stop":

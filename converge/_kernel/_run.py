@@ -30,7 +30,7 @@ from .._core._trace import Rejection
 from ._abort import SuggestorAbort
 from ._calls import records
 from ._config import RunConfig
-from ._gate import Gate
+from ._gate import Gate, storable_inputs
 from ._live import LiveEffects
 from ._log import EventLog
 from ._merge import ConflictMode, Merger
@@ -261,6 +261,8 @@ class RunLoop:
         cycle = state.cycle
         merger = self._merger(state.snapshot, cycle, gate="input", hitl=False)
         conflict = merger.merge("input", INPUT_SUGGESTOR_ID, None, state.inputs)
+        # what the record keeps of an input that cannot be stored is its rejection
+        state.inputs = storable_inputs(state.inputs)
         state.snapshot = merger.snapshot()
         state.rejections.extend(merger.rejections)
         state.input_violations = tuple(merger.violations)

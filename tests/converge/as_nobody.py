@@ -8,6 +8,8 @@ and group, then runs the command line in this process. Used by `test_sqlite_stor
 from __future__ import annotations
 
 import asyncio
+import email.message  # pyright: ignore[reportUnusedImport]  (Python 3.13 imports it late)
+import email.utils  # pyright: ignore[reportUnusedImport]
 import json
 import os
 import pwd
@@ -20,7 +22,7 @@ import converge._cli._read  # pyright: ignore[reportUnusedImport]
 import converge._report._render  # pyright: ignore[reportUnusedImport]
 from converge.cli import main
 
-del asyncio, json, sqlite3, anyio, converge  # imported for after the privileges are gone
+del asyncio, email, json, sqlite3, anyio, converge  # imported for after the privileges are gone
 
 user = pwd.getpwnam("nobody")
 os.setgroups([])

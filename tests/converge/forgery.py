@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from contextlib import closing
 
 from converge._core._canonical import merkle_root
 
@@ -33,7 +34,7 @@ def stored_json(target: str, run_id: str) -> Record:
                 "SELECT record FROM converge_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
     else:
-        with sqlite3.connect(target) as connection:
+        with closing(sqlite3.connect(target)) as connection, connection:
             row = connection.execute(
                 "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -54,7 +55,7 @@ def write_json(target: str, run_id: str, record: Record) -> None:
                 "UPDATE converge_runs SET record = %s WHERE run_id = %s", (body, run_id)
             )
         return
-    with sqlite3.connect(target) as connection:
+    with closing(sqlite3.connect(target)) as connection, connection:
         connection.execute("UPDATE converge_runs SET record = ? WHERE run_id = ?", (body, run_id))
     connection.close()
 

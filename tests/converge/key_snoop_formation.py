@@ -18,6 +18,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from converge import AgentEffect, Context, ContextKey, Formation, ProposedFact, RunRecord
@@ -62,7 +63,7 @@ def _child_environ() -> bool:
 
 
 def _resign(store: str, run_id: str, key: bytes) -> None:
-    with sqlite3.connect(store) as connection:
+    with closing(sqlite3.connect(store)) as connection, connection:
         (text,) = connection.execute(
             "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
         ).fetchone()

@@ -33,6 +33,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -497,7 +498,7 @@ def test_batch_on_a_scheduler_without_workers_fails_after_the_connect_timeout(
 
 def finished_rows(store: str, batch: str) -> int:
     try:
-        with sqlite3.connect(store, timeout=5) as db:
+        with closing(sqlite3.connect(store, timeout=5)) as db, db:
             row = db.execute(
                 "SELECT count(*) FROM converge_runs WHERE run_id LIKE ? AND status = 'finished'",
                 (f"{batch}-%",),
@@ -607,7 +608,7 @@ def test_a_batch_with_a_signing_key_stores_signed_runs_and_refuses_a_forged_one(
         code, said = cli(*reader, "verify", f"{batch}-{index}")
         assert code == 0, said
         assert said.endswith("; signature verified\n"), said
-    with sqlite3.connect(store) as connection:
+    with closing(sqlite3.connect(store)) as connection, connection:
         (text,) = connection.execute(
             "SELECT record FROM converge_runs WHERE run_id = ?", (f"{batch}-1",)
         ).fetchone()

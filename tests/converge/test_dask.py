@@ -161,7 +161,7 @@ def count_rows(store: str, batch: str) -> int:
     else:
         if not Path(store).exists():
             return 0
-        with sqlite3.connect(store) as db:
+        with closing(sqlite3.connect(store)) as db, db:
             row = db.execute(
                 "SELECT count(*) FROM converge_runs WHERE run_id LIKE ?", (pattern,)
             ).fetchone()
@@ -190,7 +190,7 @@ def sqlite_store(tmp_path: Path) -> str:
 def running_rows(path: str, batch: str) -> set[str]:
     """The run ids of `batch` stored as running in a SQLite store (none before it exists)."""
     try:
-        with sqlite3.connect(path, timeout=5) as db:
+        with closing(sqlite3.connect(path, timeout=5)) as db, db:
             rows = db.execute(
                 "SELECT run_id FROM converge_runs WHERE run_id LIKE ? AND status = 'running'",
                 (f"{batch}-%",),

@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -114,7 +115,7 @@ async def _paste_record(store: RunStore, record: RunRecord, *, into: str) -> Non
     """What an attacker with write access to the table does."""
     body = record.model_dump_json()
     if isinstance(store, SqliteRunStore):
-        with sqlite3.connect(store.path) as connection:
+        with closing(sqlite3.connect(store.path)) as connection, connection:
             connection.execute("UPDATE converge_runs SET record = ? WHERE run_id = ?", (body, into))
         return
     import psycopg
@@ -228,7 +229,7 @@ async def test_a_run_killed_right_after_pausing_resumes_from_the_store_with_noth
 async def test_sqlite_store_refuses_another_schema_version(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     await SqliteRunStore(path).list_runs()
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         connection.execute("UPDATE converge_meta SET value = '99'")
     with pytest.raises(StoreError, match="schema version 99"):
         await SqliteRunStore(path).list_runs()
@@ -237,7 +238,7 @@ async def test_sqlite_store_refuses_another_schema_version(tmp_path: Path) -> No
 async def test_sqlite_store_uses_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     await SqliteRunStore(path).list_runs()
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
     assert mode == "wal"
 
@@ -286,7 +287,7 @@ async def test_a_schema_1_store_is_upgraded_in_place_with_nothing_lost(tmp_path:
     store = SqliteRunStore(path)
     runs = {summary.run_id: summary for summary in await store.list_runs()}
     assert set(runs) == {V1_PAUSED, V1_CONVERGED}
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         (schema,) = connection.execute(
             "SELECT value FROM converge_meta WHERE key = 'schema_version'"
         ).fetchone()

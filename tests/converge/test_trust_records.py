@@ -16,6 +16,7 @@ import os
 import sqlite3
 import tracemalloc
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -46,6 +47,7 @@ from converge import (
     StopReason,
     verify,
 )
+from tests.cli_runs import cli
 
 H = ContextKey.HYPOTHESES
 S = ContextKey.STRATEGIES
@@ -394,6 +396,134 @@ async def test_a_refusal_built_around_validation_is_recorded_as_a_valid_stand_in
     assert type(rejection.proposal.content) is str
 
 
+# Each field of a proposal holding text no record can keep as UTF-8 JSON (a lone surrogate,
+# in a copy that skipped validation), or an id holding a control character: how the gate's
+# rejection reads, and the id the rejection keeps.
+UNSTORABLE_FIELDS: Final = [
+    pytest.param({"id": "\x00"}, "id '\\x00' contains whitespace", "\x00", id="id NUL"),
+    pytest.param({"id": "a\x1fb"}, "id 'a\\x1fb' contains whitespace", "a\x1fb", id="id US"),
+    pytest.param({"id": "a\x85b"}, "id 'a\\x85b' contains whitespace", "a\x85b", id="id NEL"),
+    pytest.param(
+        {"id": SURROGATE},
+        "cannot be hashed as canonical JSON (ValueError: id holds a lone surrogate",
+        "\\ud800 [1 unstorable character escaped]",
+        id="id surrogate",
+    ),
+    pytest.param(
+        {"content": f"a{SURROGATE}"},
+        "cannot be hashed as canonical JSON (ValueError: content holds a lone surrogate",
+        "x",
+        id="content surrogate",
+    ),
+    pytest.param(
+        {"provenance": SURROGATE},
+        "cannot be hashed as canonical JSON (ValueError: provenance holds a lone surrogate",
+        "x",
+        id="provenance surrogate",
+    ),
+    pytest.param(
+        {"evidence": ("seeds/a", SURROGATE)},
+        "cannot be hashed as canonical JSON (ValueError: evidence[1] holds a lone surrogate",
+        "x",
+        id="evidence surrogate",
+    ),
+    pytest.param(
+        {"payload": {"note": SURROGATE}},
+        "cannot be hashed as canonical JSON (ValueError: payload.note holds a lone surrogate",
+        "x",
+        id="payload surrogate",
+    ),
+    pytest.param(
+        {"payload": {SURROGATE: 1}},
+        "cannot be hashed as canonical JSON (ValueError: payload key",
+        "x",
+        id="payload key surrogate",
+    ),
+]
+
+
+def unstorable(fields: dict[str, object], provenance: str) -> ProposedFact:
+    """A proposal under `H` with id `x` and `fields`: validated where it can be, else built
+    around validation (as a suggestor or a caller can, with `model_construct`)."""
+    given: dict[str, Any] = {"key": H, "id": "x", "content": "c", "provenance": provenance}
+    given.update(fields)
+    try:
+        return ProposedFact(**given)
+    except ValueError:
+        return ProposedFact.model_construct(**given)
+
+
+async def cli_reads(store: RunStore, run_id: str) -> None:
+    """`converge show` and `converge verify` read the stored run (a SQLite file only)."""
+    if not isinstance(store, SqliteRunStore):
+        return
+    path = str(store.path)
+    for command in ("show", "verify"):
+        code, out = await anyio.to_thread.run_sync(cli, "--store", path, command, run_id)
+        assert code == 0, (command, out)
+        assert run_id in out or command == "verify"
+
+
+@pytest.mark.parametrize(("fields", "reason", "ident"), UNSTORABLE_FIELDS)
+@pytest.mark.parametrize("record_effects", [False, True])
+async def test_a_suggestors_unstorable_proposal_is_a_rejection_and_the_run_is_saved(
+    store: RunStore, fields: dict[str, object], reason: str, ident: str, record_effects: bool
+) -> None:
+    """The gate rejects it, naming the field; the other suggestor's fact is kept, the run
+    is saved and reads back, and a replay of it gives the same root."""
+    bad = unstorable(fields, "sloppy")
+    good = ProposedFact(key=H, id="y", content="fine", provenance="careful")
+    engine = engine_with(
+        store,
+        Once("sloppy", lambda: AgentEffect.with_proposal(bad)),
+        Once("careful", lambda: AgentEffect.with_proposal(good)),
+        record_effects=record_effects,
+    )
+    result = await engine.run()
+    assert result.stop_reason is StopReason.CONVERGED
+    loaded = await read_back(store, result)
+    [rejection] = loaded.rejections
+    assert (rejection.suggestor, rejection.proposal.key, rejection.proposal.id) == (
+        "sloppy",
+        H,
+        ident,
+    )
+    assert rejection.reason.startswith(reason), rejection.reason
+    assert "\n" not in rejection.reason
+    assert [fact.ref for fact in loaded.restore_context().get(H)] == ["hypotheses/y"]
+    if record_effects:
+        replayed = await engine.replay(loaded.trace)
+        assert replayed.integrity.merkle_root == result.integrity.merkle_root
+    await cli_reads(store, result.run_id)
+
+
+@pytest.mark.parametrize(("fields", "reason", "ident"), UNSTORABLE_FIELDS)
+async def test_an_unstorable_input_is_a_rejection_and_the_run_is_saved(
+    store: RunStore, fields: dict[str, object], reason: str, ident: str
+) -> None:
+    """An input built around validation no longer stops the first save: the input gate
+    rejects it, naming the field, and the record keeps the inputs that can be stored."""
+    bad = unstorable(fields, "input:crm")
+    good = ProposedFact(key=H, id="y", content="fine", provenance="input:crm")
+    engine = engine_with(store)
+    result = await engine.run(inputs=[bad, good])
+    assert result.stop_reason is StopReason.CONVERGED
+    loaded = await read_back(store, result)
+    [rejection] = loaded.rejections
+    assert (rejection.suggestor, rejection.proposal.key, rejection.proposal.id) == (
+        "input",
+        H,
+        ident,
+    )
+    assert rejection.reason.startswith(reason), rejection.reason
+    assert [fact.ref for fact in loaded.restore_context().get(H)] == ["hypotheses/y"]
+    kept = [p.id for p in loaded.trace.inputs]
+    assert "y" in kept
+    replayed = await engine.replay(loaded.trace)
+    assert replayed.integrity.merkle_root == result.integrity.merkle_root
+    await cli_reads(store, result.run_id)
+
+
 @pytest.mark.parametrize(
     "payload",
     [10**5000, {"deep": json.loads("[" * 200 + "]" * 200)}],
@@ -438,7 +568,7 @@ def test_an_oversized_content_is_refused_and_stored_once_truncated(
     assert len(content) < 2048
     assert kept < 4 * 1024 * 1024  # nothing of the 50 MB is kept once the run is over
     assert peak < size * 1.5  # the suggestor's own string, and not much more
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         stored = sum(
             len(text or "") for (text,) in connection.execute("SELECT record FROM converge_runs")
         )

@@ -7,6 +7,7 @@ Each test edits the store the way someone with write access to it would, then ch
 import json
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -38,7 +39,7 @@ def paused_run(store: str) -> str:
 
 
 def stored_json(store: str, run_id: str) -> dict[str, object]:
-    with sqlite3.connect(store) as connection:
+    with closing(sqlite3.connect(store)) as connection, connection:
         (text,) = connection.execute(
             "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
         ).fetchone()
@@ -46,7 +47,7 @@ def stored_json(store: str, run_id: str) -> dict[str, object]:
 
 
 def write_json(store: str, run_id: str, record: dict[str, object]) -> None:
-    with sqlite3.connect(store) as connection:
+    with closing(sqlite3.connect(store)) as connection, connection:
         connection.execute(
             "UPDATE converge_runs SET record = ? WHERE run_id = ?", (json.dumps(record), run_id)
         )
