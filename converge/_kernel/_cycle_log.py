@@ -11,9 +11,9 @@ and the references' memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Final, Protocol, cast, final, overload
+from typing import Final, NamedTuple, Protocol, cast, final, overload
 
 from .._core._fact import Fact
 from .._core._hitl import GateRequest
@@ -43,53 +43,73 @@ class _Named(Protocol):
         ...
 
 
-PendingCycle = tuple[object, ...]
-"""One cycle's record before its trace is built, references only, in one flat tuple: a
-cycle keeps one container alive for its record, not one per sequence in it (each container
-kept is walked by every collection of its generation: W1 keeps 5 a cycle with its fact,
-not 9, and runs one young collection a run instead of three). In order, the fixed part
-(`_Head`): the cycle, its dirty keys, its rejections, its held requests, its violations,
-whether it merged, the clock and its reading when the cycle started, how many suggestors
-were eligible and how many calls were made; then the eligible registrations, the calls (an
-`Execution`, or what a call that returned left for its record, `Returned`) and the
-promoted facts."""
+class PendingCycle(NamedTuple):
+    """One cycle's record before its trace is built, references only, in one flat tuple.
 
-_Head = tuple[
-    int,
-    frozenset[AnyKey],
-    Sequence[Rejection],
-    Sequence[GateRequest],
-    tuple[Violation, ...],
-    bool,
-    _Clock | None,
-    float,
-    int,
-    int,
-]
-_HEAD: Final = 10
-"""How many fields the fixed part of a `PendingCycle` has."""
+    A cycle keeps one container alive for its record, not one per sequence in it (each
+    container kept is walked by every collection of its generation: W1 keeps 5 a cycle with
+    its fact, not 9, and runs one young collection a run instead of three). The named fields
+    come first; after them, in the same tuple, the `eligible` registrations, the `calls`
+    (an `Execution`, or what a call that returned left for its record, `Returned`) and the
+    promoted facts (`_tail`). Built with `tuple.__new__` (`CycleLog.record`): the class's
+    own constructor takes the named fields only.
+    """
+
+    cycle: int
+    dirty: frozenset[AnyKey]
+    rejected: Sequence[Rejection]
+    held: Sequence[GateRequest]
+    violations: tuple[Violation, ...]
+    merged: bool
+    clock: _Clock | None
+    started: float
+    """The `perf_counter()` reading when the cycle started, which `clock` turns into times."""
+    eligible: int
+    """How many eligible registrations follow the named fields."""
+    calls: int
+    """How many calls follow them."""
+
+    def __repr__(self) -> str:
+        return f"PendingCycle(cycle={self.cycle}, {len(self) - _HEAD} references)"
+
+
+_HEAD: Final = len(PendingCycle._fields)
+"""How many named fields a `PendingCycle` has before its references."""
+_new_pending: Callable[[type[PendingCycle], tuple[object, ...]], PendingCycle] = tuple.__new__  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+"""`tuple.__new__`, typed: a `PendingCycle` of any length, in C."""
+
+
+def _tail(
+    pending: PendingCycle,
+) -> tuple[Sequence[_Named], tuple[Execution | Returned, ...], Sequence[Fact]]:
+    """The references after a record's named fields: its eligible registrations, its calls,
+    its promoted facts. The one place that knows their layout besides `CycleLog.record`,
+    which stores them so: their types are erased in the tuple, and restated here."""
+    calls_at = _HEAD + pending.eligible
+    facts_at = calls_at + pending.calls
+    return cast(
+        "tuple[Sequence[_Named], tuple[Execution | Returned, ...], Sequence[Fact]]",
+        (pending[_HEAD:calls_at], pending[calls_at:facts_at], pending[facts_at:]),
+    )
 
 
 def _built(pending: PendingCycle) -> CycleTrace:
     """The trace of a cycle's record."""
-    head = cast("_Head", pending[:_HEAD])
-    cycle, dirty, rejected, held, violations, merged, clock, read, eligible, calls = head
-    calls_at = _HEAD + eligible
-    facts_at = calls_at + calls
-    at, run = (None, None) if clock is None else clock.at(read)
-    eligible_regs = cast("Sequence[_Named]", pending[_HEAD:calls_at])  # one cast, not one each
+    clock = pending.clock
+    at, run = (None, None) if clock is None else clock.at(pending.started)
+    eligible, calls, promoted = _tail(pending)
     return trusted(
         CycleTrace,
         {
-            "cycle": cycle,
-            "dirty": in_key_order(dirty),
-            "eligible": tuple([reg.name for reg in eligible_regs]),
-            "executions": records(cast("tuple[Execution | Returned]", pending[calls_at:facts_at])),
-            "promoted": tuple([fact.ref for fact in cast("Sequence[Fact]", pending[facts_at:])]),
-            "rejected": tuple(rejected),
-            "held": tuple([request.gate_id for request in held]),
-            "violations": violations,
-            "merged": merged,
+            "cycle": pending.cycle,
+            "dirty": in_key_order(pending.dirty),
+            "eligible": tuple([reg.name for reg in eligible]),
+            "executions": records(calls),
+            "promoted": tuple([fact.ref for fact in promoted]),
+            "rejected": tuple(pending.rejected),
+            "held": tuple([request.gate_id for request in pending.held]),
+            "violations": pending.violations,
+            "merged": pending.merged,
             "started_at": None if at is None else datetime.fromtimestamp(at, UTC),
             "at_seconds": run,
         },
@@ -128,20 +148,23 @@ class CycleLog(Sequence[CycleTrace]):
         `clock` turns into its times when the trace is built (no times without a clock).
         """
         self._entries.append(
-            (
-                cycle,
-                dirty,
-                rejected or (),
-                held or (),
-                violations,
-                merged,
-                clock,
-                started,
-                len(eligible),
-                len(calls),
-                *eligible,
-                *calls,
-                *promoted,
+            _new_pending(
+                PendingCycle,
+                (
+                    cycle,
+                    dirty,
+                    rejected or (),
+                    held or (),
+                    violations,
+                    merged,
+                    clock,
+                    started,
+                    len(eligible),
+                    len(calls),
+                    *eligible,
+                    *calls,
+                    *promoted,
+                ),
             )
         )
 
@@ -164,7 +187,7 @@ class CycleLog(Sequence[CycleTrace]):
     def _built(self, index: int) -> CycleTrace:
         entries = self._entries
         entry = entries[index]
-        if isinstance(entry, tuple):
+        if isinstance(entry, PendingCycle):
             entry = entries[index] = _built(entry)
         return entry
 
