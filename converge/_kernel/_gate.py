@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Final, NamedTuple, cast, final
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Final, NamedTuple, Protocol, cast, final
 
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
@@ -374,8 +374,13 @@ promote the admitted `ProposedFact` (the proposal itself, or its validated copy:
 allocates nothing, which W1 and W4 do for nearly every proposal), `Reject` it, `Hold` it for
 a human, a `Clash` with the fact in its slot, or nothing (`RESTATED`)."""
 
-Existing = Callable[[AnyKey, str], Fact | None]
-"""The fact a slot holds in the context being merged into (`Merger.existing`)."""
+
+class _Finds(Protocol):
+    """Where the facts merged before this cycle are found (a `ContextSnapshot`)."""
+
+    def find(self, key: AnyKey, id: str, /) -> Fact | None:
+        """The fact in slot `(key, id)`, or `None`."""
+        ...
 
 
 Stamps = dict[tuple[GateKind, str, int], Stamp]
@@ -464,13 +469,15 @@ class Gate:
         self,
         proposal: object,
         writes: Collection[AnyKey] | None,
-        existing: Existing,
+        merged: Mapping[tuple[AnyKey, str], Fact],
+        base: _Finds,
         held: Collection[tuple[AnyKey, str]],
         hitl: HitlPolicy | None,
     ) -> Verdict:
         """The one decision on `proposal` from a suggestor allowed `writes`, in order: its
-        admission (`admit`), the checks (`check`), the fact its slot already holds
-        (`existing`: restated or a clash), a slot `held` for a human, the `hitl` policy.
+        admission (`admit`), the checks (`check`), the fact its slot already holds (in
+        `merged` this cycle, else in `base`: restated or a clash), a slot `held` for a
+        human, the `hitl` policy.
 
         Never raises: whatever goes wrong while deciding (a hostile predicate, a copy that
         cannot be hashed) is the proposal's rejection, with the error as its reason.
@@ -485,7 +492,11 @@ class Gate:
             own = admitted.__dict__  # read once: a model's attributes are slower
             key: AnyKey = own["key"]
             ident: str = own["id"]
-            fact = existing(key, ident)
+            # a slot's tuple only when something was merged this cycle (a lookup in the
+            # merge's own code measured 0.4 µs a cycle less on W1 than a call per proposal)
+            fact = merged.get((key, ident)) if merged else None
+            if fact is None:
+                fact = base.find(key, ident)
             if fact is not None:
                 try:
                     return RESTATED if identical(fact, admitted) else Clash(admitted, fact)

@@ -193,15 +193,10 @@ class Merger:
         """Apply the gate's verdict on each of one suggestor's proposals, in order; the
         conflict that ends them, if any (`on_conflict="stop"`)."""
         promoted, leaves, overlay = self.promoted, self._leaves, self._overlay
-        decide, existing, hitl, held_slots = (
-            self.gate.decide,
-            self._existing,
-            self._hitl,
-            self._held_slots,
-        )
+        decide, base, hitl, held_slots = self.gate.decide, self._base, self._hitl, self._held_slots
         suggestor = stamp.suggestor
         for proposal in proposals:
-            verdict = decide(proposal, writes, existing, held_slots, hitl)
+            verdict = decide(proposal, writes, overlay, base, held_slots, hitl)
             if type(verdict) is ProposedFact:  # admitted: promoted
                 try:
                     fact = stamp.promote(verdict, self._cycle, self._clock + 1)
@@ -213,7 +208,8 @@ class Merger:
                 self._clock += 1
                 promoted.append(fact)
                 leaves.append(fact.__dict__["digest"])  # the seal's own
-                overlay[verdict.__dict__["key"], verdict.__dict__["id"]] = fact
+                own = verdict.__dict__  # read once: a model's attributes are slower
+                overlay[own["key"], own["id"]] = fact
             elif verdict is RESTATED:
                 continue
             elif type(verdict) is Reject:
@@ -227,13 +223,6 @@ class Merger:
                 if conflict is not None:
                     return conflict
         return None
-
-    def _existing(self, key: AnyKey, ident: str) -> Fact | None:
-        """The fact slot `(key, ident)` holds in the context merged so far (`Gate.decide`)."""
-        overlay = self._overlay
-        # a slot's tuple only when something is kept by slot
-        fact = overlay.get((key, ident)) if overlay else None
-        return self._base.find(key, ident) if fact is None else fact
 
     def _clash(self, clash: Clash, suggestor: str) -> Conflict | None:
         """A clash with the fact in a slot: the run's conflict (`"stop"`), else a rejection."""

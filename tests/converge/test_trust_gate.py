@@ -482,7 +482,8 @@ def _decide(
     writes: frozenset[Any] | None = None,
 ) -> Verdict:
     gate = Gate(PromotionPolicy(), kind="engine")
-    return gate.decide(proposal, writes, lambda _key, _ident: slot, held, hitl)
+    merged = {} if slot is None else {(slot.key, slot.id): slot}
+    return gate.decide(proposal, writes, merged, ContextSnapshot.empty(), held, hitl)
 
 
 def test_the_gate_decides_each_proposal_once_with_one_typed_verdict() -> None:
