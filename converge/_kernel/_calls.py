@@ -13,9 +13,9 @@ instructions; W2: 500 calls in one cycle).
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from time import perf_counter
-from typing import Final, Literal, NamedTuple, cast, final
+from typing import Final, Literal, cast, final
 
 from pydantic import JsonValue
 
@@ -137,28 +137,12 @@ def failure(
     )
 
 
-class Returned(NamedTuple):
-    """What a call that returned an effect leaves for its record (`records`).
-
-    Built with `tuple.__new__` (`returned`), not its class: a NamedTuple's own constructor
-    is a Python function, one more call per call of a suggestor (W4's cycles make one).
-    """
-
-    reg: Registration
-    duration_ms: float
-    proposals: int
-    """How many proposals the effect held."""
-    tokens: int
-    metadata: JsonValue
-    effect: AgentEffect | None
-    """The effect itself only when effects are recorded, so a cycle's log does not keep every
-    effect's proposals alive."""
-    tokens_unknown: bool
-    """Whether its tokens are only part of what it spent."""
-
-
-_new_tuple: Callable[[type[Returned], tuple[object, ...]], Returned] = tuple.__new__  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-"""`tuple.__new__`, typed: a `Returned` from the tuple of its fields, in C."""
+Returned = tuple[Registration, float, int, int, JsonValue, AgentEffect | None, bool]
+"""What a call that returned an effect leaves for its record (`records`): the registration,
+the duration (ms), the proposal count, the tokens, the metadata, the effect itself only when
+effects are recorded (so a cycle's log does not keep every effect's proposals alive), and
+whether its tokens are only part of what it spent. A plain tuple typed by position, not a
+NamedTuple: building a tuple subclass costs 0.35 µs a call more here (W4 +2 %)."""
 
 
 @final
@@ -299,17 +283,14 @@ def returned(
     """
     kept = None if recorder is None else recorder.keep(effect)
     duration = (finished - started) * 1000.0
-    return _new_tuple(
-        Returned,
-        (
-            reg,
-            duration,
-            len(effect.proposals),
-            effect.tokens,
-            effect.metadata,
-            kept,
-            effect.tokens_unknown,
-        ),
+    return (
+        reg,
+        duration,
+        len(effect.proposals),
+        effect.tokens,
+        effect.metadata,
+        kept,
+        effect.tokens_unknown,
     )
 
 
@@ -337,4 +318,4 @@ def _ok(returned: Returned) -> Execution:
 def records(calls: Sequence[Execution | Returned]) -> tuple[Execution, ...]:
     """The records of `calls`: an `Execution` as it is, what a returned call left built into
     its `Execution`."""
-    return tuple([_ok(c) if isinstance(c, Returned) else c for c in calls])
+    return tuple([_ok(c) if isinstance(c, tuple) else c for c in calls])

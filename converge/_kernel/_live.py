@@ -310,4 +310,4 @@ def _calls(
 
 
 def _suggestor_id(call: Execution | Returned) -> int:
-    return int(call.reg.id) if isinstance(call, Returned) else call.suggestor_id
+    return int(call[0].id) if isinstance(call, tuple) else call.suggestor_id
