@@ -248,9 +248,12 @@ class ContextSnapshot:
 
     def _seen(self, store: FactStore) -> int:
         """How many of `store`'s facts this snapshot sees."""
-        length = len(store.facts)
-        if self._newest:  # the flag after the read: see `_sequence`
-            return length
+        # By position, never by the flag: a length read races an append without the GIL
+        # (see `_sequence`, "Without the GIL"). `FactStore.visible`'s first test, inlined.
+        facts = store.facts
+        length = len(facts)
+        if length and store.positions[facts[length - 1].id] < self._size:
+            return length  # the newest snapshot of its line sees every fact
         return store.visible(self._size)
 
     def _views(self) -> list[tuple[AnyKey, FactSequence]]:

@@ -22,9 +22,23 @@ map (`immutables.Map`), measured on W3: the map's path copies were the largest s
 of adding a fact. The price: an older snapshot keeps its stores alive, with the facts later
 snapshots of its line added to them, for as long as it lives.
 
-Lines are extended under one lock (`EXTENDING`), so two threads extending one snapshot
-cannot both append; reads take none (a store only grows, and a reader looks only below its
-own size).
+Without the GIL (the free-threaded build), the snapshot stays correct by these rules alone:
+
+- Writers: lines are extended and copied under one lock (`EXTENDING`), so two threads
+  extending one snapshot cannot both append. A writer clears the extended snapshot's flag,
+  then, per fact, writes its position (`positions`), then `by_id`, then appends it to
+  `facts` and `leaves`.
+- Readers take no lock and decide by what was published before the fact itself: CPython
+  stores a dict's values with release semantics and reads them with acquire semantics on
+  that build, so a reader that finds a fact in `by_id` also sees the flag cleared and the
+  fact's position. `find` looks the id up first and reads the flag after it.
+- Counts and views (`visible`) compare positions with the snapshot's own size, never trust
+  a length read alone: a list's length is stored without ordering, so a reader may see a
+  longer `facts` before anything else of the append. The position of the last fact it
+  sees, read after that fact, says whether the snapshot sees it; a fact under a snapshot's
+  size was appended before that snapshot existed.
+
+`tests/converge/test_sequence.py` runs readers and writers in threads against one line.
 """
 
 from __future__ import annotations

@@ -138,10 +138,11 @@ def failure(
 
 
 Returned = tuple[Registration, float, int, int, JsonValue, AgentEffect | None, bool]
-"""What a call that returned an effect leaves for its record: the registration, the duration
-(ms), the proposal count, the tokens, the metadata, the effect itself only when effects
-are recorded (so a cycle's log does not keep every effect's proposals alive), and whether its
-tokens are only part of what it spent."""
+"""What a call that returned an effect leaves for its record (`records`): the registration,
+the duration (ms), the proposal count, the tokens, the metadata, the effect itself only when
+effects are recorded (so a cycle's log does not keep every effect's proposals alive), and
+whether its tokens are only part of what it spent. A plain tuple typed by position, not a
+NamedTuple: building a tuple subclass costs 0.35 µs a call more here (W4 +2 %)."""
 
 
 @final
@@ -317,4 +318,4 @@ def _ok(returned: Returned) -> Execution:
 def records(calls: Sequence[Execution | Returned]) -> tuple[Execution, ...]:
     """The records of `calls`: an `Execution` as it is, what a returned call left built into
     its `Execution`."""
-    return tuple([_ok(c) if type(c) is tuple else cast("Execution", c) for c in calls])
+    return tuple([_ok(c) if isinstance(c, tuple) else c for c in calls])

@@ -18,12 +18,13 @@ import math
 import re
 import unicodedata
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Final, cast, final
+from typing import Any, Final, NamedTuple, Protocol, cast, final
 
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from .._core._canonical import FrozenDict, FrozenList, check_text, freeze_json, payload_json
-from .._core._fact import GateKind
+from .._core._fact import Fact, GateKind
+from .._core._hitl import HitlPolicy
 from .._core._key import AnyKey, ContextKey, Key, key_named
 from .._core._model import FrozenModel
 from .._core._proposal import ProposedFact
@@ -32,10 +33,17 @@ from .._core._text import storable, utf8_size
 
 __all__ = [
     "RESERVED_PREFIX",
+    "RESTATED",
+    "Clash",
     "Gate",
+    "Hold",
     "PromotionPolicy",
+    "Reject",
+    "Restated",
     "Stamps",
+    "Verdict",
     "field_reason",
+    "identical",
     "stand_in",
     "storable_inputs",
     "unhashable",
@@ -341,6 +349,67 @@ def check_hashable(proposal: ProposedFact) -> None:
         payload_json(proposal.payload)
 
 
+def identical(fact: Fact, proposal: ProposedFact) -> bool:
+    """Whether `proposal` restates `fact`: same key, id, content and canonical payload."""
+    if fact.content != proposal.content:
+        return False
+    mine, theirs = fact.payload, proposal.payload
+    if mine is None or theirs is None:
+        return mine is None and theirs is None
+    return mine is theirs or payload_json(mine) == payload_json(theirs)
+
+
+class Reject(NamedTuple):
+    """The gate refuses a proposal: what the rejection records of it (the admitted proposal,
+    or its `stand_in` when it does not validate or cannot be hashed) and why."""
+
+    proposal: ProposedFact
+    reason: str
+
+
+class Hold(NamedTuple):
+    """The HITL policy holds an admitted proposal for a human, by `rule`."""
+
+    proposal: ProposedFact
+    rule: str
+
+
+class Clash(NamedTuple):
+    """An admitted proposal claims a slot that holds a different fact: a conflict, which
+    the merge's conflict mode makes a stop or a rejection."""
+
+    proposal: ProposedFact
+    existing: Fact
+
+
+@final
+class Restated:
+    """The proposal restates the fact its slot holds: nothing to do (`RESTATED`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RESTATED"
+
+
+RESTATED: Final = Restated()
+"""The one `Restated` verdict."""
+
+Verdict = ProposedFact | Reject | Hold | Clash | Restated
+"""The gate's one decision on a proposal (`Gate.decide`), which the merge applies as it is:
+promote the admitted `ProposedFact` (the proposal itself, or its validated copy: admitting
+allocates nothing, which W1 and W4 do for nearly every proposal), `Reject` it, `Hold` it for
+a human, a `Clash` with the fact in its slot, or nothing (`RESTATED`)."""
+
+
+class _Finds(Protocol):
+    """Where the facts merged before this cycle are found (a `ContextSnapshot`)."""
+
+    def find(self, key: AnyKey, id: str, /) -> Fact | None:
+        """The fact in slot `(key, id)`, or `None`."""
+        ...
+
+
 Stamps = dict[tuple[GateKind, str, int], Stamp]
 """Promotion stamps without an approver, by gate, suggestor name and id: kept while an
 engine's registrations stay the same (`RegistryView.stamps`), so a suggestor's facts share
@@ -422,6 +491,56 @@ class Gate:
         if refused and (key, ident) in refused:
             return f"{key}/{ident} was rejected by a human in this run"
         return None
+
+    def decide(
+        self,
+        proposal: object,
+        writes: Collection[AnyKey] | None,
+        merged: Mapping[tuple[AnyKey, str], Fact],
+        base: _Finds,
+        held: Collection[tuple[AnyKey, str]],
+        hitl: HitlPolicy | None,
+    ) -> Verdict:
+        """The one decision on `proposal` from a suggestor allowed `writes`, in order: its
+        admission (`admit`), the checks (`check`), the fact its slot already holds (in
+        `merged` this cycle, else in `base`: restated or a clash), a slot `held` for a
+        human, the `hitl` policy.
+
+        Never raises: whatever goes wrong while deciding (a hostile predicate, a copy that
+        cannot be hashed) is the proposal's rejection, with the error as its reason.
+        """
+        try:
+            admitted = admit(proposal)
+            if isinstance(admitted, str):
+                return Reject(stand_in(proposal), admitted)
+            reason = self.check(admitted, writes)
+            if reason is not None:
+                return Reject(admitted, reason)
+            own = admitted.__dict__  # read once: a model's attributes are slower
+            key: AnyKey = own["key"]
+            ident: str = own["id"]
+            # a slot's tuple only when something was merged this cycle (a lookup in the
+            # merge's own code measured 0.4 µs a cycle less on W1 than a call per proposal)
+            fact = merged.get((key, ident)) if merged else None
+            if fact is None:
+                fact = base.find(key, ident)
+            if fact is not None:
+                try:
+                    return RESTATED if identical(fact, admitted) else Clash(admitted, fact)
+                except ValueError as error:  # an unvalidated copy holding unhashable text
+                    return Reject(stand_in(admitted), unhashable(error, admitted))
+            if held and (key, ident) in held:
+                return Reject(admitted, f"{admitted.ref} is already held for a human decision")
+            if hitl is not None and (rule := hitl.held_by(admitted)) is not None:
+                try:
+                    check_hashable(admitted)
+                except ValueError as error:  # model_copy/model_construct skip validation
+                    return Reject(stand_in(admitted), unhashable(error, admitted))
+                return Hold(admitted, rule)
+            return admitted
+        except Exception as error:
+            reason = f"could not be decided ({type(error).__name__}: {error})"
+            return Reject(stand_in(proposal), reason)
 
     @property
     def policy(self) -> PromotionPolicy:

@@ -24,14 +24,14 @@ from .._core._stop import StopReason
 from .._core._suggestor import Suggestor, SuggestorId
 from .._core._trace import CycleTrace, Execution
 from ._abort import SuggestorAbort
-from ._calls import Recorder, Returned, Slot, failure, records, returned
+from ._calls import Recorder, Returned, Slot, failure, records
 from ._config import RunConfig
-from ._executor import Executor, checked_effect
+from ._executor import Executor
 from ._registry import Registration, RegistryView
 from ._retry import Retries
 from ._run_events import RunEvents
 from ._source import Batch, End
-from ._watch import CancelWatch, raise_if_cancelled
+from ._watch import CancelWatch
 
 __all__ = ["LiveEffects"]
 
@@ -75,6 +75,7 @@ class LiveEffects:
             timeout=config.suggestor_timeout,
             mode=config.on_suggestor_error,
             record_effects=self._record_effects,
+            watch=watch,
         )
         self._budget = budget = config.budget
         # read once: the budget is frozen, and a model's attributes are slower to load
@@ -110,7 +111,7 @@ class LiveEffects:
 
         One eligible suggestor without a time limit (no timeout, no time budget) and no
         failed `accepts` or retry beside it, which is most cycles of a chain, is awaited
-        here directly: no slot, task, scope or wrapper of the executor's around it.
+        directly (`Executor.alone`): no slot, task, scope or wrapper around it.
         """
         candidates, suggestors = self._view.candidates(dirty)
         if self._retries.pending:
@@ -121,58 +122,11 @@ class LiveEffects:
             return Batch((), tuple(refused), (), 0, None, bool(refused))
         if not self._alone or len(eligible) != 1 or refused or self._retries.pending:
             return await self._execute(cycle, eligible, refused, snapshot)
-        reg = eligible[0]
-        watch = self._watch
-        resumed, native = watch.resumed, watch.native
-        started = perf_counter()
-        try:
-            effect = await reg.suggestor.execute(snapshot)
-        except BaseException as error:
-            slot = await self._failed(reg, error, started, resumed, native)
-            return self._lone_failure(cycle, eligible, slot, started)
-        finished = perf_counter()
-        if watch.resumed != resumed:  # it suspended: it may have swallowed a cancellation
-            await watch.honour(native)
-        # The executor's checks (`Executor.settle` names what is wrong): a suggestor's
-        # annotations do not say what it returns.
-        checked = checked_effect(effect, reg.name)
-        if isinstance(checked, str):
-            slot = Slot(reg)
-            slot.failed(started, TypeError(checked))
-            return self._lone_failure(cycle, eligible, slot, started)
-        effect = checked
-        record = returned(reg, effect, started, finished, self._record_effects)
-        return Batch((reg,), [record], ((reg, effect),), effect.tokens, None, False)
-
-    async def _failed(
-        self, reg: Registration, error: BaseException, started: float, resumed: int, native: int
-    ) -> Slot:
-        """The slot of a lone call that raised `error`: its failure, unless the run was
-        cancelled meanwhile (through a cancel scope, or natively since the watch counted
-        `native`), which goes on; a `KeyboardInterrupt`, `SystemExit` or other
-        `BaseException` stops the run (`SuggestorAbort`)."""
-        watch = self._watch
-        slot = Slot(reg)
-        if isinstance(error, Exception):
-            if watch.resumed != resumed:  # it may have turned a cancellation into this
-                await watch.honour(native)
-            slot.failed(started, error)
-        elif isinstance(error, anyio.get_cancelled_exc_class()):
-            if watch.native != native:
-                raise error
-            await raise_if_cancelled(error)
-            slot.stray(started, error)
-        else:
-            raise SuggestorAbort(error, reg.name, "execute") from None
-        return slot
-
-    def _lone_failure(
-        self, cycle: int, eligible: list[Registration], slot: Slot, started: float
-    ) -> Batch:
-        """The batch of a lone call that failed; its error raised in `"raise"` mode."""
-        if self._raise and slot.error is not None:
-            raise slot.error
-        return self._batch(cycle, eligible, [], [slot], started, timed_out=False)
+        outcome = await self._executor.alone(eligible[0], snapshot)
+        if type(outcome) is Slot:
+            return self._batch(cycle, eligible, [], [outcome], perf_counter(), timed_out=False)
+        effect, record = outcome
+        return Batch((eligible[0],), [record], ((eligible[0], effect),), effect.tokens, None, False)
 
     async def _execute(
         self,

@@ -91,6 +91,8 @@ def test_records_keep_the_order_and_build_what_a_returned_call_left() -> None:
     effect = AgentEffect.with_proposal(ProposedFact(key=H, id="a", content="x", provenance="a"))
     ran.succeeded(effect, 1.0, 1.5, recorder=Recorder(PromotionPolicy()))
     assert ran.returned is not None
+    reg, duration, proposals, *_ = ran.returned  # typed by position
+    assert (reg.name, duration, proposals) == ("a", 500.0, 1)
     built = records([ran.returned, refused])
     assert [call.suggestor for call in built] == ["a", "b"]
     assert (built[0].outcome, built[0].phase, built[0].attempt) == ("ok", "execute", 1)

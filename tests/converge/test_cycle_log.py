@@ -17,7 +17,7 @@ from converge import (
 )
 from converge._core._seal import Stamp
 from converge._kernel._calls import Slot, failure
-from converge._kernel._cycle_log import CycleLog
+from converge._kernel._cycle_log import CycleLog, Recorded
 from converge._kernel._registry import Registration, Registry
 from converge_suggestors import SeedSuggestor
 from tests.doubles import fact
@@ -115,6 +115,13 @@ def test_a_cycles_record_reads_back_every_part_in_order(
     promoted = [stamp.promote(fact(S, f"f-{n}"), 1, n + 1) for n in range(facts)]
     log = CycleLog()
     log.record(1, frozenset({S}), regs[:eligible], calls, promoted, [], [], (), True, None, 0.0)
+    pending = log._entries[0]  # pyright: ignore[reportPrivateUsage]
+    assert type(pending) is tuple  # one flat plain tuple
+    read = Recorded.of(pending)
+    assert (read.cycle, read.dirty, read.merged, read.started) == (1, frozenset({S}), True, 0.0)
+    assert list(read.eligible) == list(regs[:eligible])
+    assert list(read.calls) == calls
+    assert list(read.promoted) == promoted
     trace = log[0]
     assert trace.eligible == tuple(reg.name for reg in regs[:eligible])
     assert [(e.suggestor, e.outcome, e.phase) for e in trace.executions] == [

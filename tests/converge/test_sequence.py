@@ -311,3 +311,21 @@ def test_an_older_snapshot_counts_its_facts_while_a_thread_appends_to_its_store(
     assert counted == [1]
     assert base.count(S) == 1
     assert grown.count(S) == 2
+
+
+def test_a_snapshot_counts_by_position_when_it_sees_an_append_before_its_flag() -> None:
+    # Without the GIL, a reader may see a longer `facts` list before it sees the flag that
+    # says its snapshot is no longer the newest: the append is laid out here as such a
+    # reader sees it (the store grown, the flag still set). Counts, views, iteration and the
+    # root must hold the snapshot's own facts.
+    facts, leaves = _facts(3)
+    newest = _line(facts, leaves, 2)[-1]
+    assert newest._newest  # pyright: ignore[reportPrivateUsage]
+    root = newest.merkle_root()
+    store = newest._stores[S]  # pyright: ignore[reportPrivateUsage]
+    store.add(facts[2], leaves[2], len(newest))  # what a writer does after the flag
+    assert newest.count(S) == 2
+    assert [fact.id for fact in newest.get(S)] == ["f0", "f1"]
+    assert [fact.id for fact in newest.facts()] == ["f0", "f1"]
+    assert len(list(newest._kept())) == 2  # pyright: ignore[reportPrivateUsage]
+    assert newest.merkle_root() == root

@@ -22,6 +22,7 @@ from converge import (
     ContextSnapshot,
     ConvergeResult,
     Engine,
+    Fact,
     GateDecision,
     HitlPolicy,
     PromotionPolicy,
@@ -30,7 +31,7 @@ from converge import (
     StopReason,
     verify,
 )
-from converge._kernel._gate import Gate
+from converge._kernel._gate import RESTATED, Clash, Gate, Hold, Reject, Verdict
 from converge._kernel._merge import Merger
 
 SEEDS = ContextKey.SEEDS
@@ -470,3 +471,64 @@ def test_an_effect_that_skipped_validation_is_a_failed_execution_not_a_crash() -
     assert execution.outcome == "failed"
     assert execution.error is not None
     assert "skipped validation (proposals: int" in execution.error
+
+
+def _decide(
+    proposal: object,
+    *,
+    slot: Fact | None = None,
+    held: frozenset[tuple[Any, str]] = frozenset(),
+    hitl: HitlPolicy | None = None,
+    writes: frozenset[Any] | None = None,
+) -> Verdict:
+    gate = Gate(PromotionPolicy(), kind="engine")
+    merged = {} if slot is None else {(slot.key, slot.id): slot}
+    return gate.decide(proposal, writes, merged, ContextSnapshot.empty(), held, hitl)
+
+
+def test_the_gate_decides_each_proposal_once_with_one_typed_verdict() -> None:
+    proposal = good("x")
+    assert _decide(proposal) is proposal  # admitted as it is: nothing allocated
+    copy = base_copy("x", confidence=1)  # an int where validation leaves a float
+    admitted = _decide(copy)
+    assert type(admitted) is ProposedFact
+    assert admitted is not copy  # the validated copy
+    assert admitted.__dict__["confidence"] == 1.0
+    refused = _decide(good("x"), writes=frozenset({S}))
+    assert refused == Reject(good("x"), f"not authorised to write {H}")
+    broken = _decide(base_copy("x", content=None))
+    assert type(broken) is Reject
+    assert broken.reason.startswith("invalid proposal: content")
+    held = _decide(good("x"), hitl=HitlPolicy(gated_keys=frozenset({H})))
+    assert type(held) is Hold
+    assert held.rule.startswith("its key hypotheses")
+    again = _decide(good("x"), held=frozenset({(H, "x")}))
+    assert again == Reject(good("x"), "hypotheses/x is already held for a human decision")
+    merger = Merger(ContextSnapshot.empty(), 1, Gate(PromotionPolicy(), kind="engine"), "stop")
+    merger.merge("a", 0, None, [good("x")])
+    fact = merger.promoted[0]
+    assert _decide(good("x"), slot=fact) is RESTATED
+    clash = _decide(good("x", content="Another claim."), slot=fact)
+    assert type(clash) is Clash
+    assert clash.existing is fact
+
+
+def test_the_merge_asks_the_gate_once_per_proposal(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    decide = Gate.decide
+
+    def counted(self: Gate, proposal: ProposedFact, *rest: object) -> Verdict:
+        asked.append(proposal.id)
+        return decide(self, proposal, *rest)  # pyright: ignore[reportArgumentType]
+
+    monkeypatch.setattr(Gate, "decide", counted)
+    hitl = HitlPolicy(gated_keys=frozenset({S}))
+    merger = Merger(
+        ContextSnapshot.empty(), 1, Gate(PromotionPolicy(), kind="engine"), "reject", hitl=hitl
+    )
+    proposals = [good("a"), good("a"), good("a", content="Other."), good("s", key=S), good("")]
+    merger.merge("m", 0, None, proposals)
+    assert asked == ["a", "a", "a", "s", ""]
+    assert [fact.id for fact in merger.promoted] == ["a"]
+    assert [request.proposal.id for request in merger.held] == ["s"]
+    assert [r.reason.split(" ")[0] for r in merger.rejections] == ["conflicts", "id"]

@@ -14,7 +14,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from converge import AgentEffect, Context, ContextKey, Engine, StopReason
+from converge import AgentEffect, Context, ContextKey, ContextSnapshot, Engine, StopReason
+from converge._kernel._calls import Slot
+from converge._kernel._executor import Executor
+from converge._kernel._registry import Registration
 from converge._kernel._watch import CancelWatch
 from tests.doubles import fact
 
@@ -145,3 +148,39 @@ async def test_a_lone_call_that_returns_no_effect_is_named_and_raised_in_raise_m
     raising.register_suggestor(Lone(wrong))
     with pytest.raises(TypeError, match=r"execute\(\) of 'lone' returned str, expected"):
         await raising.run()
+
+
+async def test_a_lone_call_is_the_executors_and_allocates_no_slot_when_it_succeeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    alone: list[str] = []
+
+    init = Slot.__init__
+
+    def counted_slot(self: Slot, reg: Registration) -> None:
+        made.append(reg.name)
+        init(self, reg)
+
+    real = Executor.alone
+
+    async def counted(self: Executor, reg: Registration, snapshot: ContextSnapshot) -> object:
+        alone.append(reg.name)
+        return await real(self, reg, snapshot)
+
+    monkeypatch.setattr(Slot, "__init__", counted_slot)
+    monkeypatch.setattr(Executor, "alone", counted)
+    engine = Engine()
+    engine.register_suggestor(Lone(proposes(1)))
+    result = await engine.run()
+    assert result.context.find(H, "lone") is not None
+    assert alone == ["lone"]  # the one path that calls a suggestor
+    assert made == []  # a successful lone call: no slot
+
+    async def fails() -> object:
+        raise LookupError("no such record")
+
+    failing = Engine()
+    failing.register_suggestor(Lone(fails))
+    await failing.run()
+    assert made == ["lone"]  # a failure has its slot

@@ -1,0 +1,98 @@
+"""Records the kernel builds without validation, and the pydantic versions that allows.
+
+`trusted` and `share_state` (`converge._core._model`) write a model's slots through
+pydantic's own descriptors (`__dict__`, `__pydantic_fields_set__`, `__pydantic_extra__`,
+`__pydantic_private__`): below pydantic's public API, so the dependency in `pyproject.toml`
+is pinned to the minor versions these tests were run on (2.12 and 2.14 so far). Before
+widening the pin, run this module on the new version: a record built here must be
+indistinguishable from a validated one.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import re
+import tomllib
+from pathlib import Path
+
+import pydantic
+from pydantic import BaseModel
+
+from converge import ContextKey, Execution, Fact, ProposedFact
+from converge._core._model import trusted
+from converge._core._seal import Stamp
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pin() -> tuple[tuple[int, int], tuple[int, int]]:
+    """The `pydantic>=A.B,<C.D` requirement of `pyproject.toml`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    [requirement] = [d for d in project["dependencies"] if re.match(r"pydantic\b", d)]
+    found = re.fullmatch(r"pydantic>=(\d+)\.(\d+),<(\d+)\.(\d+)", requirement)
+    assert found is not None, f"pydantic is not pinned to minor versions: {requirement!r}"
+    low_major, low_minor, high_major, high_minor = map(int, found.groups())
+    return (low_major, low_minor), (high_major, high_minor)
+
+
+def test_pydantic_is_pinned_to_the_versions_its_private_slots_were_checked_on() -> None:
+    low, high = _pin()
+    assert high[0] == low[0] == 2  # never an open-ended major
+    assert high[1] - low[1] <= 3  # a few minor versions, each run through this module
+    major, minor = map(int, pydantic.VERSION.split(".")[:2])
+    assert low <= (major, minor) < high
+
+
+def test_the_slots_the_kernel_writes_are_pydantics_own() -> None:
+    slots = set(BaseModel.__slots__)
+    assert {"__dict__", "__pydantic_fields_set__", "__pydantic_extra__"} <= slots
+    assert "__pydantic_private__" in slots
+    for name in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__"):
+        assert hasattr(BaseModel.__dict__[name], "__set__"), name
+
+
+def _execution(**fields: object) -> dict[str, object]:
+    return {
+        "suggestor": "s",
+        "suggestor_id": 0,
+        "outcome": "ok",
+        "duration_ms": 1.5,
+        "proposals": 1,
+        "tokens": 3,
+        "error": None,
+        "phase": "execute",
+        "attempt": 1,
+        "tokens_unknown": False,
+        "metadata": None,
+        "traceback": None,
+        "effect": None,
+    } | fields
+
+
+def test_a_trusted_record_is_indistinguishable_from_a_validated_one() -> None:
+    built = trusted(Execution, _execution())
+    validated = Execution.model_validate(_execution())
+    assert built == validated
+    assert built.model_dump() == validated.model_dump()
+    assert built.model_dump_json() == validated.model_dump_json()
+    assert built.model_fields_set == validated.model_fields_set
+    assert built.__pydantic_extra__ is None
+    assert pickle.loads(pickle.dumps(built)) == validated
+    assert copy.deepcopy(built) == validated
+    changed = built.model_copy(update={"tokens": 4})
+    assert (changed.tokens, built.tokens) == (4, 3)
+
+
+def test_a_fact_with_shared_state_reads_and_dumps_as_pydantic_says() -> None:
+    proposal = ProposedFact(
+        key=ContextKey.SEEDS, id="a", content="A claim.", provenance="t", payload={"n": 1}
+    )
+    fact = Stamp("s", 0, "engine", None).promote(proposal, 1, 1)
+    assert type(fact) is Fact
+    assert fact.model_fields_set == set(Fact.model_fields)
+    assert fact.__pydantic_extra__ is None
+    assert fact.__pydantic_private__ is None
+    dumped = fact.model_dump(mode="json")
+    assert (dumped["key"], dumped["id"], dumped["payload"]) == ("seeds", "a", {"n": 1})
+    assert fact.model_dump_json() == fact.model_dump_json()  # nothing read changes it
