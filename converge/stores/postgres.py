@@ -292,6 +292,7 @@ class PostgresRunStore:
         *,
         older_than: datetime,
         status: RunStatus | StopReason | None = None,
+        formation: str | None = None,
         paused: bool = False,
         dry_run: bool = False,
     ) -> tuple[str, ...]:
@@ -300,7 +301,7 @@ class PostgresRunStore:
         As `SqliteRunStore.prune` does; the ids deleted, oldest first.
         """
         self._writable("")
-        selected = RunFilter(status=status, before=older_than)
+        selected = RunFilter(status=status, formation=formation, before=older_than)
         now = self._clock()
         return tuple(
             await self._transaction(

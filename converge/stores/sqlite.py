@@ -235,6 +235,9 @@ class SqliteRunStore:
                     connection = None
                 if connection is None:
                     connection = self._connection = self._connect()
+                    # `lower` as Python has it, so that a search ignores the case of any
+                    # letter, as PostgreSQL's does (SQLite's own knows only ASCII)
+                    connection.create_function("lower", 1, _lower, deterministic=True)
                     self._file = identity(self._path)
                     # Closed when the store goes, before the connection's own finaliser
                     # could warn (garbage cycles included), or at interpreter exit.
@@ -422,20 +425,21 @@ class SqliteRunStore:
         *,
         older_than: datetime,
         status: RunStatus | StopReason | None = None,
+        formation: str | None = None,
         paused: bool = False,
         dry_run: bool = False,
     ) -> tuple[str, ...]:
         """Delete every run last saved before `older_than` and its rows in one transaction.
 
-        Only runs with `status`, if given; the ids deleted, oldest first. A running run whose
-        lease holds is never deleted; a paused run only with `paused`. `dry_run` deletes
-        nothing.
+        Only runs with `status` and of `formation` (name or locator), if given; the ids
+        deleted, oldest first. A running run whose lease holds is never deleted; a paused run
+        only with `paused`. `dry_run` deletes nothing.
 
         Raises:
             StoreError: The store is read-only; nothing was deleted.
         """
         self._writable("")
-        selected = RunFilter(status=status, before=_text(older_than))
+        selected = RunFilter(status=status, formation=formation, before=_text(older_than))
         now = self._clock()
         return tuple(
             await self._transaction(
@@ -467,6 +471,10 @@ class SqliteRunStore:
         """
         record = await self.load(run_id)
         return record.checkpoint if record.pending else None
+
+
+def _lower(text: str | None) -> str | None:
+    return None if text is None else str(text).lower()
 
 
 def _text(moment: datetime) -> str:
