@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from converge import AgentEffect, Context, ContextKey, Formation, ProposedFact
+from converge import AgentEffect, Budget, Context, ContextKey, Formation, ProposedFact
 from converge_suggestors import SeedSuggestor
 
 FACTS = int(os.environ.get("CONVERGE_W8_FACTS", "100000"))
@@ -47,4 +47,5 @@ formation = Formation(
     name="w8-scale",
     description="1,000 small facts a cycle",
     suggestors=(SeedSuggestor("start", "go"), Bulk()),
+    budget=Budget(max_cycles=FACTS // PER_CYCLE + 10, max_facts=FACTS + 10),
 )

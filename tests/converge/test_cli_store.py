@@ -160,3 +160,43 @@ def test_prune_refuses_a_bad_age_in_one_line(
         cli("--store", store, "prune")  # no age: nothing is deleted by default
     assert exited.value.code == 2
     assert "--older-than" in capsys.readouterr().err
+
+
+def test_a_hand_edited_inbox_row_changes_nothing_review_of_the_run_shows(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox is an index: `review RUN` shows the signed record, whatever the row says."""
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", "test-signing-key")
+    paused = run(store, FORMATION)
+    with closing(sqlite3.connect(store)) as connection:
+        connection.execute("UPDATE converge_gates SET summary = 'Buy nothing at all.'")
+        connection.commit()
+    code, out = cli("--store", store, "review")
+    assert code == 6
+    assert "Buy nothing at all." in out  # the index, as the inbox lists it
+    code, out = cli("--store", store, "review", paused)
+    assert code == 6
+    assert "Buy nothing at all." not in out
+    assert "strategies/costly: Buy the enterprise plan" in out
+
+
+def test_runs_with_a_key_shows_the_fork_parent_the_signed_record_names(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", "test-signing-key")
+    paused = run(store, FORMATION)
+    done = run(store, CHAIN)
+    with closing(sqlite3.connect(store)) as connection:
+        connection.execute(
+            "UPDATE converge_runs SET parent_run_id = ?, fork_cycle = 1, pending = 7 "
+            "WHERE run_id = ?",
+            (paused, done),
+        )
+        connection.commit()
+    [line] = [
+        line for line in cli("--store", store, "runs")[1].splitlines() if line.startswith(done)
+    ]
+    assert "fork of" not in line
+    assert "gate" not in line
+    [document] = json.loads(cli("--store", store, "runs", "--json", "--search", done)[1])
+    assert (document["parent_run_id"], document["pending"]) == (None, 0)
