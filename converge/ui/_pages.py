@@ -175,7 +175,8 @@ def runs_page(
     )
     return page(
         "Runs",
-        f"<h1>Runs</h1><p class='note'>The newest {limit} runs in the store, newest first."
+        f"<h1>Runs</h1><p class='note'>The newest {limit} runs in the store that match, newest "
+        "first."
         f"</p>{_filters(filters)}{table}",
         viewer=viewer,
         banner=_list_banner(runs, key_set),

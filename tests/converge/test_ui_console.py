@@ -408,3 +408,25 @@ def test_a_run_the_console_resumes_gets_the_commands_default_call_deadline(
     assert record.status is RunStatus.FINISHED
     [failure] = record.trace.failures()
     assert (failure.suggestor, failure.outcome) == ("stalls", "timed_out")
+
+
+def test_the_runs_list_finds_a_paused_run_behind_more_newer_runs_than_it_reads(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    """Filters go into the store's query: a paused run older than the newest `limit` runs
+    is found by its status and by its own id."""
+    store, run_id = paused
+    for _ in range(3):
+        assert cli("--store", store, "run", CHAIN)[0] == 0
+    users, ana, _ = two
+    settings = ConsoleSettings(
+        store=SqliteRunStore(store), reviewers=Reviewers.load(users), limit=2
+    )
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        assert run_id not in client.get("/").text  # the newest two are others
+        assert run_id in client.get("/", params={"status": "paused"}).text
+        assert run_id in client.get("/", params={"stop": "awaiting_human"}).text
+        assert run_id in client.get("/", params={"text": run_id[5:17].upper()}).text
+        assert run_id not in client.get("/", params={"status": "finished"}).text
+        assert run_id not in client.get("/", params={"status": "no-such"}).text
