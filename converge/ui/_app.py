@@ -43,6 +43,7 @@ from ._auth import Reviewers
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
+from ._inbox import INBOX_LIMIT, inbox_box
 from ._live import run_events
 from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
@@ -144,8 +145,19 @@ class _Console:
                 listed.append(Listed(summary, None, f"unreadable: {error_text(error)}"))
                 continue
             listed.append(Listed(summary, record, check=check_signature(record, key)))
+        unfiltered = not (filters.status or filters.stop or filters.text)
+        gates = (  # the first page: the inbox above the newest runs
+            await store.pending_gates(limit=INBOX_LIMIT)
+            if unfiltered and isinstance(store, SqliteRunStore | PostgresRunStore)
+            else ()
+        )
         page = runs_page(
-            listed, filters, viewer=viewer, limit=self.settings.limit, key_set=key is not None
+            listed,
+            filters,
+            viewer=viewer,
+            limit=self.settings.limit,
+            key_set=key is not None,
+            inbox=inbox_box(gates),
         )
         return HTMLResponse(page)
 
