@@ -2,6 +2,8 @@
 
 Options: `--quick` takes 5 runs per figure instead of 21 (workload sizes never change);
 `--only W1,W3` selects workloads; `--runs N` sets the runs per figure (at least 5).
+`python -m benchmarks W8` (workloads named without `--only`) runs those; `--full` gives W8
+its 1,000,000-fact round and its 10,000-run store.
 `--peers` runs W1-W4 (or the `--only` selection among them) on converge and on LangGraph,
 alternating run by run, and prints a comparison table on stderr besides the JSON.
 """
@@ -10,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Final, cast
 
-from . import assignment, batch, chain, durability, fanout, growth, peers, wide_idle
+from . import assignment, batch, chain, durability, fanout, growth, peers, scale, wide_idle
 from ._common import MIN_RUNS, Figures, Settings, machine, progress
 from .projection import ISSUE_GOALS
 
@@ -27,6 +30,7 @@ WORKLOADS: Final[dict[str, Callable[[Settings], Figures]]] = {
     "W5": durability.measure,
     "W6": assignment.measure,
     "W7": batch.measure,
+    "W8": scale.measure,
 }
 
 # (name, workload, figure, limit): a target is met when the figure is at most the limit.
@@ -82,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated workloads to run (default: all; with --peers: W1-W4)",
     )
     parser.add_argument("--runs", type=_runs, default=None, help="runs per figure (>= 5)")
+    parser.add_argument(
+        "workloads", nargs="?", type=_selection, default=None, metavar="W8", help="as --only"
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="W8 also at 1,000,000 facts and 10,000 stored runs"
+    )
     parser.add_argument(
         "--peers",
         action="store_true",
@@ -154,7 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     options = _parser().parse_args(argv)
     settings = Settings.of(quick=options.quick, runs=options.runs)
-    selected: list[str] | None = options.only
+    selected: list[str] | None = options.only or options.workloads
+    if options.full:
+        os.environ["CONVERGE_W8_FULL"] = "1"
     peer_run = _peer_selection(selected) if options.peers else None
     if options.peers and peer_run is None:
         return 2

@@ -57,7 +57,14 @@ from ._core._proposal import ProposedFact
 from ._core._public import publish as _publish
 from ._core._result import Conflict, ConvergeResult
 from ._core._stop import RunStatus, StopReason
-from ._core._store import ProgressHead, RunProgress, RunRecord, RunStore, RunSummary
+from ._core._store import (
+    PendingGate,
+    ProgressHead,
+    RunProgress,
+    RunRecord,
+    RunStore,
+    RunSummary,
+)
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
 from ._engine import Engine
@@ -126,6 +133,7 @@ __all__ = [
     "Observer",
     "Outcome",
     "Pack",
+    "PendingGate",
     "PostgresRunStore",
     "ProgressHead",
     "PromotionPolicy",

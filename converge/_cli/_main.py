@@ -78,6 +78,7 @@ from ._read import (
     cmd_verify,
     write_report,
 )
+from ._retain import cmd_prune
 from ._store import close_stores, given_store, open_store, report_path, store_argument
 from ._ui import cmd_ui
 
@@ -343,6 +344,7 @@ _COMMANDS: dict[str, Command] = {
     "fork": cmd_fork,
     "diff": cmd_diff,
     "report": cmd_report,
+    "prune": cmd_prune,
     "batch": cmd_batch,
     "ui": cmd_ui,
 }

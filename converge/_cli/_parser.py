@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import re
 import textwrap
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Final, NoReturn, TypeAlias
 
+from .._core._stop import RunStatus, StopReason
 from .._review import STALE
 from .._version import __version__
 from ..dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
@@ -326,8 +329,25 @@ def _listing(commands: Commands) -> None:
         ),
         ((0, "listed (also when there are none)"),),
     )
+    _page(runs, "runs")
     runs.add_argument(
-        "--limit", type=at_least_one, default=20, metavar="N", help="at most N runs (default 20)"
+        "--status",
+        type=status_or_reason,
+        metavar="STATUS",
+        help="only runs with this status (running, paused, finished, interrupted) or stop "
+        "reason (converged, awaiting_human, ...)",
+    )
+    runs.add_argument("--formation", metavar="NAME", help="only runs of this formation name")
+    runs.add_argument("--pending", action="store_true", help="only runs waiting on a human gate")
+    runs.add_argument(
+        "--since",
+        type=moment,
+        metavar="WHEN",
+        help="only runs saved since WHEN: an ISO 8601 time (UTC unless it says) or an age "
+        "such as 90m, 12h or 7d",
+    )
+    runs.add_argument(
+        "--search", metavar="TEXT", help="only runs whose id or formation name holds TEXT"
     )
     _json(runs, "a list of run summaries")
     show = _command(
@@ -353,8 +373,95 @@ def _listing(commands: Commands) -> None:
         ),
         ((0, "the run waits for no one"), (6, "the run awaits a human")),
     )
-    review.add_argument("run_id")
+    review.add_argument(
+        "run_id",
+        nargs="?",
+        help="the paused run; without it, the inbox: every gate waiting in the store, the "
+        "longest waiting first",
+    )
+    _page(review, "gates (the inbox)")
     _json(review, "the pending gates and the commands")
+    prune = _command(
+        commands,
+        "prune",
+        "delete old stored runs",
+        (
+            "Delete the runs last saved more than AGE ago, with everything stored about them, "
+            "in one transaction. A running run is never deleted, nor a paused one (waiting "
+            "for a human) unless --status names it (paused or awaiting_human) and "
+            "--keep-paused is not given.",
+        ),
+        ((0, "pruned (also when nothing was old enough)"),),
+    )
+    prune.add_argument(
+        "--older-than", type=age, required=True, metavar="AGE", help="e.g. 30d, 12h or 90m"
+    )
+    prune.add_argument(
+        "--status",
+        type=status_or_reason,
+        metavar="STATUS",
+        help="only runs with this status or stop reason",
+    )
+    prune.add_argument("--formation", metavar="NAME", help="only runs of this formation")
+    prune.add_argument("--keep-paused", action="store_true", help="never delete a paused run")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
+    )
+    prune.add_argument(
+        "--vacuum", action="store_true", help="then give the freed space back (SQLite: VACUUM)"
+    )
+    _json(prune, '{"deleted": [RUN_ID...], "dry_run": BOOL}')
+
+
+def _page(sub: UsageParser, what: str) -> None:
+    sub.add_argument(
+        "--limit", type=at_least_one, default=20, metavar="N", help=f"at most N {what} (default 20)"
+    )
+    sub.add_argument(
+        "--offset", type=_offset, default=0, metavar="K", help=f"skip the first K {what}"
+    )
+
+
+_AGE: Final = re.compile(r"(\d{1,9})([smhdw])")
+_UNIT: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def age(value: str) -> timedelta:
+    """An age such as `30d`, `12h`, `90m`, `45s` or `2w` (an argparse type)."""
+    found = _AGE.fullmatch(value.strip())
+    if found is None:
+        shown = value if len(value) <= 40 else f"{value[:40]}..."
+        raise argparse.ArgumentTypeError(
+            f"must be a number and a unit (s, m, h, d or w), e.g. 30d; got {shown!r}"
+        )
+    return timedelta(seconds=int(found[1]) * _UNIT[found[2]])
+
+
+def moment(value: str) -> datetime:
+    """An ISO 8601 time (UTC unless it names its zone) or an age before now (an argparse
+    type)."""
+    if _AGE.fullmatch(value.strip()):
+        return datetime.now(UTC) - age(value)
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        shown = value if len(value) <= 40 else f"{value[:40]}..."
+        raise argparse.ArgumentTypeError(
+            f"must be an ISO 8601 time (2026-01-31T12:00) or an age (7d); got {shown!r}"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def status_or_reason(value: str) -> RunStatus | StopReason:
+    """A run status or a stop reason, by its value (an argparse type)."""
+    for kind in (RunStatus, StopReason):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    known = ", ".join([*(s.value for s in RunStatus), *(r.value for r in StopReason)])
+    shown = value if len(value) <= 40 else f"{value[:40]}..."
+    raise argparse.ArgumentTypeError(f"must be one of {known}; got {shown!r}")
 
 
 def _checking(commands: Commands) -> None:
@@ -402,6 +509,17 @@ def _checking(commands: Commands) -> None:
     report.add_argument("run_id")
     report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
     _json(report, '{"report": PATH}')
+
+
+def _offset(value: str) -> int:
+    """How many to skip, 0 or more (an argparse type)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value[:40]!r}") from None
+    if not 0 <= number <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:_}, got {number}")
+    return number
 
 
 def _cycle(value: str) -> int:

@@ -120,11 +120,20 @@ def _with_member(document: str, name: str, value: JsonValue) -> str:
 
 
 async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
-    """`converge runs`: one line per stored run, the most recently saved first, each checked
-    (`check_listed`)."""
+    """`converge runs`: one page of the stored runs the filters take, the most recently
+    saved first, selected by the store's query and each checked (`check_listed`)."""
     store, label = open_store(args.store, read_only=True)
     key = signing_key()
-    listed = await check_listed(store, await store.list_runs(limit=args.limit), key)
+    summaries = await store.list_runs(
+        limit=args.limit,
+        offset=args.offset,
+        status=args.status,
+        formation=args.formation,
+        pending=True if args.pending else None,
+        since=args.since,
+        search=args.search,
+    )
+    listed = await check_listed(store, summaries, key)
     for run in listed:
         if run.check.failed:
             _say(run.check, sys.stderr)
@@ -133,33 +142,38 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
             "note: these runs are not authenticated (no signing key is set); anyone with "
             "write access to the store could have changed them\n"
         )
-    parents = await _lineages(store, [run.summary.run_id for run in listed])
     forks: dict[str, int] = {}
-    for parent, _ in parents.values():
-        forks[parent] = forks.get(parent, 0) + 1
+    for run in listed:
+        parent = run.summary.parent_run_id
+        if parent is not None:
+            forks[parent] = forks.get(parent, 0) + 1
     if args.json:
         documents: list[JsonValue] = [
             {
                 **run.summary.model_dump(mode="json"),
                 _SIGNATURE_CHECK: run.check.model_dump(mode="json"),
-                **_family(parents, forks, run.summary.run_id),
+                "forks_listed": forks.get(run.summary.run_id, 0),
             }
             for run in listed
         ]
         out.write(json_document(documents))
         return 0
     if not listed:
-        out.write(f"no runs in {visible(label)}\n")
+        filtered = any(
+            (args.status, args.formation, args.pending, args.since, args.search, args.offset)
+        )
+        out.write(f"no {'such ' if filtered else ''}runs in {visible(label)}\n")
         return 0
     for checked in listed:
         run = checked.summary
         mark = "  signature FAILED" if checked.check.failed else ""
-        if run.run_id in parents:
-            parent, cycle = parents[run.run_id]
-            mark += f"  fork of {visible(parent[:12])}@{cycle}"
+        if run.parent_run_id is not None:
+            mark += f"  fork of {visible(run.parent_run_id[:12])}@{run.fork_cycle}"
         if run.run_id in forks:
             count = forks[run.run_id]
             mark += f"  {count} fork{'s' if count > 1 else ''} listed"
+        if run.pending:
+            mark += f"  {run.pending} gate{'s' if run.pending > 1 else ''} waiting"
         reason = run.stop_reason.value if run.stop_reason else "-"
         if run.failures:
             reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
@@ -169,33 +183,9 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
             f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
             f"{mark}\n"
         )
+    if len(listed) == args.limit:
+        sys.stderr.write(f"note: more may follow: --offset {args.offset + args.limit}\n")
     return 0
-
-
-async def _lineages(store: RunStore, run_ids: list[str]) -> dict[str, tuple[str, int]]:
-    """The parent and fork cycle of each of `run_ids` that is a fork (its record loaded;
-    one that cannot be loaded counts as no fork)."""
-    found: dict[str, tuple[str, int]] = {}
-    for run_id in run_ids:
-        try:
-            record = await store.load(run_id)
-        except StoreError:
-            continue
-        if record.lineage is not None:
-            found[run_id] = (record.lineage.parent_run_id, record.lineage.at_cycle)
-    return found
-
-
-def _family(
-    parents: dict[str, tuple[str, int]], forks: dict[str, int], run_id: str
-) -> dict[str, JsonValue]:
-    """`runs --json`'s members about a run's fork family."""
-    parent = parents.get(run_id)
-    return {
-        "parent_run_id": None if parent is None else parent[0],
-        "fork_cycle": None if parent is None else parent[1],
-        "forks_listed": forks.get(run_id, 0),
-    }
 
 
 async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -250,8 +240,11 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     """`converge review`: the gates a paused run waits on, and the command to decide them.
 
     A paused run's record must verify (with a key) before anything of it is shown; of any
-    other run, what it says is shown with a warning when its signature fails.
+    other run, what it says is shown with a warning when its signature fails. Without a run
+    id, the inbox (`_inbox`).
     """
+    if args.run_id is None:
+        return await _inbox(args, out)
     _, record = await _load(args, args.run_id)
     key = signing_key()
     pending = paused_checkpoint(record, args.run_id, key).pending if record.pending else ()
@@ -297,6 +290,52 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
         )
     out.write(f"decide with: {visible(commands[0])}\n")
     return status
+
+
+async def _inbox(args: argparse.Namespace, out: TextIO) -> int:
+    """`converge review` without a run id: one page of every gate waiting in the store, the
+    longest waiting first, read from the store's index of its paused runs (what `review
+    RUN` checks before it shows a gate to decide). Status 6 when any gate waits."""
+    store, label = open_store(args.store, read_only=True)
+    gates = await store.pending_gates(limit=args.limit, offset=args.offset)
+    where = store_argument(args.store)
+    if args.json:
+        out.write(
+            json_document(
+                [
+                    {
+                        **gate.model_dump(mode="json"),
+                        "command": f"{program()} review {gate.run_id}{where}",
+                    }
+                    for gate in gates
+                ]
+            )
+        )
+    elif not gates:
+        out.write(
+            f"no gates waiting in {visible(label)}"
+            + (f" past the first {args.offset}" if args.offset else "")
+            + "\n"
+        )
+    else:
+        for gate in gates:
+            deadline = f", deadline {gate.deadline.isoformat()}" if gate.deadline else ""
+            out.write(
+                f"{visible(gate.run_id)}  {gate.saved_at.isoformat(timespec='seconds')}  "
+                f"{visible(gate.gate_id)}  {visible(gate.name or '')}\n"
+                f"  {visible(gate.ref)} from {visible(gate.suggestor)} (cycle {gate.cycle})"
+                f"{deadline}: {visible(_short(gate.summary))}\n"
+            )
+        out.write(f"review one with: {program()} review RUN_ID{where}\n")
+        if len(gates) == args.limit:
+            sys.stderr.write(f"note: more may follow: --offset {args.offset + args.limit}\n")
+    return EXIT_CODES[StopReason.AWAITING_HUMAN] if gates else 0
+
+
+def _short(text: str, width: int = 120) -> str:
+    """`text` on one line, cut to `width` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 async def _record_for(args: argparse.Namespace, target: str) -> RunRecord:

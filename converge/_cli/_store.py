@@ -11,7 +11,6 @@ from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .._core._error import UsageError
-from .._core._store import RunStore
 from ..stores import PostgresRunStore, SqliteRunStore
 
 __all__ = [
@@ -61,7 +60,9 @@ _OPEN: dict[tuple[str, bool], tuple[SqliteRunStore | PostgresRunStore, str]] = {
 """The stores this command opened, reused within it and closed by `close_stores`."""
 
 
-def open_store(option: str | None, *, read_only: bool = False) -> tuple[RunStore, str]:
+def open_store(
+    option: str | None, *, read_only: bool = False
+) -> tuple[SqliteRunStore | PostgresRunStore, str]:
     """The store named by `--store`, `CONVERGE_STORE`, or the default SQLite file.
 
     `read_only` opens the store read-only: a SQLite file must exist, a PostgreSQL database

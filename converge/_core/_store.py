@@ -34,6 +34,7 @@ from ._trace import Continuation, Rejection, RunTrace
 
 __all__ = [
     "SCHEMA_VERSION",
+    "PendingGate",
     "ProgressHead",
     "RunProgress",
     "RunRecord",
@@ -42,7 +43,7 @@ __all__ = [
     "failure_count",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The version of the tables every backend writes; a store refuses any other."""
 
 Interruption = Literal["cancelled", "lost"]
@@ -149,11 +150,45 @@ class RunSummary(FrozenModel, frozen=True):
     failures: int = 0
     """Its failed calls not made good and its rolled-back effects (`RunRecord.failure_count`);
     0 while running or interrupted. A run that converged with any converged with failures."""
+    pending: int = 0
+    """How many human gates it waits on (0 unless paused)."""
+    parent_run_id: str | None = None
+    """The run it was forked from, for a fork (once it stopped)."""
+    fork_cycle: int | None = None
+    """The parent's cycle it was forked at, for a fork."""
 
     @property
     def outcome(self) -> str:
         """The stop reason's value, or the status's while the run has none (`"running"`)."""
         return self.status.value if self.stop_reason is None else self.stop_reason.value
+
+
+@final
+class PendingGate(FrozenModel, frozen=True):
+    """One gate a paused run waits on, as the store's inbox lists it.
+
+    The inbox is the store's index of its paused records, not the signed record itself:
+    `converge review RUN` checks the record before showing what to decide.
+    """
+
+    run_id: str
+    """The paused run."""
+    gate_id: str
+    """The gate."""
+    cycle: int
+    """The cycle that held it."""
+    ref: str
+    """The held proposal's `"key/id"`."""
+    suggestor: str
+    """The suggestor that proposed it."""
+    summary: str
+    """What to show a reviewer: the proposal's content."""
+    deadline: datetime | None = None
+    """When the gate expires (UTC), or `None`."""
+    saved_at: datetime
+    """When the run paused (was last saved)."""
+    name: str | None = None
+    """The formation's name, if recorded."""
 
 
 @final
@@ -367,6 +402,10 @@ class RunRecord(FrozenModel, frozen=True):
             merkle_root=self.integrity.merkle_root,
             saved_at=saved_at,
             name=self.name,
+            failures=self.failure_count,
+            pending=len(self.pending),
+            parent_run_id=None if self.lineage is None else self.lineage.parent_run_id,
+            fork_cycle=None if self.lineage is None else self.lineage.at_cycle,
         )
 
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import LiteralString, Protocol
 
-from .._core._exceptions import RunNotFoundError, StaleRecordError
-from .._core._store import RunProgress, RunRecord
+from .._core._exceptions import RunNotFoundError, StaleRecordError, StoreError
+from .._core._stop import RunStatus
+from .._core._store import PendingGate, RunProgress, RunRecord, RunSummary
 from ._sql import (
+    COLUMNS,
+    DROP_GATES,
     DROP_JOURNAL,
+    GATE_INSERT,
     INSERT,
     JOURNAL,
     PROGRESS_INSERT,
@@ -20,13 +24,28 @@ from ._sql import (
     RENEW,
     UPDATE,
     UPSERT,
+    RunFilter,
+    gate_rows,
+    judge,
     lease_until,
     progress_row,
     stored_record,
     to_row,
+    to_summary,
+    where,
 )
 
-__all__ = ["Db", "load_record", "renew_lease", "write_progress", "write_record"]
+__all__ = [
+    "Db",
+    "delete_run",
+    "list_gates",
+    "list_runs",
+    "load_record",
+    "prune_runs",
+    "renew_lease",
+    "write_progress",
+    "write_record",
+]
 
 
 class Db(Protocol):
@@ -68,6 +87,9 @@ def write_record(db: Db, record: RunRecord, saved_at: object, expected: int | No
     """Save a finished or paused record (dropping any journal); the new version."""
     version = _written(db, record.run_id, to_row(record, saved_at), expected)
     db.run(DROP_JOURNAL, (record.run_id,))
+    db.run(DROP_GATES, (record.run_id,))
+    for row in gate_rows(record):
+        db.run(GATE_INSERT, row)
     return version
 
 
@@ -89,6 +111,7 @@ def write_progress(
         )
     if progress.restart:
         db.run(DROP_JOURNAL, (head.run_id,))
+        db.run(DROP_GATES, (head.run_id,))
     if progress.entry is not None:
         db.run(JOURNAL, (head.run_id, head.journal_length, progress.entry))
     return int(str(written[0]))
@@ -115,3 +138,93 @@ def load_record(db: Db, run_id: str, now: datetime, where: str) -> RunRecord:
         rows = db.all("SELECT entry FROM converge_journal WHERE run_id = ? ORDER BY seq", (run_id,))
         entries = [str(entry) for (entry,) in rows]
     return stored_record(run_id, row, entries, now)
+
+
+def list_runs(
+    db: Db, selected: RunFilter, now: datetime, *, limit: int, offset: int
+) -> list[RunSummary]:
+    """The runs `selected` takes, the most recently saved first, one page."""
+    condition, values = where(selected, now.isoformat())
+    rows = db.all(
+        f"SELECT {COLUMNS} FROM converge_runs WHERE {condition} "
+        "ORDER BY saved_at DESC, run_id LIMIT ? OFFSET ?",
+        (*values, limit, offset),
+    )
+    return [to_summary(row, now) for row in rows]
+
+
+def list_gates(db: Db, *, limit: int, offset: int) -> list[PendingGate]:
+    """The pending gates of every paused run, the longest waiting first, one page."""
+    rows = db.all(
+        "SELECT g.run_id, g.gate_id, g.cycle, g.ref, g.suggestor, g.summary, g.deadline, "
+        "r.saved_at, r.name FROM converge_gates g JOIN converge_runs r ON r.run_id = g.run_id "
+        "WHERE r.status = 'paused' ORDER BY r.saved_at, g.run_id, g.seq LIMIT ? OFFSET ?",
+        (limit, offset),
+    )
+    gates: list[PendingGate] = []
+    for run_id, gate_id, cycle, ref, suggestor, summary, deadline, saved_at, name in rows:
+        gates.append(
+            PendingGate(
+                run_id=str(run_id),
+                gate_id=str(gate_id),
+                cycle=int(str(cycle)),
+                ref=str(ref),
+                suggestor=str(suggestor),
+                summary=str(summary),
+                deadline=None if deadline is None else datetime.fromisoformat(str(deadline)),
+                saved_at=_time(saved_at),
+                name=None if name is None else str(name),
+            )
+        )
+    return gates
+
+
+def _time(value: object) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def _drop(db: Db, run_id: str) -> None:
+    """Delete a run's row, journal and gates (inside the caller's transaction)."""
+    db.run(DROP_JOURNAL, (run_id,))
+    db.run(DROP_GATES, (run_id,))
+    db.run("DELETE FROM converge_runs WHERE run_id = ?", (run_id,))
+
+
+def delete_run(db: Db, run_id: str, now: datetime, *, force: bool, place: str) -> None:
+    """Delete one run with its rows; a paused or running run only with `force`.
+
+    Raises:
+        RunNotFoundError: No run has this id.
+        StoreError: The run is paused or running and `force` is not set.
+    """
+    row = db.one("SELECT status, lease_until FROM converge_runs WHERE run_id = ?", (run_id,))
+    if row is None:
+        raise RunNotFoundError(f"no run {run_id!r} in {place}")
+    status, _ = judge(row[0], row[1], now)
+    if status in (RunStatus.PAUSED, RunStatus.RUNNING) and not force:
+        raise StoreError(
+            f"run {run_id} is {status.value}: not deleted (delete it with force=True, "
+            "or wait until it stops)"
+        )
+    _drop(db, run_id)
+
+
+def prune_runs(
+    db: Db, selected: RunFilter, now: datetime, *, paused: bool, dry_run: bool
+) -> list[str]:
+    """Delete the runs `selected` takes with their rows; the ids deleted, oldest first.
+
+    Never a running run whose lease holds, and a paused run only when `paused`; with
+    `dry_run`, nothing is deleted and the ids are those that would be.
+    """
+    condition, values = where(selected, now.isoformat())
+    rows = db.all(
+        f"SELECT run_id, status FROM converge_runs WHERE {condition} "
+        "AND NOT (status = 'running' AND lease_until > ?) ORDER BY saved_at, run_id",
+        (*values, now.isoformat()),
+    )
+    taken = [str(run_id) for run_id, status in rows if paused or str(status) != "paused"]
+    if not dry_run:
+        for run_id in taken:
+            _drop(db, run_id)
+    return taken

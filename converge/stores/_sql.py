@@ -6,20 +6,34 @@ Statements are written with `?` placeholders; `PostgresRunStore` swaps them for 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, LiteralString
+from typing import Final, LiteralString, final
 
 from pydantic import ValidationError
 
 from .._core._exceptions import StoreError
 from .._core._key import STORED
 from .._core._stop import RunStatus, StopReason
-from .._core._store import Interruption, RunProgress, RunRecord, RunSummary
+from .._core._store import (
+    SCHEMA_VERSION,
+    Interruption,
+    ProgressHead,
+    RunProgress,
+    RunRecord,
+    RunSummary,
+)
 from ._journal import assemble
 
 __all__ = [
     "COLUMNS",
+    "DROP_GATES",
     "DROP_JOURNAL",
+    "GATES_TABLE",
+    "GATE_INSERT",
+    "INDEXES",
+    "INDEX_SELECT",
+    "INDEX_UPDATE",
     "INSERT",
     "JOURNAL",
     "JOURNAL_TABLE",
@@ -28,30 +42,37 @@ __all__ = [
     "RECOUNT_SELECT",
     "RECOUNT_UPDATE",
     "RENEW",
+    "RUN_COLUMNS",
     "UPDATE",
     "UPGRADES",
     "UPSERT",
+    "RunFilter",
+    "gate_rows",
     "judge",
     "lease_until",
+    "newer",
     "progress_row",
     "record_from",
     "recounted",
+    "reindexed",
     "stored_record",
     "to_row",
     "to_summary",
+    "where",
 ]
 
 COLUMNS: Final = (
     "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, name, status, "
-    "lease_until, failures"
+    "lease_until, failures, pending, parent_run_id, fork_cycle"
 )
 """The searchable columns of `converge_runs`, in the order `to_summary` reads them."""
 
 _WRITTEN: Final = (
     "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, name, status, "
-    "lease_until, failures, record, checkpoint, version"
+    "lease_until, failures, record, checkpoint, formation, pending, parent_run_id, fork_cycle, "
+    "version"
 )
-_VALUES: Final = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
+_VALUES: Final = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
 
 INSERT: Final = (
     f"INSERT INTO converge_runs ({_WRITTEN}) {_VALUES} "
@@ -65,14 +86,17 @@ UPSERT: Final = (
     "fact_count = excluded.fact_count, merkle_root = excluded.merkle_root, "
     "saved_at = excluded.saved_at, name = excluded.name, status = excluded.status, "
     "lease_until = excluded.lease_until, failures = excluded.failures, record = excluded.record, "
-    "checkpoint = excluded.checkpoint, version = converge_runs.version + 1 RETURNING version"
+    "checkpoint = excluded.checkpoint, formation = excluded.formation, "
+    "pending = excluded.pending, parent_run_id = excluded.parent_run_id, "
+    "fork_cycle = excluded.fork_cycle, version = converge_runs.version + 1 RETURNING version"
 )
 """Insert or replace a run whatever its version (`expected_version=None`)."""
 
 UPDATE: Final = (
     "UPDATE converge_runs SET run_id = ?, stop_reason = ?, detail = ?, cycles = ?, "
     "fact_count = ?, merkle_root = ?, saved_at = ?, name = ?, status = ?, lease_until = ?, "
-    "failures = ?, record = ?, checkpoint = ?, version = version + 1 "
+    "failures = ?, record = ?, checkpoint = ?, formation = ?, pending = ?, parent_run_id = ?, "
+    "fork_cycle = ?, version = version + 1 "
     "WHERE run_id = ? AND version = ? RETURNING version"
 )
 """Replace a run only if it is still at the version the save was based on."""
@@ -102,11 +126,61 @@ UPGRADES: Final[dict[int, tuple[LiteralString, ...]]] = {
         "ALTER TABLE converge_runs ADD COLUMN lease_until TEXT",
     ),
     3: ("ALTER TABLE converge_runs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0",),
+    4: (
+        "ALTER TABLE converge_runs ADD COLUMN formation TEXT",
+        "ALTER TABLE converge_runs ADD COLUMN pending INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE converge_runs ADD COLUMN parent_run_id TEXT",
+        "ALTER TABLE converge_runs ADD COLUMN fork_cycle INTEGER",
+    ),
 }
 """Statements that take the schema from version `k` to `k + 1`, in place, losing nothing.
 
 After those of version 3, each backend recounts the failures of the stopped runs stored
-before (`RECOUNT_SELECT`, `recounted`, `RECOUNT_UPDATE`)."""
+before (`RECOUNT_SELECT`, `recounted`, `RECOUNT_UPDATE`); after those of version 4, it fills
+the new columns and the gates table from each stored record (`INDEX_SELECT`, `reindexed`,
+`INDEX_UPDATE`, `GATE_INSERT`)."""
+
+RUN_COLUMNS: Final = (
+    "run_id TEXT PRIMARY KEY, stop_reason TEXT NOT NULL, detail TEXT NOT NULL, "
+    "cycles INTEGER NOT NULL, fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
+    "saved_at {time} NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
+    "version INTEGER NOT NULL DEFAULT 1, status TEXT NOT NULL DEFAULT 'finished', "
+    "lease_until TEXT, failures INTEGER NOT NULL DEFAULT 0, formation TEXT, "
+    "pending INTEGER NOT NULL DEFAULT 0, parent_run_id TEXT, fork_cycle INTEGER"
+)
+"""The columns of a new `converge_runs` table (`{time}`: the backend's type for times)."""
+
+GATES_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS converge_gates (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "gate_id TEXT NOT NULL, cycle INTEGER NOT NULL, ref TEXT NOT NULL, "
+    "suggestor TEXT NOT NULL, summary TEXT NOT NULL, deadline TEXT, "
+    "PRIMARY KEY (run_id, seq))"
+)
+"""The pending gates of paused runs, one row each, for the inbox (an index of the records:
+a paused run's record is what `review RUN` and `resume` check and apply)."""
+
+INDEXES: Final[tuple[LiteralString, ...]] = (
+    "CREATE INDEX IF NOT EXISTS converge_runs_status ON converge_runs (status, saved_at)",
+    "CREATE INDEX IF NOT EXISTS converge_runs_pending ON converge_runs (pending, saved_at)",
+    "CREATE INDEX IF NOT EXISTS converge_runs_parent ON converge_runs (parent_run_id)",
+)
+"""The indexes the run queries use, made once the schema is current."""
+
+GATE_INSERT: Final = (
+    "INSERT INTO converge_gates (run_id, seq, gate_id, cycle, ref, suggestor, summary, "
+    "deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""One pending gate of a paused run."""
+DROP_GATES: Final = "DELETE FROM converge_gates WHERE run_id = ?"
+"""Drop a run's pending gates (every save rewrites them)."""
+
+INDEX_SELECT: Final = "SELECT run_id, record, status FROM converge_runs"
+"""Every run, for the upgrade to schema 5 to fill its new columns from."""
+INDEX_UPDATE: Final = (
+    "UPDATE converge_runs SET formation = ?, pending = ?, parent_run_id = ?, fork_cycle = ? "
+    "WHERE run_id = ?"
+)
+"""Set one run's schema 5 columns."""
 
 RECOUNT_SELECT: Final = (
     "SELECT run_id, record FROM converge_runs WHERE status IN ('finished', 'paused')"
@@ -120,6 +194,121 @@ JOURNAL_TABLE: Final = (
     "entry TEXT NOT NULL, PRIMARY KEY (run_id, seq))"
 )
 """The journal of running runs: one entry per per-cycle save."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a listing or a prune takes; every field set narrows it.
+
+    Times are in the backend's own form for `saved_at`: ISO 8601 text in SQLite, `datetime`
+    in PostgreSQL.
+    """
+
+    status: RunStatus | StopReason | None = None
+    """A status as it stands now (a running run whose lease ran out is interrupted), or a
+    stop reason."""
+    formation: str | None = None
+    """The formation's name or locator, exactly."""
+    pending: bool | None = None
+    """Only runs waiting on a human gate (`True`), or only the others (`False`)."""
+    since: object = None
+    """Saved at or after this time."""
+    before: object = None
+    """Saved before this time."""
+    search: str | None = None
+    """Text found in the run id or the formation's name (any case)."""
+
+
+def where(selected: RunFilter, now: str) -> tuple[LiteralString, tuple[object, ...]]:
+    """The `WHERE` condition of `selected` at `now` (ISO 8601 text), and its values."""
+    parts: list[LiteralString] = ["1 = 1"]
+    values: list[object] = []
+    status = selected.status
+    if isinstance(status, StopReason):
+        parts.append("stop_reason = ?")
+        values.append(status.value)
+    elif status is RunStatus.RUNNING:
+        parts.append("status = 'running' AND lease_until > ?")
+        values.append(now)
+    elif status is RunStatus.INTERRUPTED:
+        parts.append("(status = 'interrupted' OR (status = 'running' AND lease_until <= ?))")
+        values.append(now)
+    elif status is not None:
+        parts.append("status = ?")
+        values.append(status.value)
+    if selected.formation is not None:
+        parts.append("(name = ? OR formation = ?)")
+        values += [selected.formation, selected.formation]
+    if selected.pending is not None:
+        parts.append("pending > 0" if selected.pending else "pending = 0")
+    if selected.since is not None:
+        parts.append("saved_at >= ?")
+        values.append(selected.since)
+    if selected.before is not None:
+        parts.append("saved_at < ?")
+        values.append(selected.before)
+    if selected.search:
+        escaped = selected.search.lower().replace("\\", "\\\\").replace("%", "\\%")
+        pattern = "%" + escaped.replace("_", "\\_") + "%"
+        parts.append(
+            "(lower(run_id) LIKE ? ESCAPE '\\' OR lower(coalesce(name, '')) LIKE ? ESCAPE '\\')"
+        )
+        values += [pattern, pattern]
+    return " AND ".join(parts), tuple(values)
+
+
+def gate_rows(record: RunRecord) -> list[tuple[object, ...]]:
+    """The `converge_gates` rows of a record (none unless it is paused)."""
+    return [
+        (
+            record.run_id,
+            seq,
+            gate.gate_id,
+            gate.cycle,
+            gate.proposal.ref,
+            gate.suggestor,
+            gate.summary,
+            None if gate.deadline is None else gate.deadline.isoformat(),
+        )
+        for seq, gate in enumerate(record.pending)
+    ]
+
+
+def reindexed(
+    rows: Sequence[Sequence[object]],
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The `INDEX_UPDATE` values and the gate rows of each `(run_id, record, status)` row.
+
+    A record or head that no longer reads keeps empty columns: `load` reports it when read.
+    """
+    updates: list[tuple[object, ...]] = []
+    gates: list[tuple[object, ...]] = []
+    for run_id, text, status in rows:
+        try:
+            if str(status) in ("finished", "paused"):
+                record = RunRecord.model_validate_json(str(text), context=STORED)
+                if record.run_id != str(run_id):
+                    continue
+                updates.append((*_indexed(record), str(run_id)))
+                gates.extend(gate_rows(record))
+            else:
+                head = ProgressHead.model_validate_json(str(text), context=STORED)
+                updates.append((head.formation, 0, None, None, str(run_id)))
+        except ValidationError:
+            continue
+    return updates, gates
+
+
+def newer(version: object) -> str:
+    """What to add when a store's schema `version` is newer than this converge reads."""
+    try:
+        number = int(str(version))
+    except ValueError:
+        return ""
+    if number <= SCHEMA_VERSION:
+        return ""
+    return ": it was written by a newer converge; upgrade converge to read it (nothing changed)"
 
 
 def lease_until(now: datetime, seconds: float) -> datetime:
@@ -147,6 +336,18 @@ def to_row(record: RunRecord, saved_at: object) -> tuple[object, ...]:
         record.failure_count,
         record.model_dump_json(),
         None,
+        *_indexed(record),
+    )
+
+
+def _indexed(record: RunRecord) -> tuple[object, ...]:
+    """The columns of schema 5 a record fills: formation, pending gates, parent, fork cycle."""
+    lineage = record.lineage
+    return (
+        record.formation,
+        len(record.pending),
+        None if lineage is None else lineage.parent_run_id,
+        None if lineage is None else lineage.at_cycle,
     )
 
 
@@ -167,6 +368,10 @@ def progress_row(progress: RunProgress, saved_at: object, lease: object) -> tupl
         0,
         head.model_dump_json(),
         None,
+        head.formation,
+        0,
+        None,
+        None,
     )
 
 
@@ -184,9 +389,22 @@ def judge(status: object, lease: object, now: datetime) -> tuple[RunStatus, Inte
 
 def to_summary(row: Sequence[object], now: datetime) -> RunSummary:
     """The summary of a row of `COLUMNS` (times as `datetime` or ISO 8601 text)."""
-    run_id, stop_reason, detail, cycles, fact_count, root, saved_at, name, status, lease, failed = (
-        row
-    )
+    (
+        run_id,
+        stop_reason,
+        detail,
+        cycles,
+        fact_count,
+        root,
+        saved_at,
+        name,
+        status,
+        lease,
+        failed,
+        pending,
+        parent,
+        fork_cycle,
+    ) = row
     judged, _ = judge(status, lease, now)
     if judged is not RunStatus(str(status)):
         detail = f"{judged.value}: its process stopped saving (lease ran out at {lease})"
@@ -202,6 +420,9 @@ def to_summary(row: Sequence[object], now: datetime) -> RunSummary:
         merkle_root=str(root),
         saved_at=saved,
         failures=int(str(failed)),
+        pending=int(str(pending)),
+        parent_run_id=None if parent is None else str(parent),
+        fork_cycle=None if fork_cycle is None else int(str(fork_cycle)),
     )
 
 

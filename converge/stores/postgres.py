@@ -20,16 +20,33 @@ import anyio.to_thread
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import RunNotFoundError, StoreError
-from .._core._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
-from ._db import load_record, renew_lease, write_progress, write_record
+from .._core._stop import RunStatus, StopReason
+from .._core._store import SCHEMA_VERSION, PendingGate, RunProgress, RunRecord, RunSummary
+from ._db import (
+    delete_run,
+    list_gates,
+    list_runs,
+    load_record,
+    prune_runs,
+    renew_lease,
+    write_progress,
+    write_record,
+)
 from ._sql import (
-    COLUMNS,
+    GATE_INSERT,
+    GATES_TABLE,
+    INDEX_SELECT,
+    INDEX_UPDATE,
+    INDEXES,
     JOURNAL_TABLE,
     RECOUNT_SELECT,
     RECOUNT_UPDATE,
+    RUN_COLUMNS,
     UPGRADES,
+    RunFilter,
+    newer,
     recounted,
-    to_summary,
+    reindexed,
 )
 
 if TYPE_CHECKING:
@@ -105,26 +122,23 @@ class PostgresRunStore:
                         "(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
                     )
                     connection.execute(
-                        "CREATE TABLE IF NOT EXISTS converge_runs (run_id TEXT PRIMARY KEY, "
-                        "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, "
-                        "cycles INTEGER NOT NULL, fact_count INTEGER NOT NULL, "
-                        "merkle_root TEXT NOT NULL, saved_at TIMESTAMPTZ NOT NULL, "
-                        "name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
-                        "version INTEGER NOT NULL DEFAULT 1, "
-                        "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT, "
-                        "failures INTEGER NOT NULL DEFAULT 0)"
+                        "CREATE TABLE IF NOT EXISTS converge_runs ("
+                        + RUN_COLUMNS.format(time="TIMESTAMPTZ")
+                        + ")"
                     )
                     connection.execute(JOURNAL_TABLE)
+                    connection.execute(GATES_TABLE)
                     version = _upgrade(connection)
+                    if version != SCHEMA_VERSION:  # rolled back: nothing changed
+                        raise StoreError(
+                            f"the database has schema version {version}; this converge reads "
+                            f"version {SCHEMA_VERSION}{newer(version)}"
+                        )
+                    for statement in INDEXES:
+                        connection.execute(statement)
             except BaseException:
                 connection.close()
                 raise
-            if version != SCHEMA_VERSION:
-                connection.close()
-                raise StoreError(
-                    f"the database has schema version {version}; this converge reads "
-                    f"version {SCHEMA_VERSION}"
-                )
             self._ready = True
         return connection
 
@@ -167,7 +181,8 @@ class PostgresRunStore:
 
     def _writable(self, run_id: str) -> None:
         if self._read_only:
-            raise StoreError(f"the PostgreSQL store is open read-only; run {run_id} not saved")
+            what = f"run {run_id} not saved" if run_id else "nothing changed"
+            raise StoreError(f"the PostgreSQL store is open read-only; {what}")
 
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
         """Save the record in one transaction (dropping its journal); return its new version.
@@ -224,22 +239,86 @@ class PostgresRunStore:
         except _NoTablesError:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
 
-    async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
-        """The most recently saved runs first."""
+    async def list_runs(
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        status: RunStatus | StopReason | None = None,
+        formation: str | None = None,
+        pending: bool | None = None,
+        since: datetime | None = None,
+        search: str | None = None,
+    ) -> tuple[RunSummary, ...]:
+        """One page of the runs the filters take, the most recently saved first.
 
-        def work(connection: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, ...]]:
-            cursor = connection.execute(
-                f"SELECT {COLUMNS} FROM converge_runs ORDER BY saved_at DESC, run_id LIMIT %s",
-                (limit,),
-            )
-            return [tuple(row) for row in cursor.fetchall()]
-
+        Selected by the store's query; the filters as `SqliteRunStore.list_runs` takes them.
+        """
+        selected = RunFilter(
+            status=status, formation=formation, pending=pending, since=since, search=search
+        )
         now = self._clock()
         try:
-            rows = await self._run(work)
+            return tuple(
+                await self._transaction(
+                    lambda db: list_runs(db, selected, now, limit=limit, offset=offset),
+                    read=True,
+                )
+            )
         except _NoTablesError:  # a read-only store of a database without its tables
             return ()
-        return tuple(to_summary(row, now) for row in rows)
+
+    async def pending_gates(self, *, limit: int = 50, offset: int = 0) -> tuple[PendingGate, ...]:
+        """One page of the gates every paused run waits on, the longest waiting first."""
+        try:
+            return tuple(
+                await self._transaction(
+                    lambda db: list_gates(db, limit=limit, offset=offset), read=True
+                )
+            )
+        except _NoTablesError:
+            return ()
+
+    async def delete(self, run_id: str, /, *, force: bool = False) -> None:
+        """Delete a run with its journal and gates in one transaction (as SQLite's)."""
+        self._writable(run_id)
+        now = self._clock()
+        await self._transaction(
+            lambda db: delete_run(db, run_id, now, force=force, place="the PostgreSQL store")
+        )
+
+    async def prune(
+        self,
+        *,
+        older_than: datetime,
+        status: RunStatus | StopReason | None = None,
+        formation: str | None = None,
+        paused: bool = False,
+        dry_run: bool = False,
+    ) -> tuple[str, ...]:
+        """Delete every run last saved before `older_than` and its rows in one transaction.
+
+        As `SqliteRunStore.prune` does; the ids deleted, oldest first.
+        """
+        self._writable("")
+        selected = RunFilter(status=status, formation=formation, before=older_than)
+        now = self._clock()
+        return tuple(
+            await self._transaction(
+                lambda db: prune_runs(db, selected, now, paused=paused, dry_run=dry_run),
+                read=dry_run,
+            )
+        )
+
+    async def vacuum(self) -> None:
+        """Give the space of deleted runs back (PostgreSQL's `VACUUM` of the tables)."""
+        self._writable("")
+
+        def work(connection: psycopg.Connection[tuple[object, ...]]) -> None:
+            for table in ("converge_runs", "converge_journal", "converge_gates"):
+                connection.execute(f"VACUUM {table}")
+
+        await self._run(work)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.
@@ -284,7 +363,7 @@ def _read_only(
         upgrade = " (read-only: opening it for writing upgrades it)" if version in UPGRADES else ""
         raise StoreError(
             f"the database has schema version {version}; this converge reads version "
-            f"{SCHEMA_VERSION}{upgrade}"
+            f"{SCHEMA_VERSION}{upgrade}{newer(version)}"
         )
     return connection
 
@@ -335,6 +414,11 @@ def _upgrade(connection: psycopg.Connection[tuple[object, ...]]) -> int:
             rows = connection.execute(RECOUNT_SELECT).fetchall()
             with connection.cursor() as cursor:
                 cursor.executemany(RECOUNT_UPDATE.replace("?", "%s"), recounted(rows))
+        if version == 4:
+            updates, gates = reindexed(connection.execute(INDEX_SELECT).fetchall())
+            with connection.cursor() as cursor:
+                cursor.executemany(INDEX_UPDATE.replace("?", "%s"), updates)
+                cursor.executemany(GATE_INSERT.replace("?", "%s"), gates)
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = %s WHERE key = 'schema_version'", (str(version),)

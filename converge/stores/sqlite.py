@@ -27,16 +27,33 @@ import anyio.to_thread
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import RunNotFoundError, StoreError
-from .._core._store import SCHEMA_VERSION, RunProgress, RunRecord, RunSummary
-from ._db import load_record, renew_lease, write_progress, write_record
+from .._core._stop import RunStatus, StopReason
+from .._core._store import SCHEMA_VERSION, PendingGate, RunProgress, RunRecord, RunSummary
+from ._db import (
+    delete_run,
+    list_gates,
+    list_runs,
+    load_record,
+    prune_runs,
+    renew_lease,
+    write_progress,
+    write_record,
+)
 from ._sql import (
-    COLUMNS,
+    GATE_INSERT,
+    GATES_TABLE,
+    INDEX_SELECT,
+    INDEX_UPDATE,
+    INDEXES,
     JOURNAL_TABLE,
     RECOUNT_SELECT,
     RECOUNT_UPDATE,
+    RUN_COLUMNS,
     UPGRADES,
+    RunFilter,
+    newer,
     recounted,
-    to_summary,
+    reindexed,
 )
 from ._sqlite_file import has_log, identity, open_uri, shm_of, wal_mode
 
@@ -121,30 +138,28 @@ class SqliteRunStore:
                     "(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
                 )
                 connection.execute(
-                    "CREATE TABLE IF NOT EXISTS converge_runs (run_id TEXT PRIMARY KEY, "
-                    "stop_reason TEXT NOT NULL, detail TEXT NOT NULL, cycles INTEGER NOT NULL, "
-                    "fact_count INTEGER NOT NULL, merkle_root TEXT NOT NULL, "
-                    "saved_at TEXT NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
-                    "version INTEGER NOT NULL DEFAULT 1, "
-                    "status TEXT NOT NULL DEFAULT 'finished', lease_until TEXT, "
-                    "failures INTEGER NOT NULL DEFAULT 0)"
+                    "CREATE TABLE IF NOT EXISTS converge_runs ("
+                    + RUN_COLUMNS.format(time="TEXT")
+                    + ")"
                 )
                 connection.execute(
                     "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
                 )
                 connection.execute(JOURNAL_TABLE)
+                connection.execute(GATES_TABLE)
                 version = upgrade(connection)
+                if version != SCHEMA_VERSION:  # rolled back below: nothing changed
+                    raise StoreError(
+                        f"{self._path} has schema version {version}; this converge reads "
+                        f"version {SCHEMA_VERSION}{newer(version)}"
+                    )
+                for statement in INDEXES:
+                    connection.execute(statement)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
                 connection.close()
                 raise
-            if int(version) != SCHEMA_VERSION:
-                connection.close()
-                raise StoreError(
-                    f"{self._path} has schema version {version}; this converge reads "
-                    f"version {SCHEMA_VERSION}"
-                )
             self._ready = True
         connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         return connection
@@ -207,7 +222,7 @@ class SqliteRunStore:
             )
             raise StoreError(
                 f"{self._path} has schema version {version}; this converge reads version "
-                f"{SCHEMA_VERSION}{upgrade}"
+                f"{SCHEMA_VERSION}{upgrade}{newer(version)}"
             )
         return connection
 
@@ -220,6 +235,9 @@ class SqliteRunStore:
                     connection = None
                 if connection is None:
                     connection = self._connection = self._connect()
+                    # `lower` as Python has it, so that a search ignores the case of any
+                    # letter, as PostgreSQL's does (SQLite's own knows only ASCII)
+                    connection.create_function("lower", 1, _lower, deterministic=True)
                     self._file = identity(self._path)
                     # Closed when the store goes, before the connection's own finaliser
                     # could warn (garbage cycles included), or at interpreter exit.
@@ -274,7 +292,8 @@ class SqliteRunStore:
 
     def _writable(self, run_id: str) -> None:
         if self._read_only:
-            raise StoreError(f"{self._path} is open read-only; run {run_id} not saved")
+            what = f"run {run_id} not saved" if run_id else "nothing changed"
+            raise StoreError(f"{self._path} is open read-only; {what}")
 
     async def save(self, record: RunRecord, /, *, expected_version: int | None = None) -> int:
         """Save the record in one transaction (dropping its journal); return its new version.
@@ -333,22 +352,115 @@ class SqliteRunStore:
         except _NoStoreError:  # a read-only store that does not exist has no runs
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}") from None
 
-    async def list_runs(self, *, limit: int = 50) -> tuple[RunSummary, ...]:
-        """The most recently saved runs first (none when a read-only store does not exist)."""
+    async def list_runs(
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        status: RunStatus | StopReason | None = None,
+        formation: str | None = None,
+        pending: bool | None = None,
+        since: datetime | None = None,
+        search: str | None = None,
+    ) -> tuple[RunSummary, ...]:
+        """One page of the runs the filters take, the most recently saved first.
 
-        def work(connection: sqlite3.Connection) -> list[tuple[object, ...]]:
-            cursor = connection.execute(
-                f"SELECT {COLUMNS} FROM converge_runs ORDER BY saved_at DESC, run_id LIMIT ?",
-                (limit,),
-            )
-            return [tuple(row) for row in cursor.fetchall()]
+        Selected by the store's query (none when a read-only store does not exist).
 
+        Args:
+            limit: At most this many runs.
+            offset: Skip this many first.
+            status: A status as it stands now (a running run whose lease ran out is
+                `INTERRUPTED`), or a stop reason.
+            formation: The formation's name or locator, exactly.
+            pending: Only runs waiting on a human gate (`True`), or only the others.
+            since: Saved at or after this time.
+            search: Text in the run id or the formation's name (any case).
+        """
+        selected = RunFilter(
+            status=status,
+            formation=formation,
+            pending=pending,
+            since=None if since is None else _text(since),
+            search=search,
+        )
         now = self._clock()
         try:
-            rows = await self._run(work)
+            return tuple(
+                await self._transaction(
+                    lambda db: list_runs(db, selected, now, limit=limit, offset=offset),
+                    write=False,
+                )
+            )
         except _NoStoreError:  # a read-only store that does not exist has no runs
             return ()
-        return tuple(to_summary(row, now) for row in rows)
+
+    async def pending_gates(self, *, limit: int = 50, offset: int = 0) -> tuple[PendingGate, ...]:
+        """One page of the gates every paused run waits on, the longest waiting first."""
+        try:
+            return tuple(
+                await self._transaction(
+                    lambda db: list_gates(db, limit=limit, offset=offset), write=False
+                )
+            )
+        except _NoStoreError:
+            return ()
+
+    async def delete(self, run_id: str, /, *, force: bool = False) -> None:
+        """Delete a run with its journal and gates in one transaction.
+
+        Raises:
+            RunNotFoundError: No run has this id.
+            StoreError: The run is paused or running and `force` is not set, or the store is
+                read-only; nothing was deleted.
+        """
+        self._writable(run_id)
+        now = self._clock()
+        await self._transaction(
+            lambda db: delete_run(db, run_id, now, force=force, place=str(self._path))
+        )
+
+    async def prune(
+        self,
+        *,
+        older_than: datetime,
+        status: RunStatus | StopReason | None = None,
+        formation: str | None = None,
+        paused: bool = False,
+        dry_run: bool = False,
+    ) -> tuple[str, ...]:
+        """Delete every run last saved before `older_than` and its rows in one transaction.
+
+        Only runs with `status` and of `formation` (name or locator), if given; the ids
+        deleted, oldest first. A running run whose lease holds is never deleted; a paused run
+        only with `paused`. `dry_run` deletes nothing.
+
+        Raises:
+            StoreError: The store is read-only; nothing was deleted.
+        """
+        self._writable("")
+        selected = RunFilter(status=status, formation=formation, before=_text(older_than))
+        now = self._clock()
+        return tuple(
+            await self._transaction(
+                lambda db: prune_runs(db, selected, now, paused=paused, dry_run=dry_run),
+                write=not dry_run,
+            )
+        )
+
+    async def vacuum(self) -> None:
+        """Give the space of deleted runs back to the file system (SQLite's `VACUUM`).
+
+        Raises:
+            StoreError: The store is read-only.
+        """
+        self._writable("")
+
+        def work(connection: sqlite3.Connection) -> None:
+            connection.execute("VACUUM")
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        await self._run(work)
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.
@@ -359,6 +471,15 @@ class SqliteRunStore:
         """
         record = await self.load(run_id)
         return record.checkpoint if record.pending else None
+
+
+def _lower(text: str | None) -> str | None:
+    return None if text is None else str(text).lower()
+
+
+def _text(moment: datetime) -> str:
+    """`moment` as `saved_at` is stored: ISO 8601 text in UTC."""
+    return moment.astimezone(UTC).isoformat()
 
 
 class _NoStoreError(StoreError):
@@ -405,6 +526,10 @@ def upgrade(connection: sqlite3.Connection) -> int:
         if version == 3:
             rows = connection.execute(RECOUNT_SELECT).fetchall()
             connection.executemany(RECOUNT_UPDATE, recounted(rows))
+        if version == 4:
+            updates, gates = reindexed(connection.execute(INDEX_SELECT).fetchall())
+            connection.executemany(INDEX_UPDATE, updates)
+            connection.executemany(GATE_INSERT, gates)
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,15 +33,17 @@ from .._core._escape import VisibleLines, error_text
 from .._core._events import EngineEvent
 from .._core._exceptions import ConvergeError, RunNotFoundError
 from .._core._hitl import GateDecision
-from .._core._stop import RunStatus
-from .._core._store import RunRecord, RunStore
+from .._core._stop import RunStatus, StopReason
+from .._core._store import RunRecord, RunStore, RunSummary
 from .._formation import EngineOptions, Formation, command_timeout
 from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
+from ..stores import PostgresRunStore, SqliteRunStore
 from ..stores._durable import DEFAULT_LEASE
 from ._auth import Reviewers
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
+from ._inbox import INBOX_LIMIT, inbox_box
 from ._live import run_events
 from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
@@ -94,6 +96,20 @@ class _Claim:
         self._claimed()
 
 
+async def _selected(store: RunStore, filters: Filters, limit: int) -> Sequence[RunSummary]:
+    """The newest `limit` runs, selected by `filters` in the query of a built-in store.
+
+    So any run can be found, however many are newer; of another store, the newest.
+    """
+    if not isinstance(store, SqliteRunStore | PostgresRunStore):
+        return await store.list_runs(limit=limit)
+    values = {member.value: member for member in (*RunStatus, *StopReason)}
+    chosen = values.get(filters.stop) if filters.stop else values.get(filters.status)
+    if (filters.stop and chosen is None) or (filters.status and filters.status not in values):
+        return ()  # nothing has a status or stop reason that does not exist
+    return await store.list_runs(limit=limit, status=chosen, search=filters.text or None)
+
+
 class _Console:
     """The console's request handlers, over one store and one task group for resumed runs."""
 
@@ -120,7 +136,7 @@ class _Console:
         store = self.settings.store
         key = signing_key()
         listed: list[Listed] = []
-        for summary in await store.list_runs(limit=self.settings.limit):
+        for summary in await _selected(store, filters, self.settings.limit):
             if not filters.keeps(summary):
                 continue
             try:
@@ -129,8 +145,19 @@ class _Console:
                 listed.append(Listed(summary, None, f"unreadable: {error_text(error)}"))
                 continue
             listed.append(Listed(summary, record, check=check_signature(record, key)))
+        unfiltered = not (filters.status or filters.stop or filters.text)
+        gates = (  # the first page: the inbox above the newest runs
+            await store.pending_gates(limit=INBOX_LIMIT)
+            if unfiltered and isinstance(store, SqliteRunStore | PostgresRunStore)
+            else ()
+        )
         page = runs_page(
-            listed, filters, viewer=viewer, limit=self.settings.limit, key_set=key is not None
+            listed,
+            filters,
+            viewer=viewer,
+            limit=self.settings.limit,
+            key_set=key is not None,
+            inbox=inbox_box(gates),
         )
         return HTMLResponse(page)
 

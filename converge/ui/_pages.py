@@ -150,9 +150,15 @@ def _list_banner(runs: Sequence[Listed], key_set: bool) -> str:
 
 
 def runs_page(
-    runs: Sequence[Listed], filters: Filters, *, viewer: Viewer, limit: int, key_set: bool
+    runs: Sequence[Listed],
+    filters: Filters,
+    *,
+    viewer: Viewer,
+    limit: int,
+    key_set: bool,
+    inbox: str = "",
 ) -> str:
-    """The runs, newest first, with their filters."""
+    """The runs, newest first, with their filters; `inbox` (the waiting gates) above."""
     head = "".join(
         f"<th>{name}</th>"
         for name in (
@@ -175,8 +181,9 @@ def runs_page(
     )
     return page(
         "Runs",
-        f"<h1>Runs</h1><p class='note'>The newest {limit} runs in the store, newest first."
-        f"</p>{_filters(filters)}{table}",
+        f"<h1>Runs</h1><p class='note'>The newest {limit} runs in the store that match, newest "
+        "first."
+        f"</p>{inbox}{_filters(filters)}{table}",
         viewer=viewer,
         banner=_list_banner(runs, key_set),
     )

@@ -185,7 +185,7 @@ def test_run_summary_review_show_and_runs_make_model_text_visible(
     code, out = cli("--store", store, "runs")
     assert code == 0
     assert raw_controls(out) == []
-    assert out.rstrip("\n").endswith("hostile\\x1b[2K")
+    assert out.rstrip("\n").endswith("hostile\\x1b[2K  1 gate waiting")
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as refused:  # the command refuses to record such a name

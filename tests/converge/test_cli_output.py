@@ -116,6 +116,7 @@ def test_runs_json_is_the_list_of_run_summaries(store: str, paused: str) -> None
         "name",
         "signature_check",
         "failures",
+        "pending",
         "parent_run_id",
         "fork_cycle",
         "forks_listed",
@@ -123,6 +124,7 @@ def test_runs_json_is_the_list_of_run_summaries(store: str, paused: str) -> None
     assert runs[0]["parent_run_id"] is None
     assert runs[0]["signature_check"]["state"] == "unchecked"
     assert runs[0]["failures"] == 0
+    assert runs[0]["pending"] == 1
 
 
 def test_runs_json_of_an_empty_store_is_an_empty_list(store: str) -> None:
@@ -445,6 +447,7 @@ def test_resume_that_pauses_again_prints_next_commands_with_the_store(
 RUNS_LINE = re.compile(
     r"[0-9a-f]{32}  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00  "
     r"(running|paused|finished|interrupted) +[a-z_-]+ +\d+ cycles +\d+ facts  \S+"
+    r"(  \d+ gates? waiting)?"
 )
 
 

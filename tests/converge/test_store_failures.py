@@ -130,7 +130,14 @@ async def test_a_schema_3_store_is_upgraded_with_its_runs_failures_recounted(
     sql(  # the tables as schema 3 left them
         kind,
         where,
+        "DROP INDEX converge_runs_pending",
+        "DROP INDEX converge_runs_parent",
+        "DROP TABLE converge_gates",
         "ALTER TABLE converge_runs DROP COLUMN failures",
+        "ALTER TABLE converge_runs DROP COLUMN formation",
+        "ALTER TABLE converge_runs DROP COLUMN pending",
+        "ALTER TABLE converge_runs DROP COLUMN parent_run_id",
+        "ALTER TABLE converge_runs DROP COLUMN fork_cycle",
         "UPDATE converge_meta SET value = '3' WHERE key = 'schema_version'",
     )
 
@@ -149,4 +156,4 @@ async def test_a_schema_3_store_is_upgraded_with_its_runs_failures_recounted(
             (schema,) = connection.execute(
                 "SELECT value FROM converge_meta WHERE key = 'schema_version'"
             ).fetchone()
-        assert schema == str(SCHEMA_VERSION) == "4"
+        assert schema == str(SCHEMA_VERSION) == "5"

@@ -408,3 +408,47 @@ def test_a_run_the_console_resumes_gets_the_commands_default_call_deadline(
     assert record.status is RunStatus.FINISHED
     [failure] = record.trace.failures()
     assert (failure.suggestor, failure.outcome) == ("stalls", "timed_out")
+
+
+def test_the_runs_list_finds_a_paused_run_behind_more_newer_runs_than_it_reads(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    """Filters go into the store's query: a paused run older than the newest `limit` runs
+    is found by its status and by its own id."""
+    store, run_id = paused
+    for _ in range(3):
+        assert cli("--store", store, "run", CHAIN)[0] == 0
+    users, ana, _ = two
+    settings = ConsoleSettings(
+        store=SqliteRunStore(store), reviewers=Reviewers.load(users), limit=2
+    )
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+
+        def listed(**params: str) -> str:
+            """The runs list of the page, below the inbox of the unfiltered first page."""
+            return client.get("/", params=params).text.split("</section>")[-1]
+
+        assert run_id not in listed()  # the newest two are others
+        assert run_id in listed(status="paused")
+        assert run_id in listed(stop="awaiting_human")
+        assert run_id in listed(text=run_id[5:17].upper())
+        assert run_id not in listed(status="finished")
+        assert run_id not in listed(status="no-such")
+
+
+def test_the_first_page_lists_every_waiting_gate_oldest_first(
+    paused: tuple[str, str], two: tuple[Path, str, str]
+) -> None:
+    store, first = paused
+    second = run_id_of(cli("--store", store, "run", PLAN)[1])
+    users, ana, _ = two
+    settings = ConsoleSettings(store=SqliteRunStore(store), reviewers=Reviewers.load(users))
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8765") as client:
+        client.headers["authorization"] = f"Bearer {ana}"
+        html = client.get("/").text
+        inbox = html.split('<section class="inbox">')[1].split("</section>")[0]
+        assert "Waiting for a human (2)" in inbox
+        assert inbox.index(gate_url(first)) < inbox.index(gate_url(second))
+        assert client.get(gate_url(first)).status_code == 200
+        assert '<section class="inbox">' not in client.get("/", params={"text": first}).text

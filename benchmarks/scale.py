@@ -1,0 +1,192 @@
+"""W8 the main job at scale: a 100,000-fact run through `converge run` and the engine alone.
+
+`scale_formation.py` promotes 1,000 small facts a cycle until 100,000. Each round runs, in
+fresh processes and alternated, the engine alone (`formation.engine().run_sync()`, no store)
+and `converge run FILE --store S` (per-cycle saves, the record, the HTML report, the
+summary), each timed from start to exit with its peak RSS (`ru_maxrss` of that process).
+After each `converge run`, the read commands run on its store, each in its own process:
+`runs`, `show RUN`, `review` (the inbox), `review RUN` and `verify RUN`. Figures are the
+medians over the rounds (3; 1 with `--quick`); also the store's bytes per fact against a
+fact's canonical JSON, and the report's bytes. `--full` (environment
+`CONVERGE_W8_FULL=1`) adds one round at 1,000,000 facts, and the read commands on a store of
+10,000 runs. The console's pages are not measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from statistics import median
+from typing import Final
+
+from ._common import Figures, Settings, progress, rounded
+
+HERE: Final = Path(__file__).resolve().parent
+FORMATION: Final = str(HERE / "scale_formation.py")
+FACTS: Final = 100_000
+FULL_FACTS: Final = 1_000_000
+STORE_RUNS: Final = 10_000
+
+_ENGINE: Final = (
+    "import runpy, sys; formation = runpy.run_path(sys.argv[1])['formation']; "
+    "result = formation.engine().run_sync(); "
+    "assert result.stop_reason.value == 'converged', result.stop_reason; "
+    "assert len(result.context) == int(sys.argv[2]) + 1, len(result.context)"
+)
+
+
+def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds and peak RSS (MB) of `command` in a process of its own; its stdout."""
+    wrapper = (
+        "import json, resource, subprocess, sys, time\n"
+        "started = time.perf_counter()\n"
+        "done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE)\n"
+        "wall = time.perf_counter() - started\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+        "sys.stderr.write(json.dumps([wall, rss, done.returncode]) + '\\n')\n"
+        "sys.stdout.write(done.stdout.decode())\n"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", wrapper, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wall, rss, code = json.loads(finished.stderr.strip().splitlines()[-1])
+    if code not in (0, 6):
+        raise RuntimeError(f"{' '.join(command[:4])} exited with {code}")
+    return float(wall), float(rss), finished.stdout
+
+
+def _converge(*args: str) -> list[str]:
+    return [sys.executable, "-m", "converge.cli", *args]
+
+
+def _round(facts: int, folder: Path, env: dict[str, str]) -> Figures:
+    """One alternated round at `facts`: the engine alone, then the command and the reads."""
+    env = {**env, "CONVERGE_W8_FACTS": str(facts)}
+    engine_wall, engine_rss, _ = _timed([sys.executable, "-c", _ENGINE, FORMATION, str(facts)], env)
+    store = folder / "runs.db"
+    for stale in folder.glob("runs.db*"):
+        stale.unlink()
+    shutil.rmtree(folder / "reports", ignore_errors=True)
+    run_wall, run_rss, out = _timed(_converge("run", FORMATION, "--store", str(store)), env)
+    run_id = next(line.split()[2] for line in out.splitlines() if line.startswith("saved run"))
+    figures: Figures = {
+        "engine_s": engine_wall,
+        "engine_rss_mb": engine_rss,
+        "run_s": run_wall,
+        "run_rss_mb": run_rss,
+        "store_bytes_per_fact": _store_bytes(store) / facts,
+        "canonical_bytes_per_fact": _canonical_bytes(store, run_id),
+        "report_bytes": sum(p.stat().st_size for p in (folder / "reports").glob("*.html")),
+    }
+    figures.update(_reads(store, run_id, env))
+    return figures
+
+
+def _reads(store: Path, run_id: str, env: dict[str, str]) -> Figures:
+    figures: Figures = {}
+    for name, args in (
+        ("runs", ("runs",)),
+        ("show", ("show", run_id)),
+        ("review_inbox", ("review",)),
+        ("review", ("review", run_id)),
+        ("verify", ("verify", run_id)),
+    ):
+        wall, rss, _ = _timed(_converge("--store", str(store), *args), env)
+        figures[f"{name}_s"] = wall
+        figures[f"{name}_rss_mb"] = rss
+    return figures
+
+
+def _store_bytes(store: Path) -> int:
+    return sum(path.stat().st_size for path in store.parent.glob(store.name + "*"))
+
+
+def _canonical_bytes(store: Path, run_id: str) -> float:
+    """The mean canonical JSON of the run's facts, as the record holds them."""
+    from converge._core._canonical import canonical_json
+
+    with closing(sqlite3.connect(store)) as connection:
+        (text,) = connection.execute(
+            "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    facts = json.loads(text)["facts"]
+    return sum(len(canonical_json(fact)) for fact in facts) / len(facts)
+
+
+def _many_runs(folder: Path, env: dict[str, str]) -> Figures:
+    """The read commands on a store of `STORE_RUNS` small runs (copies of one, new ids)."""
+    store = folder / "many.db"
+    env = {**env, "CONVERGE_W8_FACTS": "10"}
+    _timed(_converge("run", FORMATION, "--store", str(store)), env)
+    with closing(sqlite3.connect(store)) as connection:
+        row = connection.execute("SELECT * FROM converge_runs").fetchone()
+        marks = ", ".join("?" * len(row))
+        connection.executemany(
+            f"INSERT INTO converge_runs VALUES ({marks})",
+            [(f"{index:032x}", *row[1:]) for index in range(1, STORE_RUNS)],
+        )
+        connection.commit()
+        (oldest,) = connection.execute(
+            "SELECT run_id FROM converge_runs ORDER BY saved_at, run_id LIMIT 1"
+        ).fetchone()
+    figures = _reads(store, str(oldest), env)
+    return {f"store_{STORE_RUNS}_{name}": value for name, value in figures.items()}
+
+
+def _medians(rounds: list[Figures]) -> Figures:
+    figures: Figures = {}
+    for name in rounds[0]:
+        values = [float(str(one[name])) for one in rounds]
+        figures[name] = rounded(median(values), 3)
+    return figures
+
+
+def measure(settings: Settings) -> Figures:
+    """W8's figures (see the module)."""
+    full = os.environ.get("CONVERGE_W8_FULL") == "1"
+    rounds = 1 if settings.quick else 3
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env.pop("CONVERGE_SIGNING_KEY", None)
+    with tempfile.TemporaryDirectory(prefix="converge-w8-") as name:
+        folder = Path(name)
+        measured: list[Figures] = []
+        for index in range(rounds):
+            progress(f"W8 round {index + 1}/{rounds}: {FACTS:,} facts")
+            measured.append(_round(FACTS, folder, env))
+        figures = _medians(measured)
+        figures["facts"] = FACTS
+        figures["rounds"] = rounds
+        figures["run_to_engine_wall"] = rounded(
+            float(str(figures["run_s"])) / float(str(figures["engine_s"])), 2
+        )
+        figures["run_to_engine_rss"] = rounded(
+            float(str(figures["run_rss_mb"])) / float(str(figures["engine_rss_mb"])), 2
+        )
+        figures["store_to_canonical"] = rounded(
+            float(str(figures["store_bytes_per_fact"]))
+            / float(str(figures["canonical_bytes_per_fact"])),
+            2,
+        )
+        if full:
+            progress(f"W8 --full: {FULL_FACTS:,} facts")
+            figures["full"] = _round(FULL_FACTS, folder, env)
+            progress(f"W8 --full: a store of {STORE_RUNS:,} runs")
+            figures.update(_many_runs(folder, env))
+    figures["peak_rss_mb_this_process"] = rounded(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+    )
+    figures["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return figures
