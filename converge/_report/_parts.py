@@ -82,10 +82,13 @@ def ref_html(ref: str) -> str:
 
 
 def ref_link(ref: str, anchors: dict[str, str]) -> str:
-    """A reference linked to its fact's row, or marked when no fact has it."""
+    """A reference linked to its fact's row, or marked when no fact has it, or when the
+    report leaves its fact out (its anchor is `""`)."""
     anchor = anchors.get(ref)
     if anchor is None:
         return f'<code class="ref">{ref_html(ref)}</code> <span class="muted">(no such fact)</span>'
+    if not anchor:
+        return f'<code class="ref">{ref_html(ref)}</code> <span class="muted">(not listed)</span>'
     return f'<a href="#{anchor}"><code class="ref">{ref_html(ref)}</code></a>'
 
 
