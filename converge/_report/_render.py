@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Final
 
 from .._core._escape import esc
-from .._core._integrity import verify
 from .._core._store import RunRecord
 from .._version import __version__
 from ._assets import CSS, POLICY, SCRIPT
@@ -137,7 +136,10 @@ def _invariants(record: RunRecord) -> str:
 def _integrity(record: RunRecord) -> str:
     proof = record.integrity
     try:
-        holds = verify(record.restore_context(), proof)
+        # The restore recomputes every digest from the stored fields and checks the order and
+        # the root; `verify` on the facts it just built would only do that again.
+        context = record.restore_context()
+        holds = len(context) == proof.fact_count and context.clock == proof.clock
     except Exception as error:  # a report must render whatever the record holds
         status = "error"
         verdict = (
