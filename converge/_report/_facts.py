@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,7 +25,15 @@ from .._kernel._verdict import verdict
 from ._parts import ref_link, section, table
 from ._svg import LINEAGE_LIMIT, key_colour
 
-__all__ = ["FACT_ENDS", "FactTable", "fact_table", "facts_section", "pinned_refs"]
+__all__ = [
+    "FACT_ENDS",
+    "FactTable",
+    "KeyGroup",
+    "fact_row",
+    "fact_table",
+    "facts_section",
+    "pinned_refs",
+]
 
 FACT_ENDS: Final = 20
 """Each key's table lists at least its first and its last this many facts."""
@@ -114,7 +122,8 @@ def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
     return FactTable(tuple(groups), anchors)
 
 
-def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
+def fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
+    """A fact's row: `anchor` its id, `anchors` where its evidence links go (`ref_link`)."""
     ref = _ref(fact)
     promotion = fact.promotion
     content = esc(fact.content)
@@ -149,14 +158,19 @@ def _gap(count: int) -> str:
     )
 
 
-def _group(record: RunRecord, group: KeyGroup, anchors: dict[str, str]) -> str:
+def _group(
+    record: RunRecord,
+    group: KeyGroup,
+    anchors: dict[str, str],
+    facts_href: Callable[[str, int], str] | None,
+) -> str:
     facts = record.facts
     rows: list[str] = []
     previous = group.start - 1
     for index in group.listed:
         if index - previous > 1:
             rows.append(_gap(index - previous - 1))
-        rows.append(_fact_row(facts[index], f"fact-{index}", anchors))
+        rows.append(fact_row(facts[index], f"fact-{index}", anchors))
         previous = index
     last = group.start + group.total - 1
     if last > previous:
@@ -169,6 +183,11 @@ def _group(record: RunRecord, group: KeyGroup, anchors: dict[str, str]) -> str:
         else f' <span class="muted" data-count="listed-{value}" data-value="{listed}">'
         f"{listed} listed</span>"
     )
+    if facts_href is not None and listed < group.total:
+        note += (
+            f' <a class="all-facts" data-all-facts="{value}" href="{esc(facts_href(value, 1))}">'
+            f"page through all {group.total}</a>"
+        )
     return (
         f'<div class="key-group" data-key="{value}"><h3><span class="key-chip" '
         f'style="background:{key_colour(group.key)}"></span>{value}'
@@ -185,8 +204,15 @@ def _group(record: RunRecord, group: KeyGroup, anchors: dict[str, str]) -> str:
     )
 
 
-def facts_section(record: RunRecord, facts: FactTable, *, store_argument: str = "") -> str:
-    """The facts by key: a filter, then each key's bounded table."""
+def facts_section(
+    record: RunRecord,
+    facts: FactTable,
+    *,
+    store_argument: str = "",
+    facts_href: Callable[[str, int], str] | None = None,
+) -> str:
+    """The facts by key: a filter, then each key's bounded table. With `facts_href`, a key
+    with facts left out links to `facts_href(key, 1)`, the first of its pages."""
     total = len(record.facts)
     if not total:
         return section(
@@ -207,5 +233,5 @@ def facts_section(record: RunRecord, facts: FactTable, *, store_argument: str = 
         'listed facts: any text in a row" aria-label="Filter facts"> <span data-count='
         f'"facts-shown" data-value="{listed}">{listed} of {listed} facts</span></div>'
     )
-    groups = "".join(_group(record, group, facts.anchors) for group in facts.groups)
+    groups = "".join(_group(record, group, facts.anchors, facts_href) for group in facts.groups)
     return section("facts", "Facts by key", export + search + groups, count=total)

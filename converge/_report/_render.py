@@ -189,6 +189,7 @@ def report_body(
     title: str | None = None,
     store_argument: str = "",
     gate_href: Callable[[str], str] | None = None,
+    facts_href: Callable[[str, int], str] | None = None,
 ) -> str:
     """The report's HTML inside `<main>`: header, navigation and every section.
 
@@ -201,6 +202,8 @@ def report_body(
         store_argument: Appended to every printed command so it finds the same store, e.g.
             `" --store /tmp/runs.db"` (already shell-quoted; `""` for the default store).
         gate_href: When given, each pending gate also links to `gate_href(gate_id)`.
+        facts_href: When given, a key with facts left out of its table links to
+            `facts_href(key, 1)`, the first page of all its facts.
     """
     facts = fact_table(record, pinned_refs(record))
     anchors = facts.anchors
@@ -214,7 +217,7 @@ def report_body(
             summary(record, anchors),
             held if paused else "",
             _timeline(record),
-            facts_section(record, facts, store_argument=store_argument),
+            facts_section(record, facts, store_argument=store_argument, facts_href=facts_href),
             _lineage(record, anchors),
             _rejections(record),
             "" if paused else held,

@@ -39,6 +39,7 @@ from .._formation import EngineOptions, Formation, command_timeout
 from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
 from ..stores._durable import DEFAULT_LEASE
 from ._auth import Reviewers
+from ._fact_page import FactPageError, fact_page
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
@@ -47,7 +48,7 @@ from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
 from ._sessions import Sessions
 from ._signin import SignedIn
-from ._trust import Trust, trust
+from ._trust import Trust, banner, trust
 
 __all__ = ["ConsoleSettings", "create_app"]
 
@@ -149,6 +150,19 @@ class _Console:
             return run_events(self.settings.store, run_id, version, self.settings.poll_seconds)
         if rest == () and request.method == "GET":
             return self._run_page(request, record)
+        if rest == ("facts",) and request.method == "GET":
+            params = request.query_params
+            try:
+                html = fact_page(
+                    record,
+                    params.get("key", ""),
+                    params.get("page", ""),
+                    viewer=signed_in(request).viewer,
+                    banner=banner(self._trust(record).check),
+                )
+            except FactPageError as error:
+                return self._missing(request, str(error))
+            return HTMLResponse(html)
         if rest == ("continue",) and request.method == "POST":
             return await self._decide(request, record, gate_id=None)
         if len(rest) == 2 and rest[0] == "gates":

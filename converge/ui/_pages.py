@@ -14,6 +14,7 @@ from .._report._header import badge_class
 from .._report._parts import RunTimes, format_seconds, format_time, run_times
 from .._report._render import report_body
 from .._review import SignatureCheck
+from ._fact_page import facts_url
 from ._html import Viewer, hidden, page
 from ._trust import Trust, banner, formation_note
 
@@ -228,6 +229,7 @@ def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: T
         title=title,
         store_argument=store_argument,
         gate_href=lambda gate_id: gate_url(record.run_id, gate_id),
+        facts_href=lambda key, number: facts_url(record.run_id, key, number),
     )
     live = (
         None
