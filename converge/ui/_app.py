@@ -145,9 +145,18 @@ class _Console:
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
         if rest == ("events",) and request.method == "GET":
-            seen = request.query_params.get("seen", "")
-            version = int(seen) if seen.isdecimal() else record.version
-            return run_events(self.settings.store, run_id, version, self.settings.poll_seconds)
+            params = request.query_params
+            seen, clock = params.get("seen", ""), params.get("clock", "")
+            version = int(seen) if seen.isdecimal() and len(seen) < 19 else record.version
+            running = params.get("running") == "1" and clock.isdecimal() and len(clock) < 19
+            return run_events(
+                self.settings.store,
+                run_id,
+                version,
+                self.settings.poll_seconds,
+                clock=int(clock) if running else None,
+                status=RunStatus.RUNNING if running else None,
+            )
         if rest == () and request.method == "GET":
             return self._run_page(request, record)
         if rest == ("facts",) and request.method == "GET":

@@ -212,8 +212,9 @@ def _actions(record: RunRecord, csrf: str, found: Trust) -> str:
         )
     if record.status is RunStatus.RUNNING:
         return (
-            '<p class="message"><span class="live" id="live">running: this page follows '
-            "each saved cycle</span></p>"
+            '<div class="message"><span class="live" id="live">running: this page follows '
+            "each saved cycle</span>"
+            '<ul class="live-facts" id="live-facts" data-live-facts></ul></div>'
         )
     return ""
 
@@ -236,6 +237,8 @@ def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: T
         if record.status is RunStatus.FINISHED
         else f"{run_url(record.run_id)}/events?seen={record.version}"
     )
+    if live is not None and record.status is RunStatus.RUNNING:
+        live += f"&clock={record.integrity.clock}&running=1"  # deltas from this clock on
     data = {
         "run-id": record.run_id,
         "status": record.status.value,
