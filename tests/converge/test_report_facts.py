@@ -306,3 +306,11 @@ def test_console_fact_pages_page_through_in_chromium(
             assert page.evaluate("document.documentElement.scrollWidth") <= 1280
         finally:
             browser.close()
+
+
+def test_report_does_not_verify_a_proof_whose_fact_count_was_edited(record: RunRecord) -> None:
+    """The report checks the facts once (the restore), and still the proof's count."""
+    proof = record.integrity.model_copy(update={"fact_count": record.integrity.fact_count + 1})
+    html = render_report(record.model_copy(update={"integrity": proof}))
+    assert 'data-verified="false"' in html
+    assert 'data-verified="true"' in render_report(record)
