@@ -34,6 +34,7 @@ import anyio
 from pydantic import JsonValue, ValidationError
 
 from .._core._checkpoint import FactRecord
+from .._core._collector import paused_collector
 from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
 from .._core._exceptions import ReplayError, RunNotFoundError, StoreError
@@ -343,7 +344,8 @@ def _verified(record: RunRecord) -> str | None:
     must be that root too.
     """
     try:
-        context = record.restore_context()
+        with paused_collector():
+            context = record.restore_context()
     except StoreError as error:
         return str(error).strip()
     # The restore recomputed every digest from the stored fields, checked the order and the

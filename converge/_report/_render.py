@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from .._core._collector import paused_collector
 from .._core._escape import esc
 from .._core._store import RunRecord
 from .._version import __version__
@@ -138,7 +139,8 @@ def _integrity(record: RunRecord) -> str:
     try:
         # The restore recomputes every digest from the stored fields and checks the order and
         # the root; `verify` on the facts it just built would only do that again.
-        context = record.restore_context()
+        with paused_collector():
+            context = record.restore_context()
         holds = len(context) == proof.fact_count and context.clock == proof.clock
     except Exception as error:  # a report must render whatever the record holds
         status = "error"
