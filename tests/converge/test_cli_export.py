@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from converge import ContextKey, Engine, ProposedFact, RunRecord, SqliteRunStore
+from converge import ContextKey, Engine, ProposedFact, RunRecord, RunStore, SqliteRunStore
 from converge._cli._export import CSV_COLUMNS
 from converge._core._checkpoint import FactRecord
 from tests.cli_runs import cli
@@ -21,8 +23,25 @@ H = ContextKey.HYPOTHESES
 ODD = '=HYPERLINK("http://x")\x1b[2J \u202etxt'
 
 
-def stored_run(path: Path, count: int = 60) -> RunRecord:
-    """A run of `count` hypotheses (one with hostile text) and a seed, saved to `path`."""
+DATABASE_URL = os.environ.get("DATABASE_URL")
+REQUIRE = os.environ.get("CONVERGE_REQUIRE_SERVICES") == "1"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "runs.db")
+    elif DATABASE_URL:
+        yield DATABASE_URL
+    elif REQUIRE:
+        pytest.fail("CONVERGE_REQUIRE_SERVICES=1 but DATABASE_URL is not set")
+    else:
+        pytest.skip("set DATABASE_URL=postgresql://... for the PostgreSQL store")
+
+
+def stored_run(path: Path | str, count: int = 60) -> RunRecord:
+    """A run of `count` hypotheses (one with hostile text) and a seed, saved to `path` (a
+    SQLite file, or a PostgreSQL URL)."""
     inputs = [ProposedFact(key=ContextKey.SEEDS, id="goal", content="grow", provenance="input")]
     inputs += [
         ProposedFact(
@@ -38,7 +57,13 @@ def stored_run(path: Path, count: int = 60) -> RunRecord:
 
     async def run() -> RunRecord:
         record = RunRecord.of(await Engine().run(inputs=inputs))
-        store = SqliteRunStore(path)
+        url = str(path)
+        if url.startswith("postgresql://"):
+            from converge.stores.postgres import PostgresRunStore  # the optional extra
+
+            store: RunStore = PostgresRunStore(url)
+        else:
+            store = SqliteRunStore(path)
         try:
             await store.save(record)
         finally:
@@ -48,9 +73,8 @@ def stored_run(path: Path, count: int = 60) -> RunRecord:
     return anyio.run(run)
 
 
-def test_export_writes_every_fact_as_stored_one_json_line_each(tmp_path: Path) -> None:
-    store = str(tmp_path / "runs.db")
-    record = stored_run(tmp_path / "runs.db")
+def test_export_writes_every_fact_as_stored_one_json_line_each(store: str) -> None:
+    record = stored_run(store)
     code, out = cli("--store", store, "export", record.run_id)
     assert code == 0
     lines = out.splitlines()
@@ -113,10 +137,9 @@ def test_export_json_without_a_file_is_a_usage_error(
 
 @pytest.mark.parametrize("edit", ["content", "dropped"])
 def test_export_writes_nothing_when_a_stored_fact_was_edited(
-    tmp_path: Path, edit: str, capsys: pytest.CaptureFixture[str]
+    store: str, tmp_path: Path, edit: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store = str(tmp_path / "runs.db")
-    record = stored_run(tmp_path / "runs.db")
+    record = stored_run(store)
     stored = stored_json(store, record.run_id)
     facts = stored["facts"]
     assert isinstance(facts, list)
