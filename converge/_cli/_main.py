@@ -6,6 +6,7 @@ converge demo [NAME]
 converge runs | show RUN_ID | review RUN_ID
 converge resume RUN_ID --approve GATE... --reject GATE... --by NAME [--reason TEXT]
 converge verify RUN_ID|FILE | replay RUN_ID | report RUN_ID [-o FILE]
+converge export RUN_ID [--format jsonl|csv] [-o FILE]
 converge batch PATH_OR_MODULE INPUTS.jsonl [--workers N | --scheduler ADDRESS] [--json]
 converge ui [--port PORT] [--users FILE]
 ```
@@ -58,6 +59,7 @@ from .._review import (
     take_signing_key,
 )
 from ._batch import cmd_batch
+from ._export import cmd_export
 from ._fork import cmd_diff, cmd_fork, cmd_replay_or_live
 from ._output import (
     BROKEN_PIPE,
@@ -97,6 +99,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     args = commands.parse_args(argv)
     if args.command == "resume" and (args.approve or args.reject) and args.by is None:
         commands.error("resume: --by is required with --approve or --reject (who decides)")
+    if args.command == "export" and args.json and args.output is None:
+        commands.error("export: --json needs -o FILE (without it the facts are the output)")
     try:
         with engine_warnings(sys.stderr):
             return _main(_COMMANDS[args.command], args, stream)
@@ -345,6 +349,7 @@ _COMMANDS: dict[str, Command] = {
     "diff": cmd_diff,
     "report": cmd_report,
     "prune": cmd_prune,
+    "export": cmd_export,
     "batch": cmd_batch,
     "ui": cmd_ui,
 }

@@ -509,6 +509,23 @@ def _checking(commands: Commands) -> None:
     report.add_argument("run_id")
     report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
     _json(report, '{"report": PATH}')
+    export = _command(
+        commands,
+        "export",
+        "write every fact of a run as JSON lines or CSV",
+        (
+            "Check a stored run as verify does, then write every fact, in order: one JSON "
+            "object a line (--format jsonl, exactly as stored) or a CSV table (--format csv, "
+            "for spreadsheets). Nothing is written when the check fails.",
+        ),
+        ((0, "written"), (VERIFY_FAILED, "the facts do not match the proof: nothing written")),
+    )
+    export.add_argument("run_id")
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    export.add_argument(
+        "-o", "--output", help="file to write (default: standard output); replaced whole"
+    )
+    _json(export, '{"exported": PATH, "format": FORMAT, "facts": N} (with -o)')
 
 
 def _offset(value: str) -> int:

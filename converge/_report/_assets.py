@@ -48,6 +48,9 @@ SCRIPT: Final = """(function () {
         row.hidden = !hit;
         if (hit) { count += 1; }
       });
+      document.querySelectorAll("tr[data-gap]").forEach(function (gap) {
+        gap.hidden = query !== "";
+      });
       document.querySelectorAll(".key-group").forEach(function (group) {
         group.hidden = !group.querySelector("tr[data-fact]:not([hidden])");
       });
@@ -107,6 +110,7 @@ th, td { text-align: left; vertical-align: top; padding: 5px 8px;
 th { background: var(--soft); font-weight: 600; white-space: nowrap; }
 td.wrap { word-break: break-word; } td.num { text-align: right; white-space: nowrap; }
 tr:target { background: #fff8c5; }
+tr.gap td { color: var(--muted); text-align: center; font-style: italic; background: var(--soft); }
 .key-chip { display: inline-block; width: 10px; height: 10px; border-radius: 2px; }
 .gate { font-size: 11.5px; border-radius: 4px; padding: 0 5px; border: 1px solid var(--line); }
 .gate-human { border-color: var(--warn); color: var(--warn); }

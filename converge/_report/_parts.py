@@ -82,11 +82,16 @@ def ref_html(ref: str) -> str:
 
 
 def ref_link(ref: str, anchors: dict[str, str]) -> str:
-    """A reference linked to its fact's row, or marked when no fact has it."""
+    """A reference linked to its fact's row, or marked when no fact has it, or when the
+    report leaves its fact out (its anchor is `""`). An anchor with a `#` is a whole link
+    (a row on another page); any other is the id of a row on this page."""
     anchor = anchors.get(ref)
     if anchor is None:
         return f'<code class="ref">{ref_html(ref)}</code> <span class="muted">(no such fact)</span>'
-    return f'<a href="#{anchor}"><code class="ref">{ref_html(ref)}</code></a>'
+    if not anchor:
+        return f'<code class="ref">{ref_html(ref)}</code> <span class="muted">(not listed)</span>'
+    href = esc(anchor) if "#" in anchor else f"#{anchor}"  # another page's row, or this one's
+    return f'<a href="{href}"><code class="ref">{ref_html(ref)}</code></a>'
 
 
 def violations(record: RunRecord) -> list[Violation]:

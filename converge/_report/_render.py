@@ -12,22 +12,19 @@ them from the DOM.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Final
 
-from .._core._checkpoint import FactRecord
+from .._core._collector import paused_collector
 from .._core._escape import esc
-from .._core._integrity import verify
-from .._core._key import in_key_order
 from .._core._store import RunRecord
-from .._kernel._verdict import verdict
 from .._version import __version__
 from ._assets import CSS, POLICY, SCRIPT
+from ._facts import fact_table, facts_section, pinned_refs
 from ._gates import gates
 from ._header import header, summary
-from ._parts import executions, ref_link, section, table, violations
-from ._svg import format_ms, key_colour, lineage_svg, short
+from ._parts import executions, section, table, violations
+from ._svg import format_ms, lineage_svg, short
 from ._timeline import timeline_svg
 
 __all__ = ["render_report", "report_body"]
@@ -78,68 +75,6 @@ def _timeline(record: RunRecord) -> str:
         else '<p class="empty">Every execution finished without error.</p>'
     )
     return section("timeline", "Timeline", legend + timeline_svg(record.trace) + failures)
-
-
-def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
-    ref = f"{fact.key.value}/{fact.id}"
-    promotion = fact.promotion
-    content = esc(fact.content)
-    if fact.target is not None:
-        content += f' <span class="muted">→ {esc(fact.target.value)}</span>'
-    if fact.payload is not None:
-        payload = json.dumps(fact.payload, indent=2, ensure_ascii=False, sort_keys=True)
-        content += f"<details><summary>payload</summary><pre>{esc(payload)}</pre></details>"
-    decision = verdict(fact)
-    approved = "" if decision is None else f"<br>{decision[0]} by <b>{esc(decision[1])}</b>"
-    evidence = "<br>".join(ref_link(ref, anchors) for ref in fact.evidence) or (
-        '<span class="muted">—</span>'
-    )
-    confidence = max(0.0, min(1.0, fact.confidence))
-    return (
-        f'<tr id="{anchor}" data-fact="{esc(ref)}">'
-        f'<td class="wrap"><code>{esc(fact.id)}</code></td>'
-        f'<td class="wrap">{content}</td><td class="wrap"><code>{esc(fact.provenance)}</code></td>'
-        f'<td class="num">{fact.confidence:.2f}<span class="meter"><span style="width:'
-        f'{confidence * 100:.0f}%"></span></span></td>'
-        f"<td>cycle {promotion.cycle} · clock {promotion.clock}<br>"
-        f"<code>{esc(promotion.suggestor)}</code> (#{promotion.suggestor_id})<br>"
-        f'<span class="gate gate-{promotion.gate}">gate {promotion.gate}</span>{approved}</td>'
-        f'<td class="wrap refs">{evidence}</td></tr>'
-    )
-
-
-def _facts(record: RunRecord, anchors: dict[str, str]) -> str:
-    if not record.facts:
-        return section(
-            "facts", "Facts", '<p class="empty">The context holds no facts.</p>', count=0
-        )
-    groups: list[str] = []
-    for key in in_key_order({fact.key for fact in record.facts}):
-        facts = [fact for fact in record.facts if fact.key == key]
-        if not facts:
-            continue
-        rows = [_fact_row(fact, anchors[f"{key.value}/{fact.id}"], anchors) for fact in facts]
-        groups.append(
-            f'<div class="key-group" data-key="{key.value}"><h3><span class="key-chip" '
-            f'style="background:{key_colour(key)}"></span>{key.value}'
-            f' <span class="muted" data-count="facts-{key.value}" data-value="{len(facts)}">'
-            f"({len(facts)})</span></h3>"
-            + table(
-                ["id", "content", "provenance", "confidence", "promotion", "evidence"],
-                rows,
-                kind="facts",
-                right=(3,),
-                widths=(14, 27, 14, 10, 19, 16),
-            )
-            + "</div>"
-        )
-    total = len(record.facts)
-    search = (
-        '<div class="filter"><input type="search" id="fact-filter" placeholder="Filter facts: '
-        'any text in a row" aria-label="Filter facts"> <span data-count="facts-shown" '
-        f'data-value="{total}">{total} of {total} facts</span></div>'
-    )
-    return section("facts", "Facts by key", search + "".join(groups), count=total)
 
 
 def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
@@ -202,7 +137,11 @@ def _invariants(record: RunRecord) -> str:
 def _integrity(record: RunRecord) -> str:
     proof = record.integrity
     try:
-        holds = verify(record.restore_context(), proof)
+        # The restore recomputes every digest from the stored fields and checks the order and
+        # the root; `verify` on the facts it just built would only do that again.
+        with paused_collector():
+            context = record.restore_context()
+        holds = len(context) == proof.fact_count and context.clock == proof.clock
     except Exception as error:  # a report must render whatever the record holds
         status = "error"
         verdict = (
@@ -252,6 +191,7 @@ def report_body(
     title: str | None = None,
     store_argument: str = "",
     gate_href: Callable[[str], str] | None = None,
+    facts_href: Callable[[str, int], str] | None = None,
 ) -> str:
     """The report's HTML inside `<main>`: header, navigation and every section.
 
@@ -264,8 +204,11 @@ def report_body(
         store_argument: Appended to every printed command so it finds the same store, e.g.
             `" --store /tmp/runs.db"` (already shell-quoted; `""` for the default store).
         gate_href: When given, each pending gate also links to `gate_href(gate_id)`.
+        facts_href: When given, a key with facts left out of its table links to
+            `facts_href(key, 1)`, the first page of all its facts.
     """
-    anchors = {f"{fact.key.value}/{fact.id}": f"fact-{i}" for i, fact in enumerate(record.facts)}
+    facts = fact_table(record, pinned_refs(record))
+    anchors = facts.anchors
     nav = "".join(f'<a href="#{ident}">{label}</a>' for ident, label in _NAV)
     held = gates(record, anchors, store_argument=store_argument, gate_href=gate_href)
     paused = bool(record.pending)
@@ -276,7 +219,7 @@ def report_body(
             summary(record, anchors),
             held if paused else "",
             _timeline(record),
-            _facts(record, anchors),
+            facts_section(record, facts, store_argument=store_argument, facts_href=facts_href),
             _lineage(record, anchors),
             _rejections(record),
             "" if paused else held,

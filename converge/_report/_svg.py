@@ -231,7 +231,7 @@ def lineage_svg(facts: Sequence[FactRecord], anchors: Mapping[str, str]) -> str:
     if cut:
         notes.append(
             f"Showing the latest {LINEAGE_LIMIT} of {len(facts)} facts (by promotion clock); "
-            f"{hidden} edge(s) from older facts are left out. The fact table lists every fact."
+            f"{hidden} edge(s) from older facts are left out."
         )
     if dangling:
         notes.append(f"{dangling} evidence reference(s) name no fact of this run; not drawn.")

@@ -40,6 +40,7 @@ from .._review import check_signature, paused_checkpoint, resume_stored, signing
 from ..stores import PostgresRunStore, SqliteRunStore
 from ..stores._durable import DEFAULT_LEASE
 from ._auth import Reviewers
+from ._fact_page import FactPageError, fact_page
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
@@ -49,7 +50,7 @@ from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
 from ._sessions import Sessions
 from ._signin import SignedIn
-from ._trust import Trust, trust
+from ._trust import Trust, banner, trust
 
 __all__ = ["ConsoleSettings", "create_app"]
 
@@ -171,11 +172,33 @@ class _Console:
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
         if rest == ("events",) and request.method == "GET":
-            seen = request.query_params.get("seen", "")
-            version = int(seen) if seen.isdecimal() else record.version
-            return run_events(self.settings.store, run_id, version, self.settings.poll_seconds)
+            params = request.query_params
+            seen, clock = params.get("seen", ""), params.get("clock", "")
+            version = int(seen) if seen.isdecimal() and len(seen) < 19 else record.version
+            running = params.get("running") == "1" and clock.isdecimal() and len(clock) < 19
+            return run_events(
+                self.settings.store,
+                run_id,
+                version,
+                self.settings.poll_seconds,
+                clock=int(clock) if running else None,
+                status=RunStatus.RUNNING if running else None,
+            )
         if rest == () and request.method == "GET":
             return self._run_page(request, record)
+        if rest == ("facts",) and request.method == "GET":
+            params = request.query_params
+            try:
+                html = fact_page(
+                    record,
+                    params.get("key", ""),
+                    params.get("page", ""),
+                    viewer=signed_in(request).viewer,
+                    banner=banner(self._trust(record).check),
+                )
+            except FactPageError as error:
+                return self._missing(request, str(error))
+            return HTMLResponse(html)
         if rest == ("continue",) and request.method == "POST":
             return await self._decide(request, record, gate_id=None)
         if len(rest) == 2 and rest[0] == "gates":

@@ -24,6 +24,33 @@ LIVE_SCRIPT: Final = """(function () {
   if (!source || !window.EventSource) { return; }
   var events = new EventSource(source);
   var status = document.getElementById("live");
+  var count = function (name, value) {
+    var node = document.querySelector('[data-count="' + name + '"]');
+    if (node) { node.setAttribute("data-value", String(value)); node.textContent = value; }
+  };
+  events.addEventListener("delta", function (event) {
+    var change = JSON.parse(event.data);
+    document.body.setAttribute("data-version", String(change.version));
+    count("cycles", change.cycles);
+    count("facts", change.fact_count);
+    var added = change.facts.length + change.more;
+    if (status) {
+      status.textContent = "running: cycle " + change.cycles + " saved, " + added +
+        " new fact(s), " + change.fact_count + " in all";
+    }
+    var list = document.getElementById("live-facts");
+    if (!list) { return; }
+    change.facts.forEach(function (fact) {
+      var item = document.createElement("li");
+      var ref = document.createElement("code");
+      ref.textContent = fact.ref;
+      item.setAttribute("data-live-fact", fact.ref);
+      item.appendChild(ref);
+      item.appendChild(document.createTextNode(" (cycle " + fact.cycle + "): " + fact.content));
+      list.insertBefore(item, list.firstChild);
+    });
+    while (list.children.length > 50) { list.removeChild(list.lastChild); }
+  });
   events.addEventListener("changed", function () {
     events.close();
     if (status) { status.textContent = "updated: reloading"; }
@@ -48,6 +75,8 @@ CONSOLE_CSS: Final = """
 .bar-top .brand { font-weight: 700; color: var(--fg); }
 .bar-top .who { margin-left: auto; color: var(--muted); }
 .live { color: var(--warn); font-weight: 600; }
+.live-facts { margin: 6px 0 0 18px; padding: 0; font-size: 12.5px; max-height: 240px;
+  overflow-y: auto; word-break: break-word; }
 form.filters { display: flex; flex-wrap: wrap; gap: 8px; align-items: end; margin: 12px 0; }
 form.filters label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
 input, select, textarea, button { font: inherit; }
@@ -117,7 +146,8 @@ def page(
 ) -> str:
     """A whole console page: the top bar (who is signed in), `banner`, `body`, the scripts.
 
-    `events` is the URL of a run's event stream; the page reloads when it says the run changed.
+    `events` is the URL of a run's event stream: the page applies each `delta` it sends in
+    place (counts, new facts) and reloads when it says the run changed otherwise.
     `data` become `data-*` attributes of the body, for tests and tools.
     """
     who = _who(viewer)

@@ -1,9 +1,13 @@
 """A run's event stream: server-sent events fed by the store's per-cycle saves.
 
-The stream reads the run every `poll` seconds and sends `changed` as soon as its stored
-version differs from the one the page showed (every save makes a new version) and closes
-(the page reloads and opens a new stream); `end` when the run is finished; and a comment
-every 15 seconds so that proxies keep the connection open.
+The stream reads the run every `poll` seconds. While the run is running, each new save is
+sent as a `delta`: what changed since the last one the page has, not the run: the version,
+status, cycle and fact counts, and the facts promoted since (the latest `DELTA_FACTS`, in
+promotion order, with how many more there were); the page updates its counts and its list
+of new facts in place. When the run's status changes (it stops, pauses, or a decision
+taken elsewhere resumes it), the stream sends `changed` and closes, and the page reloads
+once to show the whole report. `end` when the run is finished; and a comment every 15
+seconds so that proxies keep the connection open.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ from typing import Final
 import anyio
 from starlette.responses import StreamingResponse
 
+from .._core._escape import visible
 from .._core._exceptions import RunNotFoundError
 from .._core._stop import RunStatus
 from .._core._store import RunRecord, RunStore
+from .._report._svg import short
 
-__all__ = ["event_stream", "run_events"]
+__all__ = ["DELTA_FACTS", "delta", "event_stream", "run_events"]
 
 _KEEPALIVE: Final = 15.0
+DELTA_FACTS: Final = 50
+"""A delta carries at most this many of the facts promoted since the page's last."""
 
 
 def _event(name: str, record: RunRecord) -> str:
@@ -31,8 +39,49 @@ def _event(name: str, record: RunRecord) -> str:
     return f"event: {name}\ndata: {data}\n\n"
 
 
-async def event_stream(store: RunStore, run_id: str, seen: int, poll: float) -> AsyncGenerator[str]:
-    """The server-sent events of a run a page showed at version `seen`."""
+def delta(record: RunRecord, clock: int) -> dict[str, object]:
+    """What changed in `record` since a page that shows it up to Lamport clock `clock`.
+
+    The facts promoted after `clock`, the latest `DELTA_FACTS` of them in promotion order,
+    each as `ref`, `content` (shortened) and `cycle`, its text made visible (control and
+    invisible characters written as escapes); `more` says how many earlier ones were left
+    out; `clock` is the run's clock now, which the next delta starts from.
+    """
+    new = [fact for fact in record.facts if fact.promotion.clock > clock]
+    new.sort(key=lambda fact: fact.promotion.clock)
+    sent = new[-DELTA_FACTS:]
+    return {
+        "version": record.version,
+        "status": record.status.value,
+        "cycles": record.cycles,
+        "fact_count": len(record.facts),
+        "clock": record.integrity.clock,
+        "facts": [
+            {
+                "ref": visible(f"{fact.key.value}/{fact.id}"),
+                "content": visible(short(fact.content, 160)),
+                "cycle": fact.promotion.cycle,
+            }
+            for fact in sent
+        ],
+        "more": len(new) - len(sent),
+    }
+
+
+async def event_stream(
+    store: RunStore,
+    run_id: str,
+    seen: int,
+    poll: float,
+    *,
+    clock: int | None = None,
+    status: RunStatus | None = None,
+) -> AsyncGenerator[str]:
+    """The server-sent events of a run a page showed at version `seen`.
+
+    With the page's `clock` and `status`, a new save of a run that was and still is running
+    is sent as a `delta`; any other change as `changed`, which ends the stream.
+    """
     quiet = 0.0
     yield "retry: 2000\n\n"
     while True:
@@ -41,9 +90,14 @@ async def event_stream(store: RunStore, run_id: str, seen: int, poll: float) -> 
         except RunNotFoundError:
             return
         if record.version != seen:
-            yield _event("changed", record)
-            return
-        if record.status is RunStatus.FINISHED:
+            running = status is RunStatus.RUNNING and record.status is RunStatus.RUNNING
+            if not running or clock is None:
+                yield _event("changed", record)
+                return
+            change = delta(record, clock)
+            yield f"event: delta\ndata: {json.dumps(change)}\n\n"
+            seen, clock, quiet = record.version, record.integrity.clock, 0.0
+        elif record.status is RunStatus.FINISHED:
             yield _event("end", record)
             return
         await anyio.sleep(poll)
@@ -53,10 +107,18 @@ async def event_stream(store: RunStore, run_id: str, seen: int, poll: float) -> 
             yield ": keep-alive\n\n"
 
 
-def run_events(store: RunStore, run_id: str, seen: int, poll: float) -> StreamingResponse:
-    """The event stream of a run a page showed at version `seen`: `changed` once it is not."""
+def run_events(
+    store: RunStore,
+    run_id: str,
+    seen: int,
+    poll: float,
+    *,
+    clock: int | None = None,
+    status: RunStatus | None = None,
+) -> StreamingResponse:
+    """The event stream of a run a page showed at version `seen` (see `event_stream`)."""
     return StreamingResponse(
-        event_stream(store, run_id, seen, poll),
+        event_stream(store, run_id, seen, poll, clock=clock, status=status),
         media_type="text/event-stream",
         headers={"x-accel-buffering": "no"},
     )

@@ -14,6 +14,7 @@ from .._report._header import badge_class
 from .._report._parts import RunTimes, format_seconds, format_time, run_times
 from .._report._render import report_body
 from .._review import SignatureCheck
+from ._fact_page import facts_url
 from ._html import Viewer, hidden, page
 from ._trust import Trust, banner, formation_note
 
@@ -218,8 +219,9 @@ def _actions(record: RunRecord, csrf: str, found: Trust) -> str:
         )
     if record.status is RunStatus.RUNNING:
         return (
-            '<p class="message"><span class="live" id="live">running: this page follows '
-            "each saved cycle</span></p>"
+            '<div class="message"><span class="live" id="live">running: this page follows '
+            "each saved cycle</span>"
+            '<ul class="live-facts" id="live-facts" data-live-facts></ul></div>'
         )
     return ""
 
@@ -235,12 +237,15 @@ def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: T
         title=title,
         store_argument=store_argument,
         gate_href=lambda gate_id: gate_url(record.run_id, gate_id),
+        facts_href=lambda key, number: facts_url(record.run_id, key, number),
     )
     live = (
         None
         if record.status is RunStatus.FINISHED
         else f"{run_url(record.run_id)}/events?seen={record.version}"
     )
+    if live is not None and record.status is RunStatus.RUNNING:
+        live += f"&clock={record.integrity.clock}&running=1"  # deltas from this clock on
     data = {
         "run-id": record.run_id,
         "status": record.status.value,

@@ -24,6 +24,7 @@ from converge import (
     render_report,
     suggestor,
 )
+from converge._report._facts import FACT_ENDS
 from converge._report._svg import LINEAGE_LIMIT
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 from tests.browser import chromium_or_skip, launch
@@ -316,7 +317,15 @@ async def test_report_draws_only_the_latest_facts_above_the_lineage_limit() -> N
     page = Page(html)
     assert page.counts()["lineage-nodes"] == LINEAGE_LIMIT
     assert page.counts()["lineage-edges"] == LINEAGE_LIMIT - 1
-    assert len(page.with_attr("data-fact")) == count
+    listed = [a["data-fact"] for a in page.with_attr("data-fact")]
+    assert len(listed) == FACT_ENDS + LINEAGE_LIMIT
+    assert listed[FACT_ENDS - 1 : FACT_ENDS + 1] == [
+        f"hypotheses/h{FACT_ENDS - 1}",
+        f"hypotheses/h{count - LINEAGE_LIMIT}",
+    ]
+    assert [a["data-gap"] for a in page.with_attr("data-gap")] == [
+        str(count - LINEAGE_LIMIT - FACT_ENDS)
+    ]
     assert f"Showing the latest {LINEAGE_LIMIT} of {count} facts" in html
     drawn = {a["data-ref"] for a in page.with_attr("data-ref")}
     assert f"hypotheses/h{count - 1}" in drawn
