@@ -39,7 +39,7 @@ def _saved_by(record: RunRecord) -> str:
     return f" saved by converge {esc(version)}" if version else ""
 
 
-def _timeline(record: RunRecord) -> str:
+def _timeline(record: RunRecord, extra: str = "") -> str:
     legend = (
         '<div class="legend"><span><i style="background:var(--bar)"></i>ok</span>'
         '<span><i style="background:var(--bad)"></i>failed ✕</span>'
@@ -77,7 +77,7 @@ def _timeline(record: RunRecord) -> str:
         if rows
         else '<p class="empty">Every execution finished without error.</p>'
     )
-    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + failures)
+    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + extra + failures)
 
 
 def _fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
@@ -252,6 +252,7 @@ def report_body(
     title: str | None = None,
     store_argument: str = "",
     gate_href: Callable[[str], str] | None = None,
+    timeline_extra: str = "",
 ) -> str:
     """The report's HTML inside `<main>`: header, navigation and every section.
 
@@ -264,6 +265,7 @@ def report_body(
         store_argument: Appended to every printed command so it finds the same store, e.g.
             `" --store /tmp/runs.db"` (already shell-quoted; `""` for the default store).
         gate_href: When given, each pending gate also links to `gate_href(gate_id)`.
+        timeline_extra: HTML shown below the timeline (the console's "fork from this cycle").
     """
     anchors = {f"{fact.key.value}/{fact.id}": f"fact-{i}" for i, fact in enumerate(record.facts)}
     nav = "".join(f'<a href="#{ident}">{label}</a>' for ident, label in _NAV)
@@ -275,7 +277,7 @@ def report_body(
             f"<nav>{nav}</nav>",
             summary(record, anchors),
             held if paused else "",
-            _timeline(record),
+            _timeline(record, timeline_extra),
             _facts(record, anchors),
             _lineage(record, anchors),
             _rejections(record),

@@ -39,6 +39,8 @@ from .._formation import EngineOptions, Formation, command_timeout
 from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
 from ..stores._durable import DEFAULT_LEASE
 from ._auth import Reviewers
+from ._fork import Forks
+from ._fork_page import family_box, fork_from
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
@@ -101,6 +103,13 @@ class _Console:
         self.settings = settings
         self.tasks: TaskGroup | None = None
         self._locks: dict[str, anyio.Lock] = {}
+        self.forks = Forks(
+            settings.store,
+            settings.formation,
+            settings.trust_unsigned,
+            settings.limit,
+            lambda: self.tasks,
+        )
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -148,7 +157,11 @@ class _Console:
             version = int(seen) if seen.isdecimal() else record.version
             return run_events(self.settings.store, run_id, version, self.settings.poll_seconds)
         if rest == () and request.method == "GET":
-            return self._run_page(request, record)
+            return await self._run_page(request, record)
+        if rest == ("fork",):
+            if request.method == "POST":
+                return await self.forks.post(request, record)
+            return self.forks.form(request, record)
         if rest == ("continue",) and request.method == "POST":
             return await self._decide(request, record, gate_id=None)
         if len(rest) == 2 and rest[0] == "gates":
@@ -157,12 +170,15 @@ class _Console:
             return self._gate(request, record, rest[1])
         return self._missing(request, "There is no such page.")
 
-    def _run_page(self, request: Request, record: RunRecord) -> Response:
+    async def _run_page(self, request: Request, record: RunRecord) -> Response:
+        family = await self.forks.family(record)
         html = run_page(
             record,
             viewer=signed_in(request).viewer,
             store_argument=self.settings.store_argument,
             found=self._trust(record),
+            family=family_box(record, family),
+            fork_from=fork_from(record),
         )
         return HTMLResponse(html)
 
@@ -383,6 +399,7 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
         routes=[
             Route("/", console.runs, methods=["GET"]),
             Route("/runs/{rest:path}", console.run, methods=["GET", "POST"]),
+            Route("/diff", console.forks.diff, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
