@@ -174,7 +174,10 @@ class Forks:
     def _refused(
         self, request: Request, record: RunRecord, values: ForkForm, error: Exception
     ) -> Response:
-        said = f"error: {error_text(error)}; nothing was forked"
+        text = error_text(error)
+        if text.startswith("--retract "):  # the form's field, not the command line's option
+            text = text.removeprefix("--")
+        said = f"error: {text}; nothing was forked"
         return self._form_page(request, record, values, said, 400)
 
     async def _run(self, work: Callable[[], Awaitable[ConvergeResult]]) -> ConvergeResult:

@@ -48,7 +48,8 @@ FAMILY_CSS: Final = (
     "align-items: end; } form.fork { flex-direction: column; align-items: stretch; "
     "max-width: 900px; } form.fork textarea { width: 100%; min-height: 90px; "
     "font-family: var(--mono, monospace); } .facts-at { max-height: 320px; overflow: auto; "
-    "font-size: 12.5px; }</style>"
+    "font-size: 12.5px; } form.fork-from .muted { font-size: 12.5px; flex-basis: 100%; }"
+    "</style>"
 )
 
 
@@ -95,18 +96,22 @@ def family_box(record: RunRecord, family: Family) -> str:
         removed = (
             f"; retracted {esc(', '.join(lineage.retracted_refs))}" if lineage.retracted else ""
         )
-        where = (
-            f'<a href="{run_url(lineage.parent_run_id)}" data-parent-link><code>{parent}</code>'
-            f'</a> · <a href="{esc(diff_url(lineage.parent_run_id, record.run_id))}" '
-            "data-diff-link>compare with its parent</a>"
-            if family.parent_present
-            else f"<code>{parent}</code> (not in this store)"
-        )
+        if family.parent_present:
+            where = (
+                f'<a href="{run_url(lineage.parent_run_id)}" data-parent-link><code>{parent}'
+                "</code></a>"
+            )
+            compare = (
+                f' · <a href="{esc(diff_url(lineage.parent_run_id, record.run_id))}" '
+                "data-diff-link>compare with its parent</a>"
+            )
+        else:
+            where, compare = f"<code>{parent}</code> (not in this store)", ""
         parts.append(
             f'<p data-parent="{parent}" data-fork-cycle="{lineage.at_cycle}">{how.capitalize()}'
-            f" from {where}, at cycle {lineage.at_cycle} (parent root "
+            f" from {where} at cycle {lineage.at_cycle} (parent root "
             f'<code title="{esc(lineage.parent_root)}">{esc(lineage.parent_root[:12])}</code>)'
-            f"{removed}.</p>"
+            f"{removed}{compare}</p>"
         )
     if family.forks:
         items = "".join(
@@ -121,7 +126,7 @@ def family_box(record: RunRecord, family: Family) -> str:
         )
     if not parts:
         return ""
-    return f'<div class="family" data-family>{"".join(parts)}</div>'
+    return f'{FAMILY_CSS}<div class="family" data-family>{"".join(parts)}</div>'
 
 
 def fork_from(record: RunRecord) -> str:
@@ -129,10 +134,10 @@ def fork_from(record: RunRecord) -> str:
     if record.status is RunStatus.RUNNING:
         return ""
     last = record.cycles
-    return (
+    return FAMILY_CSS + (
         f'<form class="fork-from" method="get" action="{fork_url(record.run_id)}" data-fork-from>'
-        f'<label>cycle <input type="number" name="at" min="0" max="{last}" value="{last}" '
-        'required></label><button type="submit">Fork from this cycle</button>'
+        f'<label>Fork from cycle <input type="number" name="at" min="0" max="{last}" '
+        f'value="{last}" required></label><button type="submit">Fork from this cycle</button>'
         f'<span class="muted">a new run from this run&#x27;s context at the end of that cycle '
         "(0: its inputs), with your changes, run live with the formation as it is now</span>"
         "</form>"
