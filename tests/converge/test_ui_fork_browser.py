@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import pytest
 
@@ -23,6 +23,9 @@ from tests.browser import chromium_or_skip, launch
 from tests.cli_runs import cli
 from tests.converge.forgery import stored_json, write_json
 from tests.converge.ui_console import Served, serving
+
+if TYPE_CHECKING:
+    from playwright.sync_api import FloatRect
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +111,8 @@ def test_console_a_reviewer_forks_from_the_timeline_and_opens_the_diff(console: 
         fork_id = page.locator("body").get_attribute("data-run-id")
         assert fork_id is not None
         assert fork_id != console.parent
-        page.screenshot(path=str(SHOTS / "ui-forked.png"), full_page=False)
+        clip: FloatRect = {"x": 0, "y": 0, "width": 1280, "height": 150}
+        page.screenshot(path=str(SHOTS / "ui-forked.png"), clip=clip)
         family.get_by_role("link", name="compare with its parent").click()
         expect(page.locator("[data-first-difference]")).to_contain_text(
             "First difference at the end of cycle 3"
