@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final, final
 
 import anyio
@@ -29,7 +30,7 @@ from .._core._result import ConvergeResult
 from .._core._store import RunRecord, RunStore
 from .._diff import diff_runs
 from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
-from .._kernel._fork import proposed_inputs, records_root
+from .._kernel._fork import lineage_problem, proposed_inputs, records_root
 from .._kernel._state import new_run_id
 from .._review import check_signature, signing_key
 from ._fork_page import Family, Forked, ForkForm, diff_page, fork_page
@@ -47,6 +48,10 @@ DIFF_LIMIT: Final = 200
 """How many facts of each list the diff page shows by default (`limit=` changes it)."""
 MAX_DIFF_LIMIT: Final = 10_000
 
+_Listed = tuple[str | None, int, bool]
+"""A listed run's parent (`None`: it is no fork), its fork cycle, and whether its
+signature check failed."""
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,11 @@ class Forks:
     """How many of the newest runs to search for a run's forks."""
     tasks: Callable[[], TaskGroup | None]
     """The console's task group, where forks run."""
+    _listed: dict[tuple[str, datetime], _Listed] = field(
+        default_factory=dict[tuple[str, datetime], "_Listed"]
+    )
+    """Each listed run's lineage by its id and save time: a record saved again is read
+    again, one that was not is not."""
 
     def trust(self, record: RunRecord) -> Trust:
         """What checking `record` found, and whether the console may act on it."""
@@ -69,27 +79,55 @@ class Forks:
         )
 
     async def family(self, record: RunRecord) -> Family:
-        """`record`'s parent (whether the store has it) and its forks among the newest runs."""
+        """`record`'s parent and its forks among the newest runs.
+
+        For the parent: whether the store has it, whether its signature check failed, and
+        whether the lineage verifies as `converge verify` checks it.
+        """
+        key = signing_key()
         lineage = record.lineage
-        present = False
+        present, failed, problem = False, "", None
         if lineage is not None:
+            parent: RunRecord | None = None
             try:
-                await self.store.load(lineage.parent_run_id)
-                present = True
+                parent = await self.store.load(lineage.parent_run_id)
             except RunNotFoundError:
-                present = False
-        forks: list[Forked] = []
+                parent = None
+            present = parent is not None
+            if parent is not None:
+                check = check_signature(parent, key)
+                failed = check.message if check.failed else ""
+            trusted = None if failed else parent
+            problem = await anyio.to_thread.run_sync(lambda: lineage_problem(record, trusted))
         listed = await self.store.list_runs(limit=self.limit)
+        forks: list[Forked] = []
+        seen: dict[tuple[str, datetime], _Listed] = {}
         for summary in listed:
-            if summary.run_id == record.run_id:
-                continue
-            try:
-                other = await self.store.load(summary.run_id)
-            except Exception:  # one unreadable row hides no other fork
-                continue
-            if other.lineage is not None and other.lineage.parent_run_id == record.run_id:
-                forks.append(Forked(other.run_id, other.lineage.at_cycle, other.outcome))
-        return Family(present, tuple(forks), len(listed))
+            mark = (summary.run_id, summary.saved_at)
+            found = self._listed.get(mark)
+            if found is None:
+                found = await self._lineage_of(summary.run_id, key)
+            seen[mark] = found
+            parent_id, at_cycle, bad = found
+            if parent_id == record.run_id and summary.run_id != record.run_id:
+                forks.append(Forked(summary.run_id, at_cycle, summary.outcome, bad))
+        self._listed.clear()  # keep what the newest runs need, no more
+        self._listed.update(seen)
+        return Family(present, tuple(forks), len(listed), failed, problem)
+
+    async def _lineage_of(self, run_id: str, key: bytes | None) -> _Listed:
+        """A listed run's parent and fork cycle, and whether its signature check failed.
+
+        The parent is `None` when the run is no fork or its record cannot be read.
+        """
+        try:
+            other = await self.store.load(run_id)
+        except Exception:  # one unreadable row hides no other fork
+            return (None, 0, False)
+        if other.lineage is None:
+            return (None, 0, False)
+        bad = check_signature(other, key).failed
+        return (other.lineage.parent_run_id, other.lineage.at_cycle, bad)
 
     # -- the fork form -------------------------------------------------------------------
 

@@ -72,6 +72,8 @@ class Forked:
     run_id: str
     at_cycle: int
     outcome: str
+    failed: bool = False
+    """Whether the fork's record failed its signature check."""
 
 
 @final
@@ -84,6 +86,32 @@ class Family:
     forks: tuple[Forked, ...]
     scanned: int
     """How many of the newest runs were searched for forks."""
+    parent_failed: str = ""
+    """What the parent's failed signature check said (`""`: it did not fail)."""
+    lineage_problem: str | None = None
+    """Why the run's lineage does not verify (`None`: it does, or the run is no fork)."""
+
+
+def _lineage_check(family: Family) -> str:
+    """Whether the lineage verifies, as `converge verify` says it."""
+    if family.lineage_problem is not None:
+        return (
+            '<p class="bad" data-lineage="failed"><b>Lineage does not verify</b>: '
+            f"{esc(family.lineage_problem)}.</p>"
+        )
+    if family.parent_failed:
+        against = (
+            "checked against the fork alone: the parent's signature check failed "
+            f"({esc(family.parent_failed)})"
+        )
+    elif family.parent_present:
+        against = "the parent's record has that root there too"
+    else:
+        against = "the parent is not in this store: checked against the fork alone"
+    return (
+        '<p data-lineage="verified">Lineage verified: the fork\'s context before its changes '
+        f"has the parent's root at that cycle; {against}.</p>"
+    )
 
 
 def family_box(record: RunRecord, family: Family) -> str:
@@ -96,7 +124,14 @@ def family_box(record: RunRecord, family: Family) -> str:
         removed = (
             f"; retracted {esc(', '.join(lineage.retracted_refs))}" if lineage.retracted else ""
         )
-        if family.parent_present:
+        if family.parent_present and family.parent_failed:
+            where = (
+                f'<a href="{run_url(lineage.parent_run_id)}" data-parent-link><code>{parent}'
+                '</code></a> <b class="bad" data-parent-signature="failed">(its signature check '
+                "failed)</b>"
+            )
+            compare = ""
+        elif family.parent_present:
             where = (
                 f'<a href="{run_url(lineage.parent_run_id)}" data-parent-link><code>{parent}'
                 "</code></a>"
@@ -111,12 +146,14 @@ def family_box(record: RunRecord, family: Family) -> str:
             f'<p data-parent="{parent}" data-fork-cycle="{lineage.at_cycle}">{how.capitalize()}'
             f" from {where} at cycle {lineage.at_cycle} (parent root "
             f'<code title="{esc(lineage.parent_root)}">{esc(lineage.parent_root[:12])}</code>)'
-            f"{removed}{compare}</p>"
+            f"{removed}{compare}</p>" + _lineage_check(family)
         )
     if family.forks:
         items = "".join(
             f'<li data-fork="{esc(fork.run_id)}"><a href="{run_url(fork.run_id)}"><code>'
-            f"{esc(fork.run_id)}</code></a> at cycle {fork.at_cycle}: {esc(fork.outcome)} · "
+            f"{esc(fork.run_id)}</code></a> at cycle {fork.at_cycle}: {esc(fork.outcome)}"
+            + (' <b class="bad">(signature check failed)</b>' if fork.failed else "")
+            + " · "
             f'<a href="{esc(diff_url(record.run_id, fork.run_id))}">compare</a></li>'
             for fork in family.forks
         )

@@ -123,6 +123,8 @@ def test_console_forks_from_a_cycle_with_changes_and_shows_the_lineage_both_ways
         assert f'data-parent="{parent}"' in shown
         assert 'data-fork-cycle="3"' in shown
         assert f'href="/runs/{parent}" data-parent-link' in shown
+        assert 'data-lineage="verified"' in shown
+        assert "the parent's record has that root there too" in shown
         assert f"/diff?a={parent}&amp;b={fork_id}" in shown
         listed = client.get(f"/runs/{parent}").text
         assert f'data-fork="{fork_id}"' in listed
@@ -289,6 +291,10 @@ def test_console_fork_page_shows_a_fork_whose_parent_fails_and_a_missing_parent(
         write_json(store, parent, {**record, "facts": facts[:-1]})
         shown = client.get(location).text
         assert f'data-parent="{parent}"' in shown
+        assert 'data-parent-signature="failed"' in shown
+        assert "data-diff-link" not in shown
+        assert 'data-lineage="verified"' in shown  # the fork's own facts still give the root
+        assert "checked against the fork alone: the parent's signature check failed" in shown
         diff = client.get("/diff", params={"a": parent, "b": fork_id})
         assert diff.status_code == 409
         with sqlite3.connect(store) as connection:
@@ -308,3 +314,24 @@ def test_console_fork_page_shows_a_fork_whose_parent_fails_and_a_missing_parent(
             client.get("/diff", params={"a": fork_id, "b": fork_id, "key": "nokey"}).status_code
             == 400
         )
+
+
+def test_console_marks_a_fork_whose_lineage_was_edited(
+    store: str, parent: str, token: tuple[Reviewers, str]
+) -> None:
+    reviewers, ana = token
+    with console(store, reviewers, ana) as client:
+        _, _, location = post_fork(client, parent, at="2")
+        fork_id = location.rsplit("/", 1)[1]
+        record = stored_json(store, fork_id)
+        lineage = cast("dict[str, object]", record["lineage"])
+        write_json(store, fork_id, {**record, "lineage": {**lineage, "parent_root": "0" * 64}})
+        shown = client.get(location).text
+        assert 'data-signature="failed"' in shown
+        assert 'data-lineage="failed"' in shown
+        assert "Lineage does not verify" in shown
+        listed = client.get(f"/runs/{parent}").text
+        assert f'data-fork="{fork_id}"' in listed
+        assert "(signature check failed)" in listed
+        code, _ = cli("--store", store, "verify", fork_id)
+        assert code == 7
