@@ -11,6 +11,7 @@ stopped or paused (it is saved then), with the new run's page.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,10 +48,20 @@ MAX_COUNT: Final = 1_000_000_000
 DIFF_LIMIT: Final = 200
 """How many facts of each list the diff page shows by default (`limit=` changes it)."""
 MAX_DIFF_LIMIT: Final = 10_000
+MAX_ONCE: Final = 10_000
+"""How many posted fork forms the console remembers (the oldest are forgotten)."""
 
 _Listed = tuple[str | None, int, bool]
 """A listed run's parent (`None`: it is no fork), its fork cycle, and whether its
 signature check failed."""
+
+
+def _no_listed() -> dict[tuple[str, datetime], _Listed]:
+    return {}
+
+
+def _no_once() -> dict[tuple[str, str], str | None]:
+    return {}
 
 
 @final
@@ -66,11 +77,12 @@ class Forks:
     """How many of the newest runs to search for a run's forks."""
     tasks: Callable[[], TaskGroup | None]
     """The console's task group, where forks run."""
-    _listed: dict[tuple[str, datetime], _Listed] = field(
-        default_factory=dict[tuple[str, datetime], "_Listed"]
-    )
+    _listed: dict[tuple[str, datetime], _Listed] = field(default_factory=_no_listed)
     """Each listed run's lineage by its id and save time: a record saved again is read
     again, one that was not is not."""
+    _once: dict[tuple[str, str], str | None] = field(default_factory=_no_once)
+    """Each posted fork form's one-time field (by reviewer): the fork it made, or `None`
+    while it runs; a form posted twice (a double click) forks once."""
 
     def trust(self, record: RunRecord) -> Trust:
         """What checking `record` found, and whether the console may act on it."""
@@ -150,6 +162,7 @@ class Forks:
             found=self.trust(record),
             values=values,
             error=error,
+            once=secrets.token_urlsafe(18),
         )
         return HTMLResponse(html, status_code=status)
 
@@ -169,22 +182,50 @@ class Forks:
                 "Reload the page and fork again.",
                 403,
             )
+        once = (signed.reviewer.name, form.get("once", ""))
+        if once[1] and once in self._once:
+            forked = self._once[once]
+            if forked is None:
+                said = "This form is being forked already: its page answers when it is done."
+                return _say(viewer, "Already forking", said, 409, record)
+            return RedirectResponse(run_url(forked), status_code=303)
+        if once[1]:
+            self._once[once] = None
+            while len(self._once) > MAX_ONCE:
+                del self._once[next(iter(self._once))]
+        answer, forked = None, None
+        try:
+            answer, forked = await self._fork(request, record, form)
+        finally:
+            if once[1]:
+                if forked is None:
+                    self._once.pop(once, None)
+                else:
+                    self._once[once] = forked
+        return answer
+
+    async def _fork(
+        self, request: Request, record: RunRecord, form: dict[str, str]
+    ) -> tuple[Response, str | None]:
+        """Check the posted changes and fork; the answer, and the fork's id when one ran."""
+        signed = signed_in(request)
+        viewer = signed.viewer
         found = self.trust(record)
         if found.refusal or found.formation is None:
             said = f"Nothing was forked: {found.refusal}."
-            return _say(viewer, "Cannot fork this run", said, 409, record)
+            return _say(viewer, "Cannot fork this run", said, 409, record), None
         values = ForkForm.of(form)
         try:
             formation = load_formation(found.formation)
         except UsageError as error:
             said = f"Nothing was forked: formation {found.formation}: {error_text(error)}"
-            return _say(viewer, "Cannot fork this run", said, 409, record)
+            return _say(viewer, "Cannot fork this run", said, 409, record), None
         try:
             at = _cycle(values.at, record)
             budget = _max_cycles(values.max_cycles)
             inputs = proposed_inputs(_documents(values.inputs, signed.reviewer.name))
         except ForkError as error:
-            return self._refused(request, record, values, error)
+            return self._refused(request, record, values, error), None
         run_id = new_run_id()
         engine = formation.engine(**_options(self.store, formation, found.formation, budget))
 
@@ -201,13 +242,13 @@ class Forks:
         try:
             await self._run(work)
         except ForkError as error:
-            return self._refused(request, record, values, error)
+            return self._refused(request, record, values, error), None
         except StoreError as error:
             said = f"Nothing was forked: {error_text(error)}"
-            return _say(viewer, "Cannot fork this run", said, 409, record)
+            return _say(viewer, "Cannot fork this run", said, 409, record), None
         except (UsageError, ConvergeError) as error:
-            return _say(viewer, "Cannot fork this run", error_text(error), 409, record)
-        return RedirectResponse(run_url(run_id), status_code=303)
+            return _say(viewer, "Cannot fork this run", error_text(error), 409, record), None
+        return RedirectResponse(run_url(run_id), status_code=303), run_id
 
     def _refused(
         self, request: Request, record: RunRecord, values: ForkForm, error: Exception

@@ -240,8 +240,12 @@ def fork_page(
     found: Trust,
     values: ForkForm,
     error: str = "",
+    once: str = "",
 ) -> str:
-    """The fork form for `record` at the cycle `values.at`, with `error` above it."""
+    """The fork form for `record` at the cycle `values.at`, with `error` above it.
+
+    `once` identifies this form: posted twice, it forks once.
+    """
     run_id = record.run_id
     cycle = int(values.at) if values.at.isdecimal() else record.cycles
     said = (
@@ -258,7 +262,7 @@ def fork_page(
     checked = " checked" if values.cascade else ""
     form = (
         f'<form class="fork" method="post" action="{fork_url(run_id)}" data-fork-form>'
-        f"{hidden('csrf', viewer.csrf)}"
+        f"{hidden('csrf', viewer.csrf)}{hidden('once', once)}"
         f'<label>Fork at the end of cycle (0 to {record.cycles}) <input type="number" '
         f'name="at" min="0" max="{record.cycles}" value="{esc(values.at or cycle)}" required>'
         "</label>"

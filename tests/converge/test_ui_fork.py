@@ -335,3 +335,47 @@ def test_console_marks_a_fork_whose_lineage_was_edited(
         assert "(signature check failed)" in listed
         code, _ = cli("--store", store, "verify", fork_id)
         assert code == 7
+
+
+def test_console_fork_form_posted_twice_forks_once(
+    store: str, parent: str, token: tuple[Reviewers, str]
+) -> None:
+    reviewers, ana = token
+    with console(store, reviewers, ana) as client:
+        page = client.get(fork_path(parent), params={"at": "2"}).text
+        once = page.split('name="once" value="')[1].split('"')[0]
+        data = {"csrf": csrf_of(page), "once": once, "at": "2"}
+        first = client.post(fork_path(parent), data=data, headers={"origin": BASE})
+        again = client.post(fork_path(parent), data=data, headers={"origin": BASE})
+        assert first.status_code == again.status_code == 303
+        assert first.headers["location"] == again.headers["location"]
+        assert len(run_ids(store)) == 2
+        # a refused form can be fixed and posted again with the same field
+        bad = {**data, "once": "other", "at": "99"}
+        assert client.post(fork_path(parent), data=bad, headers={"origin": BASE}).status_code == 400
+        fixed = client.post(fork_path(parent), data={**bad, "at": "1"}, headers={"origin": BASE})
+        assert fixed.status_code == 303
+        assert fixed.headers["location"] != first.headers["location"]
+        assert len(run_ids(store)) == 3
+        assert page.count('name="once"') == 1
+        assert once not in client.get(fork_path(parent)).text  # each form its own
+
+
+def test_console_fork_of_a_paused_run_waits_on_its_gate_again(
+    store: str, token: tuple[Reviewers, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORK_TEST_HELD", "3")
+    code, out = cli("--store", store, "run", FORMATION, "--json")
+    assert code == 6, out
+    paused = str(json.loads(out)["run_id"])
+    reviewers, ana = token
+    with console(store, reviewers, ana) as client:
+        shown = client.get(f"/runs/{paused}").text
+        assert "data-fork-from" in shown
+        assert "data-waiting" in shown
+        status, body, location = post_fork(client, paused, at="1")
+        assert status == 303, body
+        fork = client.get(location).text
+        assert 'data-status="paused"' in fork
+        assert "data-waiting" in fork
+        assert f'data-parent="{paused}"' in fork
