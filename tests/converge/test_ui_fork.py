@@ -82,7 +82,7 @@ def post_fork(client: TestClient, run_id: str, **fields: str) -> tuple[int, str,
 
 
 def message_of(html: str) -> str:
-    return html.split("<p>", 2)[-1].split("</p>")[0] if "data-message" in html else ""
+    return html.split("data-message><p>")[1].split("</p>")[0]
 
 
 def test_console_forks_from_a_cycle_with_changes_and_shows_the_lineage_both_ways(
@@ -379,3 +379,41 @@ def test_console_fork_of_a_paused_run_waits_on_its_gate_again(
         assert 'data-status="paused"' in fork
         assert "data-waiting" in fork
         assert f'data-parent="{paused}"' in fork
+
+
+def test_console_fork_refuses_a_formation_that_can_no_longer_be_imported(
+    store: str, tmp_path: Path, token: tuple[Reviewers, str]
+) -> None:
+    moved = tmp_path / "gone_formation.py"
+    moved.write_text(Path(FORMATION).read_text())
+    code, out = cli("--store", store, "run", str(moved), "--json")
+    assert code == 0, out
+    parent = str(json.loads(out)["run_id"])
+    moved.unlink()
+    reviewers, ana = token
+    before = run_ids(store)
+    with console(store, reviewers, ana) as client:
+        status, body, _ = post_fork(client, parent, at="1")
+    assert status == 409
+    said = message_of(body)
+    assert said.startswith("Nothing was forked: formation ")
+    assert f"no formation file at {moved}" in said
+    assert run_ids(store) == before
+
+
+def test_console_without_a_key_does_not_fork_by_the_formation_a_record_names(
+    store: str, parent: str, token: tuple[Reviewers, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a signing key the record is unauthenticated: the console imports nothing it
+    names unless it trusts unsigned records."""
+    monkeypatch.delenv("CONVERGE_SIGNING_KEY")
+    reviewers, ana = token
+    before = run_ids(store)
+    with console(store, reviewers, ana) as client:
+        page = client.get(fork_path(parent)).text
+        assert "data-cannot-fork" in page
+        assert 'data-signature="unchecked"' in page
+        status, body, _ = post_fork(client, parent, at="1")
+    assert status == 409
+    assert "does not import the formation" in body
+    assert run_ids(store) == before
