@@ -335,9 +335,12 @@ class Forks:
 
 
 def _at_problem(at: str, record: RunRecord) -> str:
-    if not _whole(at):
-        shown = at if len(at) <= 40 else f"{at[:40]}..."
+    """What is wrong with the fork cycle `at`: not a number, too large, or not the run's."""
+    shown = at if len(at) <= 40 else f"{at[:40]}..."
+    if not (at.isascii() and at.isdecimal()):
         return f"cycle: must be a cycle number, got {shown!r}"
+    if len(at) > 10 or int(at) > MAX_COUNT:
+        return f"cycle: must be from 0 to {MAX_COUNT:_}, got {shown}"
     return (
         f"run {record.run_id} has no cycle {int(at)}: it ran cycles 0 to {record.cycles} "
         f"({record.outcome}); fork at one of them"
@@ -345,21 +348,19 @@ def _at_problem(at: str, record: RunRecord) -> str:
 
 
 def _cycle(at: str, record: RunRecord) -> int:
-    """The fork cycle typed (the range is `Engine.fork`'s to check).
+    """The fork cycle typed (whether the run has it is `Engine.fork`'s to check).
 
     Raises:
-        ForkError: It is not a whole number from 0.
+        ForkError: It is not a whole number from 0 to `MAX_COUNT`.
     """
-    if not _whole(at):
+    if not _whole(at) or int(at) > MAX_COUNT:
         raise ForkError(_at_problem(at, record))
-    if int(at) > MAX_COUNT:
-        raise ForkError(f"cycle: must be from 0 to {MAX_COUNT:_}, got {at}")
     return int(at)
 
 
 def _whole(text: str) -> bool:
-    """Whether `text` is ASCII digits only."""
-    return text.isascii() and text.isdecimal()
+    """Whether `text` is ASCII digits, at most ten of them."""
+    return text.isascii() and text.isdecimal() and len(text) <= 10
 
 
 def _max_cycles(text: str) -> int | None:
@@ -371,14 +372,14 @@ def _max_cycles(text: str) -> int | None:
     if not text:
         return None
     shown = text if len(text) <= 40 else f"{text[:40]}..."
-    try:
-        number = int(text)
-    except ValueError:
-        raise ForkError(f"max cycles: must be a whole number, got {shown!r}") from None
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdecimal()):
+        raise ForkError(f"max cycles: must be a whole number, got {shown!r}")
+    if len(digits) > 10 or int(text) > MAX_COUNT:
+        raise ForkError(f"max cycles: must be at most {MAX_COUNT:_}, got {shown}")
+    number = int(text)
     if number < 1:
         raise ForkError(f"max cycles: must be at least 1, got {shown}")
-    if number > MAX_COUNT:
-        raise ForkError(f"max cycles: must be at most {MAX_COUNT:_}, got {shown}")
     return number
 
 

@@ -247,7 +247,9 @@ def fork_page(
     `once` identifies this form: posted twice, it forks once.
     """
     run_id = record.run_id
-    cycle = int(values.at) if values.at.isdecimal() else record.cycles
+    typed = values.at
+    whole = typed.isascii() and typed.isdecimal() and len(typed) <= 10
+    cycle = min(int(typed), record.cycles) if whole else record.cycles
     said = (
         f'<div class="message refused" data-message data-fork-error><p>{esc(error)}</p></div>'
         if error

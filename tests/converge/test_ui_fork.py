@@ -163,6 +163,9 @@ def test_console_fork_without_changes_reaches_the_parents_root(
         ({"at": "99"}, "has no cycle 99: it ran cycles 0 to"),
         ({"at": "x"}, "cycle: must be a cycle number, got 'x'"),
         ({"at": "٣"}, "cycle: must be a cycle number"),
+        ({"at": "9" * 5000}, "cycle: must be from 0 to 1_000_000_000, got 9999"),
+        ({"at": "2", "max_cycles": "-3"}, "max cycles: must be at least 1, got -3"),
+        ({"at": "2", "max_cycles": "9" * 5000}, "max cycles: must be at most 1_000_000_000"),
         ({"at": "2", "retract": "hypotheses/nope"}, "nope"),
         ({"at": "2", "max_cycles": "0"}, "max cycles: must be at least 1, got 0"),
         ({"at": "2", "max_cycles": "ten"}, "max cycles: must be a whole number, got 'ten'"),
@@ -209,6 +212,16 @@ def test_console_fork_refuses_bad_input_in_one_line_and_writes_nothing(
     # what was typed is shown again
     if "inputs" in fields:
         assert '<textarea name="inputs"' in answer.text
+
+
+def test_console_fork_form_at_a_huge_cycle_says_so(
+    store: str, parent: str, token: tuple[Reviewers, str]
+) -> None:
+    reviewers, ana = token
+    with console(store, reviewers, ana) as client:
+        page = client.get(fork_path(parent), params={"at": "9" * 5000})
+    assert page.status_code == 400
+    assert "cycle: must be from 0 to 1_000_000_000" in page.text
 
 
 def test_console_fork_needs_a_signed_in_reviewer(
