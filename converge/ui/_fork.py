@@ -331,7 +331,10 @@ class Forks:
                 return _say(viewer, "Cannot compare these runs", said, 409, record)
         limit = int(limit_text)
         compared = await anyio.to_thread.run_sync(lambda: diff_runs(a, b, key=key, limit=limit))
-        return HTMLResponse(diff_page(compared, viewer=viewer, checks=checks))
+        html = diff_page(
+            compared, viewer=viewer, checks=checks, key=params.get("key", ""), limit=limit
+        )
+        return HTMLResponse(html)
 
 
 def _at_problem(at: str, record: RunRecord) -> str:

@@ -344,8 +344,29 @@ def _stopped(diff: RunDiff, side: str) -> str:
     )
 
 
-def diff_page(diff: RunDiff, *, viewer: Viewer, checks: Sequence[SignatureCheck]) -> str:
-    """Where two runs part and how their facts differ, as `converge diff` prints it."""
+def _narrow(diff: RunDiff, key: str, limit: int) -> str:
+    """The form that narrows the diff to one key, or keeps more facts per list."""
+    return (
+        '<form class="filters" method="get" action="/diff" data-diff-form>'
+        f"{hidden('a', diff.run_a)}{hidden('b', diff.run_b)}"
+        f'<label>key<input type="search" name="key" value="{esc(key)}"></label>'
+        f'<label>facts per list<input type="number" name="limit" min="1" value="{limit}">'
+        '</label><button type="submit">Show</button></form>'
+    )
+
+
+def diff_page(
+    diff: RunDiff,
+    *,
+    viewer: Viewer,
+    checks: Sequence[SignatureCheck],
+    key: str = "",
+    limit: int = 200,
+) -> str:
+    """Where two runs part and how their facts differ, as `converge diff` prints it.
+
+    `key` and `limit` are what the page was asked for (the form shows them again).
+    """
     if diff.first_difference is None:
         where = "The same context at the end of every cycle." if diff.same else "Same history."
     else:
@@ -361,6 +382,6 @@ def diff_page(diff: RunDiff, *, viewer: Viewer, checks: Sequence[SignatureCheck]
         "<h1>Diff</h1><table><thead><tr><th></th><th>run</th><th>stop reason</th>"
         f"<th>detail</th></tr></thead><tbody>{_stopped(diff, 'A')}{_stopped(diff, 'B')}"
         f'</tbody></table><p data-first-difference="{diff.first_difference}">{where}</p>'
-        f"{keys}"
+        f"{_narrow(diff, key, limit)}{keys}"
     )
     return page("Diff", FAMILY_CSS + body, viewer=viewer, banner=top)

@@ -136,6 +136,13 @@ def test_console_forks_from_a_cycle_with_changes_and_shows_the_lineage_both_ways
         assert 'data-diff-key="fork_bids"' in diff.text
         assert 'data-only="b"' in diff.text
         assert 'data-only="a"' in diff.text  # tally-1, retracted
+        narrowed = client.get("/diff", params={"a": parent, "b": fork_id, "key": "evaluations"})
+        assert 'data-diff-key="evaluations"' in narrowed.text
+        assert 'data-diff-key="fork_bids"' not in narrowed.text
+        assert 'name="key" value="evaluations"' in narrowed.text
+        one = client.get("/diff", params={"a": parent, "b": fork_id, "limit": "1"}).text
+        assert one.count('data-changed="') == 1
+        assert "more changed" in one
         code, out = cli("--store", store, "diff", parent, fork_id)
         assert code == 0
         assert "first difference at the end of cycle 3" in out
