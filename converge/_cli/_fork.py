@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TextIO, cast
 
 import anyio
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import JsonValue
 
 from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
@@ -31,7 +31,7 @@ from .._core._proposal import ProposedFact
 from .._core._store import RunRecord
 from .._diff import RunDiff, diff_runs
 from .._formation import EngineOptions, command_timeout, load_formation, locate
-from .._kernel._fork import records_root
+from .._kernel._fork import proposed_inputs, records_root
 from .._review import formation_locator, signing_key
 from ._output import VERIFY_FAILED, Progress, exit_status, program, summary_lines
 from ._read import cmd_replay, json_document, write_report
@@ -41,8 +41,6 @@ __all__ = ["InputAction", "PayloadAction", "cmd_diff", "cmd_fork", "cmd_replay_o
 
 USAGE = 2
 """The exit status of a fork that cannot be made as asked."""
-
-_INPUTS = TypeAdapter(tuple[ProposedFact, ...])
 
 
 class InputAction(argparse.Action):
@@ -102,15 +100,7 @@ def _inputs(args: argparse.Namespace) -> tuple[ProposedFact, ...]:
         if not isinstance(loaded, list):
             raise UsageError(f"--inputs {args.inputs}: expected a JSON list of proposed facts")
         documents.extend(loaded)
-    try:
-        return _INPUTS.validate_python(documents)
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        where = first["loc"][0] if first["loc"] else 0
-        item = documents[where] if isinstance(where, int) and where < len(documents) else {}
-        ref = f"{item.get('key')}/{item.get('id')}" if isinstance(item, dict) else "?"
-        said = f"{'.'.join(str(p) for p in first['loc'][1:]) or 'input'}: {first['msg']}"
-        raise ForkError(f"inputs[{where}] ({ref}): {said}") from None
+    return proposed_inputs(documents)
 
 
 def _options(args: argparse.Namespace, locator: str, out: TextIO) -> EngineOptions:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import final
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
 from .._core._canonical import EMPTY_ROOT, merkle_root, payload_json
 from .._core._checkpoint import FactRecord, ForkKind, Lineage, restore_fact, restore_snapshot
@@ -36,6 +36,7 @@ __all__ = [
     "fork_point",
     "fork_state",
     "lineage_problem",
+    "proposed_inputs",
     "records_root",
     "replay_start",
     "replay_trace",
@@ -216,6 +217,28 @@ def _reaching(facts: Sequence[FactRecord], removed: set[str]) -> set[str]:
                 reached.add(citing)
                 frontier.append(citing)
     return reached
+
+
+_INPUTS = TypeAdapter(tuple[ProposedFact, ...])
+
+
+def proposed_inputs(documents: Sequence[JsonValue]) -> tuple[ProposedFact, ...]:
+    """A fork's inputs from JSON documents (`--input`, `--inputs FILE.json`, the console's
+    form), each a proposed fact.
+
+    Raises:
+        ForkError: The first document that is not a proposed fact, named by index and
+            `key/id`, with the field and what is wrong with it.
+    """
+    try:
+        return _INPUTS.validate_python(documents)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = first["loc"][0] if first["loc"] else 0
+        item = documents[where] if isinstance(where, int) and where < len(documents) else {}
+        ref = f"{item.get('key')}/{item.get('id')}" if isinstance(item, dict) else "?"
+        said = f"{'.'.join(str(p) for p in first['loc'][1:]) or 'input'}: {first['msg']}"
+        raise ForkError(f"inputs[{where}] ({ref}): {said}") from None
 
 
 def check_inputs(inputs: Sequence[ProposedFact]) -> None:

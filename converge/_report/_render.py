@@ -36,7 +36,7 @@ def _saved_by(record: RunRecord) -> str:
     return f" saved by converge {esc(version)}" if version else ""
 
 
-def _timeline(record: RunRecord) -> str:
+def _timeline(record: RunRecord, extra: str = "") -> str:
     legend = (
         '<div class="legend"><span><i style="background:var(--bar)"></i>ok</span>'
         '<span><i style="background:var(--bad)"></i>failed ✕</span>'
@@ -74,7 +74,7 @@ def _timeline(record: RunRecord) -> str:
         if rows
         else '<p class="empty">Every execution finished without error.</p>'
     )
-    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + failures)
+    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + extra + failures)
 
 
 def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
@@ -192,6 +192,7 @@ def report_body(
     store_argument: str = "",
     gate_href: Callable[[str], str] | None = None,
     facts_href: Callable[[str, int], str] | None = None,
+    timeline_extra: str = "",
 ) -> str:
     """The report's HTML inside `<main>`: header, navigation and every section.
 
@@ -206,6 +207,7 @@ def report_body(
         gate_href: When given, each pending gate also links to `gate_href(gate_id)`.
         facts_href: When given, a key with facts left out of its table links to
             `facts_href(key, 1)`, the first page of all its facts.
+        timeline_extra: HTML shown below the timeline (the console's "fork from this cycle").
     """
     facts = fact_table(record, pinned_refs(record))
     anchors = facts.anchors
@@ -218,7 +220,7 @@ def report_body(
             f"<nav>{nav}</nav>",
             summary(record, anchors),
             held if paused else "",
-            _timeline(record),
+            _timeline(record, timeline_extra),
             facts_section(record, facts, store_argument=store_argument, facts_href=facts_href),
             _lineage(record, anchors),
             _rejections(record),

@@ -3,6 +3,8 @@
 Install the `ui` extra (`pip install 'converge-engine[ui]'`: Starlette and uvicorn). The console
 lists the runs, shows each run's report and follows a running run cycle by cycle, and shows
 each pending gate's proposal as the signed checkpoint will apply it, with approve and reject.
+It shows a run's parent and forks, forks a run from a cycle of its timeline (the changes typed
+in a form, checked as `converge fork` checks them), and compares two runs as `converge diff`.
 Every request needs a session (a browser signs in with its reviewer's token or a one-time
 link, and gets a cookie holding a random session id) or a reviewer's token, and every form a
 CSRF token; the reviewer who signed in is the one recorded as having decided. Every page

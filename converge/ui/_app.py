@@ -41,6 +41,8 @@ from ..stores import PostgresRunStore, SqliteRunStore
 from ..stores._durable import DEFAULT_LEASE
 from ._auth import Reviewers
 from ._fact_page import FactPageError, fact_page
+from ._fork import Forks
+from ._fork_page import family_box, fork_from
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
@@ -118,6 +120,13 @@ class _Console:
         self.settings = settings
         self.tasks: TaskGroup | None = None
         self._locks: dict[str, anyio.Lock] = {}
+        self.forks = Forks(
+            settings.store,
+            settings.formation,
+            settings.trust_unsigned,
+            settings.limit,
+            lambda: self.tasks,
+        )
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -185,7 +194,7 @@ class _Console:
                 status=RunStatus.RUNNING if running else None,
             )
         if rest == () and request.method == "GET":
-            return self._run_page(request, record)
+            return await self._run_page(request, record)
         if rest == ("facts",) and request.method == "GET":
             params = request.query_params
             try:
@@ -199,6 +208,10 @@ class _Console:
             except FactPageError as error:
                 return self._missing(request, str(error))
             return HTMLResponse(html)
+        if rest == ("fork",):
+            if request.method == "POST":
+                return await self.forks.post(request, record)
+            return self.forks.form(request, record)
         if rest == ("continue",) and request.method == "POST":
             return await self._decide(request, record, gate_id=None)
         if len(rest) == 2 and rest[0] == "gates":
@@ -207,12 +220,15 @@ class _Console:
             return self._gate(request, record, rest[1])
         return self._missing(request, "There is no such page.")
 
-    def _run_page(self, request: Request, record: RunRecord) -> Response:
+    async def _run_page(self, request: Request, record: RunRecord) -> Response:
+        family = await self.forks.family(record)
         html = run_page(
             record,
             viewer=signed_in(request).viewer,
             store_argument=self.settings.store_argument,
             found=self._trust(record),
+            family=family_box(record, family),
+            fork_from=fork_from(record),
         )
         return HTMLResponse(html)
 
@@ -433,6 +449,7 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
         routes=[
             Route("/", console.runs, methods=["GET"]),
             Route("/runs/{rest:path}", console.run, methods=["GET", "POST"]),
+            Route("/diff", console.forks.diff, methods=["GET"]),
         ],
         lifespan=lifespan,
     )

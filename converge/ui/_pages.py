@@ -226,10 +226,19 @@ def _actions(record: RunRecord, csrf: str, found: Trust) -> str:
     return ""
 
 
-def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: Trust) -> str:
+def run_page(
+    record: RunRecord,
+    *,
+    viewer: Viewer,
+    store_argument: str,
+    found: Trust,
+    family: str = "",
+    fork_from: str = "",
+) -> str:
     """A run: its signature check, what a reviewer can do, then the report; live.
 
-    The page follows the run's saves while it can still change.
+    The page follows the run's saves while it can still change. `family` (its parent and
+    forks) goes above the report, `fork_from` (a form) below its timeline.
     """
     title = record.name or "Run report"
     body = report_body(
@@ -238,6 +247,7 @@ def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: T
         store_argument=store_argument,
         gate_href=lambda gate_id: gate_url(record.run_id, gate_id),
         facts_href=lambda key, number: facts_url(record.run_id, key, number),
+        timeline_extra=fork_from,
     )
     live = (
         None
@@ -256,7 +266,7 @@ def run_page(record: RunRecord, *, viewer: Viewer, store_argument: str, found: T
     note = formation_note(record, found) if resumable else ""
     return page(
         title,
-        note + _actions(record, viewer.csrf, found) + body,
+        note + _actions(record, viewer.csrf, found) + family + body,
         viewer=viewer,
         banner=banner(found.check),
         events=live,
