@@ -8,8 +8,11 @@ timeout, take the run down by crashing) is shown by suggestors that try.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -354,3 +357,40 @@ def test_the_default_pool_serves_isolated() -> None:
     assert suggestor.dependencies == (ContextKey.SEEDS,)
     assert suggestor.locator == f"{MODULE}:Echo"
     assert suggestor.arguments == {"name": "default"}
+
+
+# -- workers die with the engine ------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_killing_the_engine_with_sigkill_leaves_no_worker_behind(where: str) -> None:
+    """From the main thread the kernel's parent-death signal ends the workers; from another
+    thread (where that signal would follow the thread) their watchdog does, busy or not."""
+    here = Path(__file__).resolve().parent
+    with subprocess.Popen(
+        [sys.executable, str(here / "isolation_engine.py"), where],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), *sys.path])},
+    ) as engine:
+        try:
+            assert engine.stdout is not None
+            pids = cast("list[int]", json.loads(engine.stdout.readline()))
+            assert len(pids) == 2
+            assert all(_alive(pid) for pid in pids)
+        finally:
+            engine.kill()
+            engine.wait()
+    deadline = time.monotonic() + 5.0
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if _alive(pid)]
