@@ -92,11 +92,13 @@ class Spinner:
         return ctx.find(ContextKey.HYPOTHESES, self.name) is None
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
+        started = time.time()
         end = time.process_time() + self.seconds
         spins = 0
         while time.process_time() < end:
             spins += 1
-        return _hypothesis(self.name, self.name, "spun")
+        effect = _hypothesis(self.name, self.name, "spun")
+        return AgentEffect(proposals=effect.proposals, metadata={"wall": [started, time.time()]})
 
 
 def _block(seconds: float) -> None:

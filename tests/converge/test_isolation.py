@@ -20,7 +20,8 @@ from typing import cast
 
 import anyio
 import pytest
-from isolated_suggestors import Counter, Declining, Echo
+from hitl_formation import SIGNING_KEY, build_engine
+from isolated_suggestors import Counter, Declining, Echo, Spinner
 
 from converge import (
     ConfigurationError,
@@ -28,6 +29,8 @@ from converge import (
     ConvergeResult,
     Engine,
     Execution,
+    GateDecision,
+    HitlPolicy,
     StopReason,
     Suggestor,
     WorkerError,
@@ -36,9 +39,10 @@ from converge import (
     verify,
 )
 from converge._isolation._pool import scrubbed_environment
-from converge_suggestors import SeedSuggestor
+from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 
 H = ContextKey.HYPOTHESES
+GATE = "gate:2:strategies/costly"
 MODULE = "isolated_suggestors"
 
 
@@ -134,6 +138,77 @@ async def test_workers_are_reused_across_runs(pool: WorkerPool) -> None:
         result = await _run(pool.isolated(f"{MODULE}:Echo"))
         assert result.failures == ()
     assert set(pool.pids) == before
+
+
+async def test_isolated_calls_of_one_cycle_run_at_once_in_separate_workers() -> None:
+    pool = WorkerPool(2)
+    try:
+        result = await _run(
+            pool.isolated(f"{MODULE}:Spinner", name="one", seconds=0.3),
+            pool.isolated(f"{MODULE}:Spinner", name="two", seconds=0.3),
+        )
+    finally:
+        pool.close()
+    calls = _calls(result, "one") + _calls(result, "two")
+    walls: list[tuple[float, float]] = []
+    pids: set[object] = set()
+    for call in calls:
+        assert isinstance(call.metadata, dict)
+        start, end = cast("list[float]", call.metadata["wall"])
+        walls.append((start, end))
+        pids.add(call.metadata["worker_pid"])
+    assert len(pids) == 2
+    (first_start, first_end), (second_start, second_end) = sorted(walls)
+    assert second_start < first_end, "the second call started only after the first ended"
+    assert (
+        result.integrity.merkle_root
+        == (await _run(Spinner("one", 0.0), Spinner("two", 0.0))).integrity.merkle_root
+    )
+    assert first_start < second_end
+
+
+async def test_a_paused_run_of_isolated_suggestors_resumes_as_in_process(
+    pool: WorkerPool,
+) -> None:
+    """The resume may meet other workers (another pool here): they get the whole context."""
+    in_process = build_engine()
+    paused = await in_process.run()
+    assert paused.checkpoint is not None
+    expected = await in_process.resume(paused.checkpoint, [GateDecision.approve(GATE, by="jane")])
+
+    def engine_of(workers: WorkerPool) -> Engine:
+        engine = Engine(
+            hitl=HitlPolicy(confidence_below=0.5), signing_key=SIGNING_KEY, record_effects=True
+        )
+        engine.register_suggestor(SeedSuggestor("budget", "Pick a plan within budget"))
+        engine.register_suggestor(workers.isolated("hitl_formation:Recommender"))
+        engine.register_suggestor(
+            ReactOnceSuggestor(
+                "plan-noted",
+                "A plan is on the table",
+                source=ContextKey.STRATEGIES,
+                target=ContextKey.EVALUATIONS,
+            )
+        )
+        return engine
+
+    isolated_paused = await engine_of(pool).run()
+    assert isolated_paused.checkpoint is not None
+    assert isolated_paused.pending == paused.pending
+    other = WorkerPool(1)
+    try:
+        resumed = await engine_of(other).resume(
+            isolated_paused.checkpoint, [GateDecision.approve(GATE, by="jane")]
+        )
+    finally:
+        other.close()
+    assert resumed.converged
+    assert resumed.failures == ()
+    assert resumed.integrity.merkle_root == expected.integrity.merkle_root
+    assert [f.ref for f in resumed.context.facts()] == [f.ref for f in expected.context.facts()]
+    # and the recorded run replays without any worker
+    replayed = await engine_of(pool).replay(resumed.trace)
+    assert replayed.integrity.merkle_root == resumed.integrity.merkle_root
 
 
 # -- the context goes as a delta -------------------------------------------------------------
