@@ -225,8 +225,8 @@ class IsolatedSuggestor:
                 worker,
                 "garbage",
             )
-        if reply.get("declined") is True:
-            return AgentEffect.empty()
+        if reply.get("declined") is True:  # its `accepts` said no: an empty effect
+            return AgentEffect(metadata={"worker_pid": worker.pid})
         effect = reply.get("effect")
         if isinstance(effect, dict):  # the worker's pid joins what the suggestor recorded
             own = cast("dict[str, object]", effect)
