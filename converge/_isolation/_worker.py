@@ -82,21 +82,22 @@ class _Worker:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.built: dict[int, object] = {}
+        self.built: dict[int, tuple[object, str]] = {}
+        """Each spec's suggestor and its name, checked when built."""
         self.context = ContextSnapshot.empty()
 
-    def suggestor(self, message: Mapping[str, object]) -> object:
+    def suggestor(self, message: Mapping[str, object]) -> tuple[object, str]:
         spec = cast("int", message["spec"])
-        made = self.built.get(spec)
-        if made is None:
+        known = self.built.get(spec)
+        if known is None:
             arguments = cast("Mapping[str, object]", message["arguments"])
             made = build(cast("str", message["locator"]), arguments)
-            describe_suggestor(made)
-            self.built[spec] = made
-        return made
+            known = made, describe_suggestor(made)[0]
+            self.built[spec] = known
+        return known
 
     def describe(self, message: Mapping[str, object]) -> dict[str, object]:
-        made = self.suggestor(message)
+        made = self.suggestor(message)[0]
         name, dependencies, writes = describe_suggestor(made)
         return {
             "ok": True,
@@ -126,8 +127,7 @@ class _Worker:
             )
 
     async def call(self, message: Mapping[str, object]) -> dict[str, object]:
-        made = self.suggestor(message)
-        name = describe_suggestor(made)[0]
+        made, name = self.suggestor(message)
         accepts = cast("Callable[[ContextSnapshot], object]", getattr(made, "accepts"))  # noqa: B009
         verdict = accepts(self.context)
         if verdict is False:
