@@ -28,14 +28,19 @@ from converge import (
     ContextKey,
     ConvergeResult,
     Engine,
+    EngineEvent,
     Execution,
     GateDecision,
     HitlPolicy,
+    RunRecord,
     StopReason,
     Suggestor,
+    SuggestorFailed,
+    SuggestorFinished,
     WorkerError,
     WorkerPool,
     isolated,
+    render_report,
     verify,
 )
 from converge._isolation._pool import scrubbed_environment
@@ -122,6 +127,34 @@ async def test_each_call_records_the_pid_of_its_worker(pool: WorkerPool) -> None
     assert isinstance(call.metadata, dict)
     assert call.metadata["worker_pid"] in pool.pids
     assert call.metadata["worker_pid"] != os.getpid()
+
+
+async def test_events_and_the_report_show_the_worker_of_each_call(pool: WorkerPool) -> None:
+    seen: list[EngineEvent] = []
+
+    class Keep:
+        def on_event(self, event: EngineEvent, /) -> None:
+            seen.append(event)
+
+    result = await _run(
+        pool.isolated(f"{MODULE}:Echo"),
+        pool.isolated(f"{MODULE}:Misbehaver", how="os-exit"),
+        observers=[Keep()],
+    )
+    finished = [e for e in seen if isinstance(e, SuggestorFinished) and e.suggestor == "echo"]
+    failed = [e for e in seen if isinstance(e, SuggestorFailed)]
+    assert [e.suggestor for e in failed] == ["misbehaver"]
+    [call] = finished
+    assert isinstance(call.metadata, dict)
+    assert call.metadata["worker_pid"] not in (None, os.getpid())
+    assert isinstance(failed[0].metadata, dict)
+    assert failed[0].metadata["worker_pid"] not in pool.pids  # killed (and not lent again)
+    killed = failed[0].metadata["kill_reason"]
+    assert killed == "exited with status 7"
+    assert '"kill_reason":"exited with status 7"' in failed[0].model_dump_json()
+    page = render_report(RunRecord.of(result))
+    assert f"in worker process {call.metadata['worker_pid']}" in page
+    assert "killed: exited with status 7" in page
 
 
 async def test_a_suggestor_that_never_accepts_runs_no_execute_and_promotes_nothing(
