@@ -244,6 +244,35 @@ async def test_a_paused_run_of_isolated_suggestors_resumes_as_in_process(
     assert replayed.integrity.merkle_root == resumed.integrity.merkle_root
 
 
+async def test_a_fork_of_an_isolated_run_reaches_the_parent_root(pool: WorkerPool) -> None:
+    """The fork's context is rebuilt from the record: new objects, so each worker is sent it
+    whole before the fork's first call, and goes on from there."""
+
+    def engine() -> Engine:
+        forked = Engine()
+        for suggestor in (
+            *_seeds(),
+            pool.isolated(f"{MODULE}:Echo"),
+            pool.isolated(f"{MODULE}:Counter", until=4),
+        ):
+            forked.register_suggestor(suggestor)
+        return forked
+
+    parent = await engine().run()
+    assert parent.failures == ()
+    fork = await engine().fork(RunRecord.of(parent), at_cycle=2)
+    assert fork.failures == ()
+    ran = [
+        c.cycle for c in fork.trace.cycles if any(e.suggestor == "counter" for e in c.executions)
+    ]
+    assert ran
+    assert min(ran) == 3  # the fork's own calls, in workers
+    assert all(call.outcome == "ok" for call in _calls(fork, "counter"))
+    assert fork.integrity.merkle_root == parent.integrity.merkle_root
+    assert fork.lineage is not None
+    assert (fork.lineage.parent_run_id, fork.lineage.at_cycle) == (parent.run_id, 2)
+
+
 # -- the context goes as a delta -------------------------------------------------------------
 
 
