@@ -133,8 +133,9 @@ class WorkerError(ConvergeError, RuntimeError):
     pid: int | None
     """The worker's process id, when one was running."""
     reason: str
-    """`"raised"` (the suggestor raised), `"died"` (the worker ended mid-call) or
-    `"garbage"` (its reply was not a valid effect of this suggestor)."""
+    """`"raised"` (the suggestor raised), `"died"` (the worker ended mid-call),
+    `"garbage"` (its reply was not a valid effect of this suggestor) or `"timeout"` (no
+    answer within the pool's `timeout`)."""
     metadata: dict[str, JsonValue]
     """`{"worker_pid": ..., "kill_reason": ...}`, copied to the call's
     `Execution.metadata` (no `kill_reason` when the worker lives on)."""

@@ -122,12 +122,16 @@ class WorkerProcess:
         await send_frame(self.sock, encode(message))
         return await receive_frame(self.sock)
 
-    def kill(self) -> str:
-        """Kill the worker (if it still runs) and say how it ended."""
+    def kill(self, *, dying: bool = True) -> str:
+        """Kill the worker (if it still runs) and say how it ended.
+
+        `dying`: its socket closed, so it is on its way out: give it a moment to end by
+        itself, so that its own exit status or signal is what is said.
+        """
         process = self.process
         ended = process.poll()
-        if ended is None:
-            try:  # it may be on its way out: the socket closed because it died
+        if ended is None and dying:
+            try:
                 ended = process.wait(0.2)
             except subprocess.TimeoutExpired:
                 ended = None
@@ -152,6 +156,7 @@ class ProcessPool:
         memory_limit: int | None = None,
         python: str | None = None,
         start_timeout: float = 60.0,
+        timeout: float | None = 600.0,
     ) -> None:
         size = os.cpu_count() or 1 if workers is None else workers
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -166,6 +171,13 @@ class ProcessPool:
         self._memory_limit = memory_limit
         self._python = python or sys.executable
         self._start_timeout = start_timeout
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError(
+                f"WorkerPool: timeout must be positive or None, got {timeout!r}"
+            )
+        self.timeout = timeout
+        """The longest a call may wait for its worker's answer, whatever the engine's
+        `suggestor_timeout`; `None`: as long as the engine lets it."""
         self._lock = threading.Lock()
         self._idle: list[WorkerProcess] = []
         self._running = 0
@@ -331,9 +343,9 @@ class ProcessPool:
             self._running -= 1
         worker.kill()
 
-    def discard(self, worker: WorkerProcess) -> str:
+    def discard(self, worker: WorkerProcess, *, dying: bool = True) -> str:
         """Kill a worker whose call failed for good; the next call starts another."""
-        said = worker.kill()
+        said = worker.kill(dying=dying)
         with self._lock:
             self._running -= 1
         return said

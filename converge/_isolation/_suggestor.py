@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import cast, final
 
+import anyio
 from pydantic import JsonValue, ValidationError
 
 from .._core._context import Context, ContextSnapshot
@@ -37,9 +38,12 @@ class WorkerPool(ProcessPool):
     whose call failed for good (it died, timed out or answered garbage) is killed, and the
     next call starts another. `memory_limit` caps each worker's address space in bytes
     (`RLIMIT_AS`); `python` is the interpreter the workers run (default: this one).
+    `timeout` bounds every call, even in a run without `suggestor_timeout`: a worker that
+    does not answer within it is killed and the call fails with a `WorkerError`.
+    `start_timeout` bounds building a suggestor when `isolated` is called.
 
     Raises:
-        ConfigurationError: `workers` or `memory_limit` is not a positive int.
+        ConfigurationError: `workers`, `memory_limit` or `timeout` is not positive.
     """
 
     def isolated(self, locator: str, /, **arguments: JsonValue) -> IsolatedSuggestor:
@@ -160,15 +164,31 @@ class IsolatedSuggestor:
         cycle = ctx.cycle + 1
         pool = self._pool
         worker = await pool.acquire()
+        reply: dict[str, object] = {}
         try:
-            reply = await self._ask(worker, ctx, cycle)
+            with (
+                anyio.CancelScope()
+                if pool.timeout is None
+                else anyio.move_on_after(pool.timeout) as scope
+            ):
+                reply = await self._ask(worker, ctx, cycle)
         except BaseException as error:
-            said = pool.discard(worker)
+            said = pool.discard(worker, dying=isinstance(error, WireError))
             if isinstance(error, WireError):
                 raise self._error(
                     f"worker {worker.pid} {said} ({error})", cycle, worker, "died", said
                 ) from None
             raise
+        if scope.cancelled_caught:
+            pool.discard(worker, dying=False)
+            raise self._error(
+                f"worker {worker.pid} did not answer within the pool's timeout "
+                f"({pool.timeout:g} s) and was killed",
+                cycle,
+                worker,
+                "timeout",
+                f"no answer within {pool.timeout:g} s",
+            )
         try:
             effect = self._effect(reply, cycle, worker)
         except WorkerError as error:

@@ -412,6 +412,23 @@ async def test_a_timeout_kills_the_worker_and_records_the_call_as_timed_out(
     assert (await _run(pool.isolated(f"{MODULE}:Echo"))).failures == ()
 
 
+async def test_a_worker_that_hangs_in_a_run_without_timeouts_fails_at_the_pool_timeout() -> None:
+    patient = WorkerPool(1, timeout=1.0)
+    started = time.monotonic()
+    try:
+        result = await _run(patient.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0))
+    finally:
+        patient.close()
+    assert time.monotonic() - started < 15.0
+    [failed] = result.failures
+    assert failed.outcome == "failed"
+    assert failed.error is not None
+    assert "did not answer within the pool's timeout (1 s) and was killed" in failed.error
+    assert isinstance(failed.metadata, dict)
+    assert failed.metadata["kill_reason"] == "no answer within 1 s"
+    assert _gone(cast("int", failed.metadata["worker_pid"]))
+
+
 async def test_a_worker_over_its_memory_limit_is_a_recorded_failure() -> None:
     small = WorkerPool(1, memory_limit=1 << 30)
     try:
@@ -480,6 +497,12 @@ def test_a_pool_that_cannot_start_is_a_configuration_error(python: str, said: st
     with pytest.raises(ConfigurationError, match="the worker pool cannot start") as caught:
         broken.isolated(f"{MODULE}:Echo")
     assert said in str(caught.value)
+
+
+@pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan")])
+def test_a_pool_timeout_that_is_not_positive_is_refused(timeout: float) -> None:
+    with pytest.raises(ConfigurationError, match="timeout must be positive or None"):
+        WorkerPool(1, timeout=timeout)
 
 
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5])
