@@ -185,11 +185,10 @@ class ProcessPool:
         _POOLS.add(self)
 
     @property
-    def workers(self) -> int:
-        """How many calls run at once, each in its own worker process."""
+    def size(self) -> int:
+        """How many workers may run at once."""
         return self._size
 
-    @property
     def pids(self) -> tuple[int, ...]:
         """The process ids of the idle workers (a worker lent to a call is not listed)."""
         with self._lock:

@@ -30,7 +30,7 @@ __all__ = ["IsolatedSuggestor", "WorkerPool", "default_pool", "isolated"]
 
 
 @final
-class WorkerPool(ProcessPool):
+class WorkerPool:
     """Worker processes for isolated suggestors, shared by every run of this process.
 
     `workers` (default: the core count) calls run at once, each in a process of its own;
@@ -46,12 +46,53 @@ class WorkerPool(ProcessPool):
         ConfigurationError: `workers`, `memory_limit` or `timeout` is not positive.
     """
 
+    __slots__ = ("__weakref__", "_processes")
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        memory_limit: int | None = None,
+        python: str | None = None,
+        timeout: float | None = 600.0,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self._processes = ProcessPool(
+            workers,
+            memory_limit=memory_limit,
+            python=python,
+            timeout=timeout,
+            start_timeout=start_timeout,
+        )
+
+    @property
+    def workers(self) -> int:
+        """How many calls run at once, each in its own worker process."""
+        return self._processes.size
+
+    @property
+    def timeout(self) -> float | None:
+        """The longest a call waits for its worker's answer (`None`: the engine's limits)."""
+        return self._processes.timeout
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The process ids of the idle workers (a worker lent to a call is not listed)."""
+        return self._processes.pids()
+
     def isolated(self, locator: str, /, **arguments: JsonValue) -> IsolatedSuggestor:
         """A suggestor built by `locator` from `arguments` in this pool's workers.
 
         See [`isolated`][converge.isolated].
         """
-        return IsolatedSuggestor(self, locator, arguments)
+        return IsolatedSuggestor(self._processes, locator, arguments)
+
+    def close(self) -> None:
+        """Kill every idle worker; a worker lent to a call is killed when it comes back."""
+        self._processes.close()
+
+    def __repr__(self) -> str:
+        return repr(self._processes)
 
 
 _DEFAULT: list[WorkerPool] = []
@@ -78,7 +119,7 @@ def isolated(locator: str, /, **arguments: JsonValue) -> IsolatedSuggestor:
     Raises:
         ConfigurationError: The locator, the arguments or the pool; the message says which.
     """
-    return IsolatedSuggestor(default_pool(), locator, arguments)
+    return default_pool().isolated(locator, **arguments)
 
 
 @final

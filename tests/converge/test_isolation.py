@@ -43,7 +43,7 @@ from converge import (
     render_report,
     verify,
 )
-from converge._isolation._pool import scrubbed_environment
+from converge._isolation._pool import ProcessPool, scrubbed_environment
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 
 H = ContextKey.HYPOTHESES
@@ -276,9 +276,9 @@ async def test_a_fork_of_an_isolated_run_reaches_the_parent_root(pool: WorkerPoo
 # -- the context goes as a delta -------------------------------------------------------------
 
 
-async def test_a_worker_is_sent_only_the_facts_it_has_not_seen(pool: WorkerPool) -> None:
+async def test_a_worker_is_sent_only_the_facts_it_has_not_seen() -> None:
     first = await _run(Echo())
-    worker = pool.spawn()
+    worker = ProcessPool(1).spawn()
     try:
         reset, facts, problem = worker.delta(first.context)
         assert (reset, len(facts), problem) == (False, 4, None)  # a new copy: all of it
