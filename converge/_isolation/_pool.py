@@ -12,6 +12,7 @@ every 5 ms) rather than waiting on a primitive of one event loop.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import signal
@@ -50,6 +51,24 @@ password or a store's address)."""
 
 _SPEC_IDS = count(1)
 _POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+
+
+_PR_SET_DUMPABLE = 4
+_GUARDED: list[bool] = []
+
+
+def guard_engine() -> None:
+    """Mark this process non-dumpable (Linux), once: a process of the same user may then
+    read neither its memory (`/proc/<pid>/mem`) nor the environment it started with
+    (`/proc/<pid>/environ`) without `CAP_SYS_PTRACE`, which workers give up. It also
+    turns off this process's core dumps."""
+    if _GUARDED:
+        return
+    _GUARDED.append(True)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        pass
 
 
 def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -157,6 +176,7 @@ class ProcessPool:
         python: str | None = None,
         start_timeout: float = 60.0,
         timeout: float | None = 600.0,
+        guard: bool = True,
     ) -> None:
         size = os.cpu_count() or 1 if workers is None else workers
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -171,6 +191,7 @@ class ProcessPool:
         self._memory_limit = memory_limit
         self._python = python or sys.executable
         self._start_timeout = start_timeout
+        self._guard = guard
         if timeout is not None and not timeout > 0:
             raise ConfigurationError(
                 f"WorkerPool: timeout must be positive or None, got {timeout!r}"
@@ -211,6 +232,8 @@ class ProcessPool:
         Raises:
             OSError: The worker's interpreter could not be started.
         """
+        if self._guard:
+            guard_engine()
         ours, theirs = socket.socketpair()
         try:
             pdeathsig = "1" if threading.current_thread() is threading.main_thread() else "0"

@@ -40,7 +40,10 @@ class WorkerPool:
     (`RLIMIT_AS`); `python` is the interpreter the workers run (default: this one).
     `timeout` bounds every call, even in a run without `suggestor_timeout`: a worker that
     does not answer within it is killed and the call fails with a `WorkerError`.
-    `start_timeout` bounds building a suggestor when `isolated` is called.
+    `start_timeout` bounds building a suggestor when `isolated` is called. With `guard`
+    (the default) the engine's process is made non-dumpable when its first worker starts,
+    so that no worker can read its memory or starting environment (on Linux; it also turns
+    off the engine's core dumps); see the threat model in the docs.
 
     Raises:
         ConfigurationError: `workers`, `memory_limit` or `timeout` is not positive.
@@ -56,6 +59,7 @@ class WorkerPool:
         python: str | None = None,
         timeout: float | None = 600.0,
         start_timeout: float = 60.0,
+        guard: bool = True,
     ) -> None:
         self._processes = ProcessPool(
             workers,
@@ -63,6 +67,7 @@ class WorkerPool:
             python=python,
             timeout=timeout,
             start_timeout=start_timeout,
+            guard=guard,
         )
 
     @property

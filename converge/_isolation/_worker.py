@@ -68,6 +68,42 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.25)
 
 
+_CAP_SYS_PTRACE = 19
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_CAPBSET_DROP = 24
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def _drop_ptrace() -> None:
+    """Give up `CAP_SYS_PTRACE` (a worker started as root has it): with the engine marked
+    non-dumpable, no process without it may read the engine's memory or environment."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        if libc.capget(ctypes.byref(header), data) != 0:
+            return
+        libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_PTRACE, 0, 0, 0)  # for what it may exec
+        mask = ~(1 << _CAP_SYS_PTRACE) & 0xFFFFFFFF
+        data[0].effective &= mask
+        data[0].permitted &= mask
+        data[0].inheritable &= mask
+        libc.capset(ctypes.byref(header), data)
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+
 def _die_with_parent() -> None:
     """Ask the kernel to kill this worker when the thread that started it ends (Linux)."""
     try:
@@ -202,6 +238,7 @@ def main(argv: Sequence[str]) -> None:
     if os.getppid() != parent:  # the engine died before the signal was armed
         os._exit(70)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    _drop_ptrace()
     sock = socket.socket(fileno=fd)
     _hello(sock)
     anyio.run(_Worker(sock).serve)

@@ -154,6 +154,27 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def _in_memory(pid: int, secret: bytes) -> bool:
+    """Whether `secret` is in a readable, writable mapping of process `pid`'s memory."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        with Path(f"/proc/{pid}/mem").open("rb", 0) as mem:
+            for line in maps:
+                fields = line.split()
+                start, end = (int(bound, 16) for bound in fields[0].split("-"))
+                if not fields[1].startswith("rw") or end - start > 1 << 28:
+                    continue
+                try:
+                    mem.seek(start)
+                    if secret in mem.read(end - start):
+                        return True
+                except OSError:
+                    continue
+    except OSError:  # not allowed: what isolation is for
+        return False
+    return False
+
+
 class KeyHunter:
     """Looks for `secret` everywhere a worker could find it; proposes where it found it."""
 
@@ -180,8 +201,8 @@ class KeyHunter:
             found.append("the engine's /proc environ")
         if secret in _read(f"/proc/{os.getppid()}/cmdline"):
             found.append("the engine's command line")
-        if _read(f"/proc/{os.getppid()}/mem"):
-            found.append("the engine's memory is readable")
+        if _in_memory(os.getppid(), secret):
+            found.append("the engine's memory")
         files: list[str] = []
         for fd in sorted(int(fd) for fd in os.listdir("/proc/self/fd")):
             try:

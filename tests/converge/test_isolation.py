@@ -324,6 +324,27 @@ async def test_a_worker_finds_no_signing_key_anywhere(
     assert hunt.content == "nothing; files []"
 
 
+@pytest.mark.parametrize(("guard", "dumpable"), [(True, "0"), (False, "1")])
+def test_a_guarded_pool_makes_the_engine_non_dumpable(guard: bool, dumpable: str) -> None:
+    """Non-dumpable, the engine's memory and starting environment are closed to processes
+    of its user that lack `CAP_SYS_PTRACE`, which a worker gives up."""
+    here = Path(__file__).resolve().parent
+    script = (
+        "import ctypes, sys; from converge import WorkerPool; "
+        f"pool = WorkerPool(1, guard={guard}); pool.isolated('isolated_suggestors:Echo'); "
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)); pool.close()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), *sys.path])},
+        timeout=60,
+    )
+    assert done.stdout.strip() == dumpable
+
+
 def test_a_worker_environment_holds_no_secret_variable() -> None:
     environ = {
         "PATH": "/usr/bin",
