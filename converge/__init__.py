@@ -45,6 +45,7 @@ from ._core._exceptions import (
     StoreError,
     SuggestorExitError,
     SuggestorFailuresError,
+    WorkerError,
 )
 from ._core._fact import Fact, GateKind, PromotionRecord
 from ._core._hitl import GateDecision, GateRequest, HitlPolicy, TimeoutAction
@@ -69,6 +70,7 @@ from ._core._suggestor import Suggestor, SuggestorId
 from ._core._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
 from ._engine import Engine
 from ._formation import EngineOptions, Formation
+from ._isolation._suggestor import IsolatedSuggestor, WorkerPool, isolated
 from ._kernel._executor import ErrorMode
 from ._kernel._gate import PromotionPolicy
 from ._kernel._log import get_logger
@@ -127,6 +129,7 @@ __all__ = [
     "InvariantResult",
     "InvariantViolated",
     "InvariantViolationError",
+    "IsolatedSuggestor",
     "Key",
     "KeyLike",
     "Lineage",
@@ -168,8 +171,11 @@ __all__ = [
     "SuggestorId",
     "TimeoutAction",
     "Violation",
+    "WorkerError",
+    "WorkerPool",
     "event_adapter",
     "get_logger",
+    "isolated",
     "key_named",
     "known_keys",
     "missing",

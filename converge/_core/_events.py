@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Literal, Protocol, final
 
 import anyio
-from pydantic import Field, TypeAdapter
+from pydantic import Field, JsonValue, TypeAdapter
 
 from ._fact import GateKind
 from ._invariant import InvariantClass
@@ -83,6 +83,9 @@ class SuggestorFinished(_Event, frozen=True):
     """Proposals in its effect."""
     tokens: int
     """Tokens it reported."""
+    metadata: JsonValue = Field(default=None, exclude_if=lambda v: not v)
+    """The call's `Execution.metadata`: what the suggestor recorded, and an isolated call's
+    `worker_pid`. Left out of JSON when empty."""
 
 
 @final
@@ -117,6 +120,9 @@ class SuggestorFailed(_Event, frozen=True):
     """How."""
     error: str
     """`"ExceptionType: message"`."""
+    metadata: JsonValue = Field(default=None, exclude_if=lambda v: not v)
+    """The call's `Execution.metadata`: an isolated call's `worker_pid`, and `kill_reason`
+    when its worker was killed. Left out of JSON when empty."""
 
 
 @final

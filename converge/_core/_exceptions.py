@@ -7,6 +7,7 @@ ConvergeError                        root: `except ConvergeError` catches everyt
 │   ├── InvalidCheckpointError       a checkpoint that is tampered, unsigned or foreign
 │   └── ReplayError                  a trace that does not replay to its recorded root
 ├── SuggestorExitError               a suggestor raised `SystemExit`: the run stopped there
+├── WorkerError (RuntimeError)       an isolated suggestor's call failed in its worker process
 ├── RunError                         raised by `ConvergeResult.raise_for_status()`; has `.result`
 │   ├── BudgetExhaustedError         `.result.stop_reason` says which budget
 │   ├── InvariantViolationError      `.violations`
@@ -25,6 +26,8 @@ this module defines the rest and gathers them all.
 """
 
 from __future__ import annotations
+
+from pydantic import JsonValue
 
 from ._error import ConfigurationError, ConvergeError, SuggestorExitError
 from ._result import (
@@ -54,6 +57,7 @@ __all__ = [
     "StoreError",
     "SuggestorExitError",
     "SuggestorFailuresError",
+    "WorkerError",
 ]
 
 
@@ -111,3 +115,46 @@ class RunNotFoundError(StoreError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class WorkerError(ConvergeError, RuntimeError):
+    """An isolated suggestor's call failed in its worker process; the run records it as
+    that suggestor's failure and goes on.
+
+    The message names the suggestor, the cycle and the worker's pid, and says what
+    happened: the suggestor raised, the worker died (its exit status or signal), or it
+    answered with something that is not a valid reply.
+    """
+
+    suggestor: str
+    """The isolated suggestor's name."""
+    cycle: int
+    """The cycle of the call."""
+    pid: int | None
+    """The worker's process id, when one was running."""
+    reason: str
+    """`"raised"` (the suggestor raised), `"died"` (the worker ended mid-call),
+    `"garbage"` (its reply was not a valid effect of this suggestor) or `"timeout"` (no
+    answer within the pool's `timeout`)."""
+    metadata: dict[str, JsonValue]
+    """`{"worker_pid": ..., "kill_reason": ...}`, copied to the call's
+    `Execution.metadata` (no `kill_reason` when the worker lives on)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        suggestor: str,
+        cycle: int,
+        pid: int | None,
+        reason: str,
+        kill_reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.suggestor = suggestor
+        self.cycle = cycle
+        self.pid = pid
+        self.reason = reason
+        self.metadata = {"worker_pid": pid}
+        if kill_reason is not None:
+            self.metadata["kill_reason"] = kill_reason

@@ -194,6 +194,7 @@ class RunEvents:
                         duration_ms=execution.duration_ms,
                         proposals=execution.proposals,
                         tokens=execution.tokens,
+                        metadata=execution.metadata,
                     )
                 )
             else:
@@ -206,6 +207,7 @@ class RunEvents:
                         phase=execution.phase,
                         outcome=execution.outcome,
                         error=execution.error or "",
+                        metadata=execution.metadata,
                     )
                 )
 

@@ -10,7 +10,7 @@ slowest execution, with a note saying so.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -145,6 +145,11 @@ def _bar(execution: Execution, cycle: int, x: float, y: float, width: float) -> 
         tip.append("failed in accepts()")
     if execution.error:
         tip.append(execution.error)
+    metadata = execution.metadata
+    if isinstance(metadata, Mapping) and "worker_pid" in metadata:  # an isolated call
+        worker = f"in worker process {metadata['worker_pid']}"
+        killed = metadata.get("kill_reason")
+        tip.append(worker if killed is None else f"{worker}, killed: {killed}")
     parts = [
         f'<g class="exec exec-{outcome}" data-outcome="{outcome}" data-cycle="{cycle}" '
         f'data-suggestor="{esc(execution.suggestor)}" data-x="{x - _PLOT_X:.3f}" '

@@ -1,0 +1,404 @@
+"""`ProcessPool`: worker processes started with a scrubbed environment, lent one call at a time.
+
+A worker is `python -m converge._isolation._worker` started with `subprocess.Popen`, joined
+to the engine by a `socketpair` (the only descriptor it inherits beside `/dev/null` on 0, 1
+and 2), in a session of its own (a Ctrl-C meant for the engine does not reach it), with an
+environment that holds only `PATH`, the locale, `TZ`, `TMPDIR`, `HOME` and the `PYTHONPATH`
+that finds converge. The pool is shared by the threads and event loops of one process: a
+lock guards its idle list, and a call that finds every worker busy polls for one (at most
+every 5 ms) rather than waiting on a primitive of one event loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Mapping
+from itertools import count
+from pathlib import Path
+from typing import final
+
+import anyio
+from pydantic import JsonValue
+
+from .._core._checkpoint import fact_records
+from .._core._context import ContextSnapshot
+from .._core._exceptions import ConfigurationError
+from .._core._fact import Fact
+from .._core._key import AnyKey
+from ._wire import WireError, encode, read_frame, receive_frame, send_frame, write_frame
+
+__all__ = [
+    "ProcessPool",
+    "WorkerProcess",
+    "arguments_json",
+    "exit_said",
+    "scrubbed_environment",
+    "spec_id",
+]
+
+_KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "HOME", "SYSTEMROOT")
+"""The only variables of the engine's environment a worker sees (never a key, a token, a
+password or a store's address)."""
+
+_SPEC_IDS = count(1)
+_POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+
+
+_PR_SET_DUMPABLE = 4
+_GUARDED: list[bool] = []
+
+
+def guard_engine() -> None:
+    """Mark this process non-dumpable (Linux), once: a process of the same user may then
+    read neither its memory (`/proc/<pid>/mem`) nor the environment it started with
+    (`/proc/<pid>/environ`) without `CAP_SYS_PTRACE`, which workers give up. It also
+    turns off this process's core dumps."""
+    if _GUARDED:
+        return
+    _GUARDED.append(True)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+
+def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a worker's environment holds: `_KEPT_VARIABLES` from `environ`, and the
+    `PYTHONPATH` of the directory this converge is imported from."""
+    kept = {name: environ[name] for name in _KEPT_VARIABLES if name in environ}
+    kept["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    return kept
+
+
+def exit_said(returncode: int | None) -> str:
+    """How a worker ended, in words: its exit status or the signal that killed it."""
+    if returncode is None:
+        return "stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with status {returncode}"
+
+
+@final
+class WorkerProcess:
+    """One worker: its process, its end of the socket, and what it has been sent."""
+
+    __slots__ = ("built", "pid", "process", "sent", "sock", "version")
+
+    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.sock = sock
+        self.built: set[int] = set()
+        """The specs this worker has built a suggestor for."""
+        self.sent: dict[AnyKey, tuple[int, Fact]] = {}
+        """Per key, how many facts the worker's context copy holds and the last of them."""
+        self.version: int | None = 0
+        """How many facts the worker's copy holds; `None`: unknown, start it again."""
+
+    def forget(self) -> None:
+        """The worker's copy is in doubt (a call failed): the next call starts it again."""
+        self.sent.clear()
+        self.version = None
+
+    def delta(self, snapshot: ContextSnapshot) -> tuple[bool, list[JsonValue], str | None]:
+        """Whether the worker must start its copy again, the facts to send it, and what
+        changed below the API in `snapshot` (`None`: nothing)."""
+        sent = self.sent
+        reset = self.version is None or snapshot.version < self.version
+        if not reset:
+            for key, (held, last) in sent.items():
+                facts = snapshot.get(key)
+                if len(facts) < held or facts[held - 1] is not last:
+                    reset = True  # another run, an older cycle, a fork: not this line
+                    break
+        since = None if reset else {key: held for key, (held, _) in sent.items()}
+        records, problem = fact_records(snapshot, since)
+        if reset:
+            sent.clear()
+        for key in snapshot.keys() if records else ():
+            facts = snapshot.get(key)
+            sent[key] = (len(facts), facts[-1])
+        self.version = snapshot.version
+        return reset, [record.model_dump(mode="json") for record in records], problem
+
+    async def ask(self, message: dict[str, object]) -> dict[str, object]:
+        """Send one message and wait for the reply."""
+        await send_frame(self.sock, encode(message))
+        return await receive_frame(self.sock)
+
+    def kill(self, *, dying: bool = True) -> str:
+        """Kill the worker (if it still runs) and say how it ended.
+
+        `dying`: its socket closed, so it is on its way out: give it a moment to end by
+        itself, so that its own exit status or signal is what is said.
+        """
+        process = self.process
+        ended = process.poll()
+        if ended is None and dying:
+            try:
+                ended = process.wait(0.2)
+            except subprocess.TimeoutExpired:
+                ended = None
+        said = exit_said(ended)
+        if ended is None:
+            process.kill()
+            try:
+                process.wait(2.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
+                pass
+        self.sock.close()
+        return said
+
+
+class ProcessPool:
+    """The workers of a `WorkerPool`: started, lent, given back, killed."""
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        memory_limit: int | None = None,
+        python: str | None = None,
+        start_timeout: float = 60.0,
+        timeout: float | None = 600.0,
+        guard: bool = True,
+    ) -> None:
+        size = os.cpu_count() or 1 if workers is None else workers
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ConfigurationError(f"WorkerPool: workers must be a positive int, got {workers!r}")
+        if memory_limit is not None and (
+            isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 1  # pyright: ignore[reportUnnecessaryIsInstance]
+        ):
+            raise ConfigurationError(
+                f"WorkerPool: memory_limit must be a positive number of bytes, got {memory_limit!r}"
+            )
+        self._size = size
+        self._memory_limit = memory_limit
+        self._python = python or sys.executable
+        self._start_timeout = start_timeout
+        self._guard = guard
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError(
+                f"WorkerPool: timeout must be positive or None, got {timeout!r}"
+            )
+        self.timeout = timeout
+        """The longest a call may wait for its worker's answer, whatever the engine's
+        `suggestor_timeout`; `None`: as long as the engine lets it."""
+        self._lock = threading.Lock()
+        self._idle: list[WorkerProcess] = []
+        self._running = 0
+        self._closed = False
+        _POOLS.add(self)
+
+    @property
+    def size(self) -> int:
+        """How many workers may run at once."""
+        return self._size
+
+    def pids(self) -> tuple[int, ...]:
+        """The process ids of the idle workers (a worker lent to a call is not listed)."""
+        with self._lock:
+            return tuple(worker.pid for worker in self._idle)
+
+    def close(self) -> None:
+        """Kill every idle worker; a worker lent to a call is killed when it comes back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._running -= len(idle)
+        for worker in idle:
+            worker.kill()
+
+    # -- what the suggestor uses ---------------------------------------------------------
+
+    def spawn(self) -> WorkerProcess:
+        """Start one worker and send it where to import from.
+
+        Raises:
+            OSError: The worker's interpreter could not be started.
+        """
+        if self._guard:
+            guard_engine()
+        ours, theirs = socket.socketpair()
+        try:
+            pdeathsig = "1" if threading.current_thread() is threading.main_thread() else "0"
+            process = subprocess.Popen(
+                [
+                    self._python,
+                    "-m",
+                    "converge._isolation._worker",
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                    pdeathsig,
+                ],
+                env=scrubbed_environment(os.environ),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        worker = WorkerProcess(process, ours)
+        hello: dict[str, object] = {"path": sys.path, "memory_limit": self._memory_limit}
+        try:
+            write_frame(ours, hello)
+        except OSError as error:
+            raise OSError(f"worker {worker.pid} {worker.kill()} ({error})") from None
+        ours.setblocking(False)
+        return worker
+
+    def warm(self) -> None:
+        """Start the workers not started yet, all at once (they import in parallel)."""
+        started: list[WorkerProcess] = []
+        with self._lock:
+            wanted = self._size - self._running
+            self._running += wanted
+        try:
+            for _ in range(wanted):
+                started.append(self.spawn())
+        finally:
+            with self._lock:
+                self._running -= wanted - len(started)
+                self._idle.extend(started)
+
+    def describe(self, message: dict[str, object]) -> dict[str, object]:
+        """Ask a worker, blocking, what the suggestor of `message` is called and reads.
+
+        Raises:
+            ConfigurationError: No worker starts, or the worker died or answered garbage.
+        """
+        try:
+            self.warm()
+        except OSError as error:
+            raise ConfigurationError(
+                f"isolated {message['locator']!r}: the worker pool cannot start "
+                f"({self._python}): {error}"
+            ) from None
+        worker = self._idle_worker()
+        if worker is None:  # every worker is busy: ask a worker of its own
+            try:
+                worker = self.spawn()
+            except OSError as error:
+                raise ConfigurationError(
+                    f"isolated {message['locator']!r}: no worker starts: {error}"
+                ) from None
+            with self._lock:
+                self._running += 1
+        sock = worker.sock
+        sock.setblocking(True)
+        sock.settimeout(self._start_timeout)
+        try:
+            write_frame(sock, message)
+            reply = read_frame(sock)
+        except (OSError, WireError) as error:
+            said = self.discard(worker)
+            raise ConfigurationError(
+                f"isolated {message['locator']!r}: the worker pool cannot start: worker "
+                f"{worker.pid} {said} ({error})"
+            ) from None
+        sock.settimeout(None)
+        sock.setblocking(False)
+        worker.built.add(int(str(message["spec"])))
+        self.release(worker)
+        return reply
+
+    def _idle_worker(self) -> WorkerProcess | None:
+        """An idle worker that still runs; those killed since their last call are dropped."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                worker = self._idle.pop()
+                if worker.process.poll() is None:
+                    return worker
+                self._running -= 1
+            worker.sock.close()  # killed between two calls: no call is lost
+
+    async def acquire(self) -> WorkerProcess:
+        """An idle worker, started if the pool has room, else the first to come back."""
+        delay = 0.0005
+        while True:
+            worker = self._idle_worker()
+            if worker is not None:
+                return worker
+            spawn = False
+            with self._lock:
+                if self._running < self._size:
+                    self._running += 1
+                    spawn = True
+            if spawn:
+                try:
+                    return self.spawn()
+                except BaseException:
+                    with self._lock:
+                        self._running -= 1
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.005)
+
+    def release(self, worker: WorkerProcess) -> None:
+        """Give back a worker whose call ended well."""
+        with self._lock:
+            if not self._closed:
+                self._idle.append(worker)
+                return
+            self._running -= 1
+        worker.kill()
+
+    def discard(self, worker: WorkerProcess, *, dying: bool = True) -> str:
+        """Kill a worker whose call failed for good; the next call starts another."""
+        said = worker.kill(dying=dying)
+        with self._lock:
+            self._running -= 1
+        return said
+
+    def __repr__(self) -> str:
+        return f"WorkerPool(workers={self._size}, memory_limit={self._memory_limit!r})"
+
+
+def arguments_json(locator: str, arguments: Mapping[str, object]) -> dict[str, JsonValue]:
+    """`arguments` as they travel to the worker: JSON, checked one by one.
+
+    Raises:
+        ConfigurationError: An argument does not serialise as JSON; the message names it.
+    """
+    for name, value in arguments.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ConfigurationError(
+                f"isolated {locator!r}: argument {name!r} cannot be sent to a worker as JSON "
+                f"({error})"
+            ) from None
+    return json.loads(json.dumps(dict(arguments)))
+
+
+def spec_id() -> int:
+    """A number for one isolated suggestor, unique in this process."""
+    return next(_SPEC_IDS)
+
+
+@atexit.register
+def _close_all() -> None:  # pragma: no cover - at exit
+    for pool in list(_POOLS):
+        pool.close()
