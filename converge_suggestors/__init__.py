@@ -21,6 +21,7 @@ from ._chat import (
     ToolSpec,
 )
 from ._llm import LlmOutputError, LlmSuggestor
+from ._mcp import McpServer, McpTool, McpToolError
 from ._openai import OpenAIChatProvider
 from ._otel import OpenTelemetryObserver
 from ._pack import PackSuggestor
@@ -52,6 +53,9 @@ __all__ = [
     "HashingEmbedder",
     "LlmOutputError",
     "LlmSuggestor",
+    "McpServer",
+    "McpTool",
+    "McpToolError",
     "MiniLmEmbedder",
     "OpenAIChatProvider",
     "OpenTelemetryObserver",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Final, cast, final
 
 from pydantic import BaseModel, JsonValue
@@ -41,6 +42,7 @@ from ._llm_format import (
     reply_schema,
 )
 from ._llm_telemetry import CallRecord, chat_span, describe_provider, describe_text, llm_tracer
+from ._mcp import McpServer, McpTool
 from ._tool import ACTIONS, ActionRequest, Tool, arguments_digest
 
 if TYPE_CHECKING:
@@ -143,6 +145,8 @@ class LlmSuggestor:
         tools: Tools the model may call (see `Tool`): a read tool runs here and its
             arguments and result are recorded in the trace (`metadata["tool_calls"]`); an
             action's call is staged as a proposal under `ACTIONS`, for `ActionRunner`.
+        mcp_servers: MCP servers whose tools the model may call, as read tools (see
+            `McpServer`): each is opened at the start of every `execute` and closed at its end.
         max_tool_turns: Most replies with tool calls per `execute`; one more is an
             `LlmOutputError`.
         tracer_provider: Where its OpenTelemetry spans go (one per model call), when
@@ -169,6 +173,7 @@ class LlmSuggestor:
         payload_model: type[BaseModel] | None = None,
         max_repairs: int = 2,
         tools: Sequence[Tool] = (),
+        mcp_servers: Sequence[McpServer] = (),
         max_tool_turns: int = 4,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
@@ -187,6 +192,7 @@ class LlmSuggestor:
                 raise ValueError(f"LlmSuggestor {name!r}: two tools named {tool.name!r}")
             self._tools[tool.name] = tool
         self._max_tool_turns = max_tool_turns
+        self._servers = tuple(mcp_servers)
         self._acts = any(tool.kind == "action" for tool in tools)
         self._name = name
         self._provider = provider
@@ -256,8 +262,12 @@ class LlmSuggestor:
             "stop": list(request.stop),
             "max_repairs": self._max_repairs,
             **(
-                {"tools": list(self._tools), "max_tool_turns": self._max_tool_turns}
-                if self._tools
+                {
+                    "tools": list(self._tools),
+                    "mcp_servers": [server.name for server in self._servers],
+                    "max_tool_turns": self._max_tool_turns,
+                }
+                if self._tools or self._servers
                 else {}
             ),
         }
@@ -277,13 +287,34 @@ class LlmSuggestor:
         return bool(self._unseen(ctx, self._seen(ctx)))
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        """Ask the model, repairing unusable replies; stage the valid proposals.
+        """Ask the model, running its read tools, repairing unusable replies; stage the valid
+        proposals and the actions it asked for.
 
         Raises:
-            LlmOutputError: No reply was usable, repairs included.
+            LlmOutputError: No reply was usable, repairs included, or the model asked for
+                tools in more than `max_tool_turns` replies.
             ProviderError: The provider failed (its `tokens` include earlier attempts', or are
                 `None` when unknown; its `metadata` records the attempts so far).
+            McpToolError: An MCP server could not be opened.
+            ValueError: An MCP server offers a tool whose name another tool has.
         """
+        if not self._servers:
+            return await self._converse(ctx, self._tools)
+        async with AsyncExitStack() as stack:
+            tools: dict[str, Tool | McpTool] = dict(self._tools)
+            for server in self._servers:
+                for tool in await stack.enter_async_context(server.connect()):
+                    if tool.name in tools:
+                        raise ValueError(
+                            f"{self._name}: MCP server {server.name!r} offers a tool named "
+                            f"{tool.name!r}, and another tool has that name"
+                        )
+                    tools[tool.name] = tool
+            return await self._converse(ctx, tools)
+
+    async def _converse(self, ctx: Context, tools: Mapping[str, Tool | McpTool]) -> AgentEffect:
+        """The conversation of one `execute`, with `tools` offered."""
+        specs = tuple(tool.spec for tool in tools.values())
         shown = self._shown(ctx)
         evidence = tuple(fact.ref for fact in shown)
         user = _describe(shown)
@@ -300,9 +331,11 @@ class LlmSuggestor:
         attempt = repairs = turns = 0
         while repairs < attempts:
             attempt += 1
-            request = self._template.model_copy(update={"messages": tuple(messages)})
+            request = self._template.model_copy(
+                update={"messages": tuple(messages), "tools": specs}
+            )
             response, parsed = await self._ask(request, attempt, record, evidence)
-            if response.tool_calls and self._tools:
+            if response.tool_calls and tools:
                 record.answered(response, None)
                 turns += 1
                 if turns > self._max_tool_turns:
@@ -322,7 +355,7 @@ class LlmSuggestor:
                     )
                 )
                 for index, call in enumerate(response.tool_calls):
-                    answer = await self._use(call, index, turns, record, actions, evidence)
+                    answer = await self._use(call, index, turns, tools, record, actions, evidence)
                     messages.append(ChatMessage(role="tool", content=answer, tool_call_id=call.id))
                 continue
             repairs += 1
@@ -386,7 +419,7 @@ class LlmSuggestor:
                 span.failed(error)
                 raise
             span.response(response)
-            if response.tool_calls and self._tools:
+            if response.tool_calls and request.tools:
                 return response, ParsedReply()
             provenance = f"{self._name}:{response.model or self._model or 'default'}"
 
@@ -412,6 +445,7 @@ class LlmSuggestor:
         call: ToolCall,
         index: int,
         turn: int,
+        tools: Mapping[str, Tool | McpTool],
         record: CallRecord,
         actions: dict[str, ProposedFact],
         evidence: tuple[str, ...],
@@ -433,15 +467,15 @@ class LlmSuggestor:
         if index >= _CALLS_PER_TURN:
             entry["status"] = "not_run"
             return f"Not run: at most {_CALLS_PER_TURN} tool calls per reply."
-        tool = self._tools.get(call.name)
+        tool = tools.get(call.name)
         if tool is None:
             entry["status"] = "unknown_tool"
-            offered = ", ".join(self._tools)
+            offered = ", ".join(tools)
             return (
                 f"Error: there is no tool named {_cut(call.name, 64)!r}; the tools are: {offered}."
             )
         entry["kind"] = tool.kind
-        if tool.kind == "action":
+        if isinstance(tool, Tool) and tool.kind == "action":
             return self._stage(call, tool, entry, actions, evidence)
         try:
             arguments = tool.validate(call.arguments)
