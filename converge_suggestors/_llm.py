@@ -43,7 +43,7 @@ from ._llm_format import (
 )
 from ._llm_telemetry import CallRecord, chat_span, describe_provider, describe_text, llm_tracer
 from ._mcp import McpServer, McpTool
-from ._tool import ACTIONS, ActionRequest, Tool, arguments_digest
+from ._tool import ACTIONS, ActionRequest, Tool, arguments_digest, canonical_arguments
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -535,8 +535,7 @@ class LlmSuggestor:
         actions[ident] = ProposedFact(
             key=ACTIONS,
             id=ident,
-            content=f"{tool.name} {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}"
-            f" (reason: {_cut(reason, 500)})",
+            content=f"{tool.name} {canonical_arguments(arguments)} (reason: {_cut(reason, 500)})",
             payload=request.model_dump(mode="json"),
             provenance=f"{self._name}:{self._asked or 'default'}",
             evidence=evidence,
