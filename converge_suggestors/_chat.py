@@ -111,6 +111,9 @@ class ChatRequest(_Frozen, frozen=True):
     """The schema the reply must match; the provider decides how (or whether) to send it."""
     tools: tuple[ToolSpec, ...] = ()
     """The tools the model may call; none by default."""
+    tool_choice: str | None = None
+    """`"auto"`, `"none"`, `"required"`, or the name of the one tool the reply must call;
+    `None` for the server's default."""
 
 
 @final

@@ -147,6 +147,9 @@ class LlmSuggestor:
             action's call is staged as a proposal under `ACTIONS`, for `ActionRunner`.
         mcp_servers: MCP servers whose tools the model may call, as read tools (see
             `McpServer`): each is opened at the start of every `execute` and closed at its end.
+        first_tool: The tool the model's first reply must call (sent as `tool_choice`, which
+            servers that constrain output enforce); later replies choose freely. `None`: the
+            model chooses from the start.
         max_tool_turns: Most replies with tool calls per `execute`; one more is an
             `LlmOutputError`.
         tracer_provider: Where its OpenTelemetry spans go (one per model call), when
@@ -175,6 +178,7 @@ class LlmSuggestor:
         tools: Sequence[Tool] = (),
         mcp_servers: Sequence[McpServer] = (),
         max_tool_turns: int = 4,
+        first_tool: str | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         target = key_named(target)
@@ -193,6 +197,11 @@ class LlmSuggestor:
             self._tools[tool.name] = tool
         self._max_tool_turns = max_tool_turns
         self._servers = tuple(mcp_servers)
+        if first_tool is not None and first_tool not in self._tools and not self._servers:
+            raise ValueError(
+                f"LlmSuggestor {name!r}: first_tool {first_tool!r} is not one of its tools"
+            )
+        self._first_tool = first_tool
         self._acts = any(tool.kind == "action" for tool in tools)
         self._name = name
         self._provider = provider
@@ -331,8 +340,9 @@ class LlmSuggestor:
         attempt = repairs = turns = 0
         while repairs < attempts:
             attempt += 1
+            choice = self._first_tool if attempt == 1 and specs else None
             request = self._template.model_copy(
-                update={"messages": tuple(messages), "tools": specs}
+                update={"messages": tuple(messages), "tools": specs, "tool_choice": choice}
             )
             response, parsed = await self._ask(request, attempt, record, evidence)
             if response.tool_calls and tools:
@@ -510,7 +520,7 @@ class LlmSuggestor:
     ) -> str:
         """Stage an action's call as a proposal under `ACTIONS`; it is not run here."""
         try:
-            raw: object = json.loads(call.arguments)
+            raw: object = json.loads(call.arguments, strict=False)
         except ValueError:
             raw = None
         reason = ""

@@ -85,7 +85,7 @@ class McpTool:
 
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
+                arguments = json.loads(arguments, strict=False)
             except ValueError as error:
                 raise ValueError(f"the arguments are not JSON ({error})") from None
         if not isinstance(arguments, dict):

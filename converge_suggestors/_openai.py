@@ -213,6 +213,13 @@ class OpenAIChatProvider:
                 }
                 for tool in request.tools
             ]
+        choice = request.tool_choice
+        if choice is not None:
+            body["tool_choice"] = (
+                choice
+                if choice in ("auto", "none", "required")
+                else {"type": "function", "function": {"name": choice}}
+            )
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
         if request.top_p is not None:

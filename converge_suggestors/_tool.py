@@ -196,8 +196,9 @@ class Tool:
         return ToolSpec(name=self._name, description=self._description, parameters=self._schema)
 
     def validate(self, arguments: object) -> dict[str, JsonValue]:
-        """Validate `arguments` (a JSON object, or its text); return them as they will be
-        passed, in JSON form.
+        """Validate `arguments` (a JSON object, or its text, where control characters inside
+        strings are allowed, as models write them); return them as they will be passed, in
+        JSON form.
 
         Raises:
             ValueError: They are not a JSON object, or do not validate (the message lists
@@ -205,7 +206,7 @@ class Tool:
         """
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments)
+                arguments = json.loads(arguments, strict=False)
             except ValueError as error:
                 raise ValueError(f"the arguments are not JSON ({error})") from None
         if not isinstance(arguments, dict):

@@ -199,3 +199,31 @@ def test_llm_shows_the_model_its_rejected_action_when_it_runs_again() -> None:
     last = provider.requests[-1]
     assert "rejected" in last.messages[1].content
     assert "no panic" in last.messages[1].content
+
+
+def test_llm_first_tool_is_asked_for_in_the_first_request_only() -> None:
+    provider = ScriptedChatProvider([asking(("forecast", '{"city": "Oslo"}')), ANSWER])
+    llm = LlmSuggestor(
+        "forecaster",
+        provider,
+        dependencies=[ContextKey.SEEDS],
+        target=ContextKey.HYPOTHESES,
+        instructions="Forecast.",
+        tools=[Tool(forecast)],
+        first_tool="forecast",
+    )
+    run(llm)
+    assert [request.tool_choice for request in provider.requests] == ["forecast", None]
+
+
+def test_llm_refuses_a_first_tool_it_does_not_have() -> None:
+    with pytest.raises(ValueError, match="first_tool 'nope' is not one of its tools"):
+        LlmSuggestor(
+            "forecaster",
+            ScriptedChatProvider([]),
+            dependencies=[ContextKey.SEEDS],
+            target=ContextKey.HYPOTHESES,
+            instructions="Forecast.",
+            tools=[Tool(forecast)],
+            first_tool="nope",
+        )

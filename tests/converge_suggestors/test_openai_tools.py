@@ -223,3 +223,24 @@ def test_a_malformed_tool_call_is_a_provider_error(chat_server: ChatServer) -> N
     assert execution.outcome == "failed"
     assert (execution.error or "").startswith(f"{ProviderError.__name__}: POST ")
     assert "malformed reply" in (execution.error or "")
+
+
+@pytest.mark.parametrize(
+    ("choice", "sent"),
+    [
+        ("auto", "auto"),
+        ("required", "required"),
+        ("lookup", {"type": "function", "function": {"name": "lookup"}}),
+    ],
+)
+def test_provider_sends_tool_choice_as_a_mode_or_a_named_function(
+    chat_server: ChatServer, choice: str, sent: object
+) -> None:
+    provider = OpenAIChatProvider(chat_server.base_url, KEY, model="m-1")
+    request = ChatRequest(
+        model="",
+        messages=(ChatMessage(role="user", content="hi"),),
+        tools=(Tool(lookup).spec,),
+        tool_choice=choice,
+    )
+    assert provider.body(request)["tool_choice"] == sent

@@ -125,3 +125,7 @@ def test_tool_refuses_an_unannotated_parameter() -> None:
 
     with pytest.raises(ValueError, match="parameter 'x' has no annotation"):
         Tool(bare)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def test_tool_validate_allows_a_control_character_inside_a_string_as_models_write_them() -> None:
+    assert Tool(lookup).validate('{"city": "Oslo\nwest"}') == {"city": "Oslo\nwest", "limit": 3}
