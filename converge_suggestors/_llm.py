@@ -43,7 +43,14 @@ from ._llm_format import (
 )
 from ._llm_telemetry import CallRecord, chat_span, describe_provider, describe_text, llm_tracer
 from ._mcp import McpServer, McpTool
-from ._tool import ACTIONS, ActionRequest, Tool, arguments_digest, canonical_arguments
+from ._tool import (
+    ACTIONS,
+    REASON,
+    ActionRequest,
+    Tool,
+    arguments_digest,
+    canonical_arguments,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -526,7 +533,7 @@ class LlmSuggestor:
         reason = ""
         if isinstance(raw, dict):
             given = cast("dict[str, object]", raw)
-            stated = given.pop("reason", "")
+            stated = given.pop(REASON, "")
             reason = stated if isinstance(stated, str) else ""
             raw = given
         try:

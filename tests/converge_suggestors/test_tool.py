@@ -49,11 +49,24 @@ def test_tool_schema_is_generated_from_the_signature() -> None:
     assert spec.parameters["additionalProperties"] is False
 
 
-def test_tool_action_schema_hides_the_idempotency_key() -> None:
+def test_tool_action_schema_hides_the_idempotency_key_and_asks_for_a_reason() -> None:
     tool = Tool(pay, kind="action")
     properties = tool.parameters["properties"]
     assert isinstance(properties, dict)
-    assert set(properties) == {"to", "money"}
+    assert set(properties) == {"to", "money", "reason"}
+    assert tool.parameters["required"] == ["to", "money", "reason"]
+    assert tool.validate('{"to": "ann", "money": {"amount": 1, "currency": "EUR"}}') == {
+        "to": "ann",
+        "money": {"amount": 1, "currency": "EUR"},
+    }
+
+
+def test_tool_refuses_an_action_with_a_parameter_named_reason() -> None:
+    def note(reason: str, *, idempotency_key: str) -> None:
+        """Note."""
+
+    with pytest.raises(ValueError, match="an action's parameter cannot be named 'reason'"):
+        Tool(note, kind="action")
 
 
 @pytest.mark.parametrize(
