@@ -61,7 +61,13 @@ _REPLY_EXCERPT: Final = 200
 _REPAIR_ECHO: Final = 4000
 _UNSAFE_ID: Final = re.compile(r"[^A-Za-z0-9_.:-]")
 _TOOL_ANSWER: Final = 4000
-"""Most characters of a tool's result (or error) sent back to the model and recorded."""
+"""Most characters of a tool's result (or error) sent back to the model."""
+_RECORDED: Final = 800
+"""Most characters of a call's arguments, result or error recorded in the trace (a result cut
+is recorded as its text, cut, with `result_chars`)."""
+_MAX_TOOL_TURNS: Final = 8
+"""Most replies with tool calls `max_tool_turns` may allow: 8 x 8 recorded calls of at most
+about 8 KB each stay well within the trace's 1 MiB of metadata per call."""
 _CALLS_PER_TURN: Final = 8
 """Most tool calls of one reply that are run; the rest are answered as not run."""
 _REJECTED: Final = "hitl-rejected:"
@@ -157,7 +163,7 @@ class LlmSuggestor:
         first_tool: The tool the model's first reply must call (sent as `tool_choice`, which
             servers that constrain output enforce); later replies choose freely. `None`: the
             model chooses from the start.
-        max_tool_turns: Most replies with tool calls per `execute`; one more is an
+        max_tool_turns: Most replies with tool calls per `execute` (1 to 8); one more is an
             `LlmOutputError`.
         tracer_provider: Where its OpenTelemetry spans go (one per model call), when
             `opentelemetry-api` is installed; the global provider by default.
@@ -195,8 +201,11 @@ class LlmSuggestor:
             raise ValueError(f"LlmSuggestor {name!r}: max_context_facts must be at least 1")
         if max_repairs < 0:
             raise ValueError(f"LlmSuggestor {name!r}: max_repairs must be 0 or more")
-        if max_tool_turns < 1:
-            raise ValueError(f"LlmSuggestor {name!r}: max_tool_turns must be at least 1")
+        if not 1 <= max_tool_turns <= _MAX_TOOL_TURNS:
+            raise ValueError(
+                f"LlmSuggestor {name!r}: max_tool_turns must be from 1 to {_MAX_TOOL_TURNS} "
+                "(every call is recorded in the trace, whose metadata is bounded)"
+            )
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self._tools:
@@ -477,7 +486,7 @@ class LlmSuggestor:
             "turn": turn,
             "id": _cut(call.id, 200),
             "tool": _cut(call.name, 200),
-            "arguments": _cut(call.arguments, _TOOL_ANSWER),
+            "arguments": _cut(call.arguments, _RECORDED),
         }
         record.tool_calls.append(entry)
         log = get_logger(suggestor=self._name)
@@ -498,8 +507,8 @@ class LlmSuggestor:
             arguments = tool.validate(call.arguments)
         except ValueError as error:
             entry["status"] = "invalid"
-            entry["error"] = _cut(str(error), _TOOL_ANSWER)
-            return f"Error: invalid arguments for {tool.name}: {entry['error']}"
+            entry["error"] = _cut(str(error), _RECORDED)
+            return f"Error: invalid arguments for {tool.name}: {_cut(str(error), _TOOL_ANSWER)}"
         try:
             result = await tool.call(arguments)
         except TimeoutError:
@@ -507,13 +516,18 @@ class LlmSuggestor:
             log.warning("tool_timed_out", tool=tool.name)
             return f"Error: {tool.name} did not answer within {tool.timeout:g}s."
         except Exception as error:  # the tool's failure is the model's answer, and recorded
+            problem = _cut(f"{type(error).__name__}: {error}", _TOOL_ANSWER)
             entry["status"] = "failed"
-            entry["error"] = _cut(f"{type(error).__name__}: {error}", _TOOL_ANSWER)
+            entry["error"] = _cut(problem, _RECORDED)
             log.warning("tool_failed", tool=tool.name, error=entry["error"])
-            return f"Error: {tool.name} failed: {entry['error']}"
+            return f"Error: {tool.name} failed: {problem}"
         text = json.dumps(result, ensure_ascii=False)
         entry["status"] = "ok"
-        entry["result"] = result if len(text) <= _TOOL_ANSWER else _cut(text, _TOOL_ANSWER)
+        if len(text) <= _RECORDED:
+            entry["result"] = result
+        else:
+            entry["result"] = _cut(text, _RECORDED)
+            entry["result_chars"] = len(text)
         log.debug("tool_called", tool=tool.name)
         return _cut(text, _TOOL_ANSWER)
 
@@ -542,8 +556,8 @@ class LlmSuggestor:
             arguments = tool.validate(raw if raw is not None else call.arguments)
         except ValueError as error:
             entry["status"] = "invalid"
-            entry["error"] = _cut(str(error), _TOOL_ANSWER)
-            return f"Error: invalid arguments for {tool.name}: {entry['error']}"
+            entry["error"] = _cut(str(error), _RECORDED)
+            return f"Error: invalid arguments for {tool.name}: {_cut(str(error), _TOOL_ANSWER)}"
         digest = arguments_digest(arguments)
         ident = f"{self._safe_name}.{tool.name}.{digest[:16]}"
         request = ActionRequest(

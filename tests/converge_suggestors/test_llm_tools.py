@@ -227,3 +227,47 @@ def test_llm_refuses_a_first_tool_it_does_not_have() -> None:
             tools=[Tool(forecast)],
             first_tool="nope",
         )
+
+
+@pytest.mark.parametrize("turns", [0, 9])
+def test_llm_refuses_max_tool_turns_outside_one_to_eight(turns: int) -> None:
+    with pytest.raises(ValueError, match="max_tool_turns must be from 1 to 8"):
+        suggestor([], max_tool_turns=turns)
+
+
+def test_llm_records_the_most_hostile_calls_allowed_within_the_metadata_limit() -> None:
+    """8 replies of 8 calls each, every one as large and as costly to encode as it can be."""
+    huge = "\x01" * 10_000
+    reply = ChatResponse(
+        content="",
+        tool_calls=tuple(
+            ToolCall(id=huge, name=huge, arguments=json.dumps({"city": huge})) for _ in range(9)
+        ),
+    )
+    llm, _ = suggestor([reply] * 8 + [ANSWER], max_tool_turns=8)
+    result = run(llm)
+    entries = tool_calls_of(result)
+    assert len(entries) == 8 * 9
+    assert {str(entry["status"]) for entry in entries} == {"unknown_tool", "not_run"}
+    assert result.context.find(ContextKey.PROPOSALS, "rain") is not None
+
+
+def test_llm_records_a_long_result_cut_with_its_length() -> None:
+    def long(city: str) -> str:
+        """Long."""
+        return city * 1000
+
+    provider = ScriptedChatProvider([asking(("long", '{"city": "ab"}')), ANSWER])
+    llm = LlmSuggestor(
+        "forecaster",
+        provider,
+        dependencies=[ContextKey.SEEDS],
+        target=ContextKey.HYPOTHESES,
+        instructions="Forecast.",
+        tools=[Tool(long)],
+    )
+    [entry] = tool_calls_of(run(llm))
+    assert entry["result_chars"] == 2002
+    assert isinstance(entry["result"], str)
+    assert len(entry["result"]) == 800
+    assert len(provider.requests[1].messages[-1].content) == 2002  # the model gets it all
