@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 
 import anyio
 import pytest
@@ -17,6 +18,8 @@ from converge import (
     GateDecision,
     HitlPolicy,
     ProposedFact,
+    RunStore,
+    SqliteRunStore,
 )
 from converge_suggestors import (
     ACTION_RESULTS,
@@ -51,7 +54,9 @@ def _clear() -> None:
     sent.clear()
 
 
-def engine(*, record: bool = False, runner: ActionRunner | None = None) -> Engine:
+def engine(
+    *, record: bool = False, runner: ActionRunner | None = None, store: RunStore | None = None
+) -> Engine:
     provider = ScriptedChatProvider(
         [
             ChatResponse(
@@ -61,7 +66,7 @@ def engine(*, record: bool = False, runner: ActionRunner | None = None) -> Engin
             '{"proposals": []}',
         ]
     )
-    built = Engine(hitl=HITL, record_effects=record)
+    built = Engine(hitl=HITL, record_effects=record, store=store)
     built.register_suggestor(
         LlmSuggestor(
             "planner",
@@ -275,3 +280,22 @@ def test_action_runner_refuses_a_read_tool() -> None:
 
     with pytest.raises(ValueError, match="tool 'look' is not an action"):
         ActionRunner(tools=[Tool(look)])
+
+
+async def test_a_fork_after_approval_runs_the_action_with_the_same_idempotency_key(
+    tmp_path: Path,
+) -> None:
+    """The fork is a new run from the parent's context: its runner calls the tool again, with
+    the key of the same approved fact, so a tool keyed by it takes effect once."""
+    store = SqliteRunStore(tmp_path / "runs.db")
+    built = engine(record=True, store=store)
+    paused = await built.run(inputs=[SEED])
+    assert paused.checkpoint is not None
+    [gate] = paused.pending
+    result = await built.resume(paused.checkpoint, [GateDecision.approve(gate.gate_id, by="jane")])
+    [action] = result.context.get(ACTIONS)
+    record = await store.load(result.run_id)
+    forked = await built.fork(record, at_cycle=action.promotion.cycle)
+    assert forked.converged
+    assert len(sent) == 2
+    assert sent[0][2] == sent[1][2] == outcome(forked).idempotency_key
