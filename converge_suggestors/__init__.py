@@ -1,5 +1,6 @@
 """Ready-made suggestors for converge: seeds and reactions, validation, LLMs, and telemetry."""
 
+from ._action import ActionRunner, idempotency_key
 from ._assignment import (
     AssignmentPack,
     AssignmentPair,
@@ -16,8 +17,11 @@ from ._chat import (
     ResponseSchema,
     ScriptedChatProvider,
     StructuredOutput,
+    ToolCall,
+    ToolSpec,
 )
 from ._llm import LlmOutputError, LlmSuggestor
+from ._mcp import McpServer, McpTool, McpToolError
 from ._openai import OpenAIChatProvider
 from ._otel import OpenTelemetryObserver
 from ._pack import PackSuggestor
@@ -26,9 +30,15 @@ from ._react import ReactOnceSuggestor
 from ._retrieval import Embedder, HashingEmbedder, MiniLmEmbedder, RetrievalSuggestor
 from ._rule import RuleSuggestor
 from ._seed import SeedSuggestor
+from ._tool import ACTION_RESULTS, ACTIONS, ActionOutcome, ActionRequest, Tool, ToolKind
 from ._validation import ValidationAgent, ValidationConfig, ValidationResult
 
 __all__ = [
+    "ACTIONS",
+    "ACTION_RESULTS",
+    "ActionOutcome",
+    "ActionRequest",
+    "ActionRunner",
     "AssignmentPack",
     "AssignmentPair",
     "AssignmentPlan",
@@ -43,6 +53,9 @@ __all__ = [
     "HashingEmbedder",
     "LlmOutputError",
     "LlmSuggestor",
+    "McpServer",
+    "McpTool",
+    "McpToolError",
     "MiniLmEmbedder",
     "OpenAIChatProvider",
     "OpenTelemetryObserver",
@@ -58,9 +71,14 @@ __all__ = [
     "ScriptedChatProvider",
     "SeedSuggestor",
     "StructuredOutput",
+    "Tool",
+    "ToolCall",
+    "ToolKind",
+    "ToolSpec",
     "ValidationAgent",
     "ValidationConfig",
     "ValidationResult",
+    "idempotency_key",
 ]
 
 
@@ -69,7 +87,9 @@ __all__ = [
 def _publish() -> None:
     for name in __all__:
         value = globals()[name]
-        if isinstance(value, type) and value.__module__.startswith(f"{__name__}._"):
+        if (isinstance(value, type) or callable(value)) and getattr(
+            value, "__module__", ""
+        ).startswith(f"{__name__}._"):
             value.__module__ = __name__
 
 

@@ -16,6 +16,8 @@ __all__ = [
     "ResponseSchema",
     "ScriptedChatProvider",
     "StructuredOutput",
+    "ToolCall",
+    "ToolSpec",
 ]
 
 StructuredOutput = Literal["json_schema", "json_object", "none"]
@@ -35,13 +37,41 @@ class _Frozen(BaseModel, frozen=True):
 
 
 @final
+class ToolCall(_Frozen, frozen=True):
+    """One call of a tool, as the model asked for it."""
+
+    id: str
+    """The call's id, which the answer to it (a `"tool"` message) names."""
+    name: str
+    """The tool the model asked for (not necessarily one it was offered)."""
+    arguments: str
+    """The arguments as the model wrote them: JSON text, not yet read or validated."""
+
+
+@final
+class ToolSpec(_Frozen, frozen=True):
+    """A tool offered to the model: its name, what it does, the JSON schema of its arguments."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """Letters, digits, `_` and `-`, at most 64 (OpenAI's rule)."""
+    description: str
+    """What the tool does, for the model."""
+    parameters: dict[str, JsonValue]
+    """The JSON schema of its arguments object."""
+
+
+@final
 class ChatMessage(_Frozen, frozen=True):
     """One message of a conversation."""
 
-    role: Literal["system", "user", "assistant"]
-    """Who speaks."""
+    role: Literal["system", "user", "assistant", "tool"]
+    """Who speaks; `"tool"` answers one tool call."""
     content: str
     """What is said."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls of an `"assistant"` message."""
+    tool_call_id: str | None = None
+    """The call a `"tool"` message answers."""
 
 
 @final
@@ -79,6 +109,11 @@ class ChatRequest(_Frozen, frozen=True):
     """Sequences that end the reply when generated."""
     response_schema: ResponseSchema | None = None
     """The schema the reply must match; the provider decides how (or whether) to send it."""
+    tools: tuple[ToolSpec, ...] = ()
+    """The tools the model may call; none by default."""
+    tool_choice: str | None = None
+    """`"auto"`, `"none"`, `"required"`, or the name of the one tool the reply must call;
+    `None` for the server's default."""
 
 
 @final
@@ -98,6 +133,8 @@ class ChatResponse(_Frozen, frozen=True):
     tokens_unknown: bool = False
     """The provider did not report what the reply cost (no `usage`, or a count of `null`):
     the counts above are what it did report, 0 for the rest, a lower bound."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tools the model asked to call, in order; none for a plain reply."""
 
 
 class ChatProvider(Protocol):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Final, cast, final
 
 from pydantic import BaseModel, JsonValue
@@ -22,7 +24,14 @@ from converge import (
     key_named,
 )
 
-from ._chat import ChatMessage, ChatProvider, ChatRequest, ChatResponse, ProviderError
+from ._chat import (
+    ChatMessage,
+    ChatProvider,
+    ChatRequest,
+    ChatResponse,
+    ProviderError,
+    ToolCall,
+)
 from ._chat import ResponseSchema as _ResponseSchema
 from ._llm_format import (
     InvalidItem,
@@ -33,6 +42,15 @@ from ._llm_format import (
     reply_schema,
 )
 from ._llm_telemetry import CallRecord, chat_span, describe_provider, describe_text, llm_tracer
+from ._mcp import McpServer, McpTool
+from ._tool import (
+    ACTIONS,
+    REASON,
+    ActionRequest,
+    Tool,
+    arguments_digest,
+    canonical_arguments,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -42,6 +60,17 @@ __all__ = ["LlmOutputError", "LlmSuggestor"]
 _REPLY_EXCERPT: Final = 200
 _REPAIR_ECHO: Final = 4000
 _UNSAFE_ID: Final = re.compile(r"[^A-Za-z0-9_.:-]")
+_TOOL_ANSWER: Final = 4000
+"""Most characters of a tool's result (or error) sent back to the model."""
+_RECORDED: Final = 800
+"""Most characters of a call's arguments, result or error recorded in the trace (a result cut
+is recorded as its text, cut, with `result_chars`)."""
+_MAX_TOOL_TURNS: Final = 8
+"""Most replies with tool calls `max_tool_turns` may allow: 8 x 8 recorded calls of at most
+about 8 KB each stay well within the trace's 1 MiB of metadata per call."""
+_CALLS_PER_TURN: Final = 8
+"""Most tool calls of one reply that are run; the rest are answered as not run."""
+_REJECTED: Final = "hitl-rejected:"
 DEFAULT_MAX_TOKENS: Final = 512
 """Completion tokens per call when `max_tokens` is not given."""
 
@@ -126,6 +155,16 @@ class LlmSuggestor:
         payload_model: A pydantic model each proposal's `payload` must match; `None` for
             proposals without a required payload.
         max_repairs: How many times an unusable reply is sent back with its problem.
+        tools: Tools the model may call (see `Tool`): a read tool runs here and its
+            arguments and result are recorded in the trace (`metadata["tool_calls"]`); an
+            action's call is staged as a proposal under `ACTIONS`, for `ActionRunner`.
+        mcp_servers: MCP servers whose tools the model may call, as read tools (see
+            `McpServer`): each is opened at the start of every `execute` and closed at its end.
+        first_tool: The tool the model's first reply must call (sent as `tool_choice`, which
+            servers that constrain output enforce); later replies choose freely. `None`: the
+            model chooses from the start.
+        max_tool_turns: Most replies with tool calls per `execute` (1 to 8); one more is an
+            `LlmOutputError`.
         tracer_provider: Where its OpenTelemetry spans go (one per model call), when
             `opentelemetry-api` is installed; the global provider by default.
     """
@@ -149,6 +188,10 @@ class LlmSuggestor:
         format_prompt: str | None = None,
         payload_model: type[BaseModel] | None = None,
         max_repairs: int = 2,
+        tools: Sequence[Tool] = (),
+        mcp_servers: Sequence[McpServer] = (),
+        max_tool_turns: int = 4,
+        first_tool: str | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
         target = key_named(target)
@@ -158,6 +201,24 @@ class LlmSuggestor:
             raise ValueError(f"LlmSuggestor {name!r}: max_context_facts must be at least 1")
         if max_repairs < 0:
             raise ValueError(f"LlmSuggestor {name!r}: max_repairs must be 0 or more")
+        if not 1 <= max_tool_turns <= _MAX_TOOL_TURNS:
+            raise ValueError(
+                f"LlmSuggestor {name!r}: max_tool_turns must be from 1 to {_MAX_TOOL_TURNS} "
+                "(every call is recorded in the trace, whose metadata is bounded)"
+            )
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"LlmSuggestor {name!r}: two tools named {tool.name!r}")
+            self._tools[tool.name] = tool
+        self._max_tool_turns = max_tool_turns
+        self._servers = tuple(mcp_servers)
+        if first_tool is not None and first_tool not in self._tools and not self._servers:
+            raise ValueError(
+                f"LlmSuggestor {name!r}: first_tool {first_tool!r} is not one of its tools"
+            )
+        self._first_tool = first_tool
+        self._acts = any(tool.kind == "action" for tool in tools)
         self._name = name
         self._provider = provider
         self._shown_keys = tuple(dict.fromkeys(dependencies))
@@ -178,6 +239,7 @@ class LlmSuggestor:
             response_schema=_ResponseSchema(
                 name="proposals", json_schema=reply_schema(payload_model)
             ),
+            tools=tuple(tool.spec for tool in self._tools.values()),
         )
         described = _format_prompt(payload_model) if format_prompt is None else format_prompt
         self._system = "\n\n".join(
@@ -204,8 +266,8 @@ class LlmSuggestor:
 
     @property
     def writes(self) -> Sequence[AnyKey]:
-        """`PROPOSALS`, for the model's output."""
-        return (ContextKey.PROPOSALS,)
+        """`PROPOSALS`, for the model's output, and `ACTIONS` when it has actions."""
+        return (ContextKey.PROPOSALS, ACTIONS) if self._acts else (ContextKey.PROPOSALS,)
 
     @property
     def system_message(self) -> str:
@@ -224,6 +286,15 @@ class LlmSuggestor:
             "seed": request.seed,
             "stop": list(request.stop),
             "max_repairs": self._max_repairs,
+            **(
+                {
+                    "tools": list(self._tools),
+                    "mcp_servers": [server.name for server in self._servers],
+                    "max_tool_turns": self._max_tool_turns,
+                }
+                if self._tools or self._servers
+                else {}
+            ),
         }
 
     def _call_setup(self, system_prompt: str | None) -> dict[str, JsonValue]:
@@ -241,32 +312,86 @@ class LlmSuggestor:
         return bool(self._unseen(ctx, self._seen(ctx)))
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
-        """Ask the model, repairing unusable replies; stage the valid proposals.
+        """Ask the model, running its read tools, repairing unusable replies; stage the valid
+        proposals and the actions it asked for.
 
         Raises:
-            LlmOutputError: No reply was usable, repairs included.
+            LlmOutputError: No reply was usable, repairs included, or the model asked for
+                tools in more than `max_tool_turns` replies.
             ProviderError: The provider failed (its `tokens` include earlier attempts', or are
                 `None` when unknown; its `metadata` records the attempts so far).
+            McpToolError: An MCP server could not be opened.
+            ValueError: An MCP server offers a tool whose name another tool has.
         """
+        if not self._servers:
+            return await self._converse(ctx, self._tools)
+        async with AsyncExitStack() as stack:
+            tools: dict[str, Tool | McpTool] = dict(self._tools)
+            for server in self._servers:
+                for tool in await stack.enter_async_context(server.connect()):
+                    if tool.name in tools:
+                        raise ValueError(
+                            f"{self._name}: MCP server {server.name!r} offers a tool named "
+                            f"{tool.name!r}, and another tool has that name"
+                        )
+                    tools[tool.name] = tool
+            return await self._converse(ctx, tools)
+
+    async def _converse(self, ctx: Context, tools: Mapping[str, Tool | McpTool]) -> AgentEffect:
+        """The conversation of one `execute`, with `tools` offered."""
+        specs = tuple(tool.spec for tool in tools.values())
         shown = self._shown(ctx)
         evidence = tuple(fact.ref for fact in shown)
+        user = _describe(shown)
+        if self._acts:
+            user += self._rejections(ctx)
         messages = [
             ChatMessage(role="system", content=self._system),
-            ChatMessage(role="user", content=_describe(shown)),
+            ChatMessage(role="user", content=user),
         ]
         attempts = self._max_repairs + 1
         record = CallRecord(dict(self._setup))
         problem = ""
-        for attempt in range(1, attempts + 1):
-            request = self._template.model_copy(update={"messages": tuple(messages)})
+        actions: dict[str, ProposedFact] = {}
+        attempt = repairs = turns = 0
+        while repairs < attempts:
+            attempt += 1
+            choice = self._first_tool if attempt == 1 and specs else None
+            request = self._template.model_copy(
+                update={"messages": tuple(messages), "tools": specs, "tool_choice": choice}
+            )
             response, parsed = await self._ask(request, attempt, record, evidence)
+            if response.tool_calls and tools:
+                record.answered(response, None)
+                turns += 1
+                if turns > self._max_tool_turns:
+                    raise LlmOutputError(
+                        f"{self._name}: the model asked for tools in more than "
+                        f"{self._max_tool_turns} replies (max_tool_turns)",
+                        tokens=record.known_tokens,
+                        attempts=attempt,
+                        metadata=record.metadata(),
+                        tokens_unknown=record.tokens is None,
+                    )
+                messages.append(
+                    ChatMessage(
+                        role="assistant",
+                        content=_cut(response.content, _REPAIR_ECHO),
+                        tool_calls=response.tool_calls,
+                    )
+                )
+                for index, call in enumerate(response.tool_calls):
+                    answer = await self._use(call, index, turns, tools, record, actions, evidence)
+                    messages.append(ChatMessage(role="tool", content=answer, tool_call_id=call.id))
+                continue
+            repairs += 1
             record.answered(response, parsed.problem)
             self._log(response, attempt, parsed)
             if parsed.problem is None:
                 refused = [self._refusal(item, response) for item in parsed.invalid]
                 record.invalid = len(refused)
                 return AgentEffect(
-                    proposals=tuple(parsed.proposals),
+                    proposals=(*parsed.proposals, *actions.values()),
                     refused=tuple(refused),
                     tokens=record.known_tokens,
                     tokens_unknown=record.tokens is None,
@@ -320,6 +445,8 @@ class LlmSuggestor:
                 span.failed(error)
                 raise
             span.response(response)
+            if response.tool_calls and request.tools:
+                return response, ParsedReply()
             provenance = f"{self._name}:{response.model or self._model or 'default'}"
 
             def make(item: BaseModel) -> ProposedFact:
@@ -338,6 +465,130 @@ class LlmSuggestor:
             if parsed.problem is not None:
                 span.invalid(parsed.problem)
             return response, parsed
+
+    async def _use(
+        self,
+        call: ToolCall,
+        index: int,
+        turn: int,
+        tools: Mapping[str, Tool | McpTool],
+        record: CallRecord,
+        actions: dict[str, ProposedFact],
+        evidence: tuple[str, ...],
+    ) -> str:
+        """Answer one tool call: run a read tool, stage an action; record it either way.
+
+        Returns the text the model is sent back. Nothing the model sent is trusted: an unknown
+        tool, arguments that do not validate, a tool that raises or times out are each
+        answered with the problem and recorded with their status.
+        """
+        entry: dict[str, JsonValue] = {
+            "turn": turn,
+            "id": _cut(call.id, 200),
+            "tool": _cut(call.name, 200),
+            "arguments": _cut(call.arguments, _RECORDED),
+        }
+        record.tool_calls.append(entry)
+        log = get_logger(suggestor=self._name)
+        if index >= _CALLS_PER_TURN:
+            entry["status"] = "not_run"
+            return f"Not run: at most {_CALLS_PER_TURN} tool calls per reply."
+        tool = tools.get(call.name)
+        if tool is None:
+            entry["status"] = "unknown_tool"
+            offered = ", ".join(tools)
+            return (
+                f"Error: there is no tool named {_cut(call.name, 64)!r}; the tools are: {offered}."
+            )
+        entry["kind"] = tool.kind
+        if isinstance(tool, Tool) and tool.kind == "action":
+            return self._stage(call, tool, entry, actions, evidence)
+        try:
+            arguments = tool.validate(call.arguments)
+        except ValueError as error:
+            entry["status"] = "invalid"
+            entry["error"] = _cut(str(error), _RECORDED)
+            return f"Error: invalid arguments for {tool.name}: {_cut(str(error), _TOOL_ANSWER)}"
+        try:
+            result = await tool.call(arguments)
+        except TimeoutError:
+            entry["status"] = "timed_out"
+            log.warning("tool_timed_out", tool=tool.name)
+            return f"Error: {tool.name} did not answer within {tool.timeout:g}s."
+        except Exception as error:  # the tool's failure is the model's answer, and recorded
+            problem = _cut(f"{type(error).__name__}: {error}", _TOOL_ANSWER)
+            entry["status"] = "failed"
+            entry["error"] = _cut(problem, _RECORDED)
+            log.warning("tool_failed", tool=tool.name, error=entry["error"])
+            return f"Error: {tool.name} failed: {problem}"
+        text = json.dumps(result, ensure_ascii=False)
+        entry["status"] = "ok"
+        if len(text) <= _RECORDED:
+            entry["result"] = result
+        else:
+            entry["result"] = _cut(text, _RECORDED)
+            entry["result_chars"] = len(text)
+        log.debug("tool_called", tool=tool.name)
+        return _cut(text, _TOOL_ANSWER)
+
+    def _stage(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        entry: dict[str, JsonValue],
+        actions: dict[str, ProposedFact],
+        evidence: tuple[str, ...],
+    ) -> str:
+        """Stage an action's call as a proposal under `ACTIONS`; it is not run here."""
+        try:
+            raw: object = json.loads(call.arguments, strict=False)
+        except ValueError:
+            raw = None
+        reason = ""
+        if isinstance(raw, dict):
+            given = cast("dict[str, object]", raw)
+            stated = given.pop(REASON, "")
+            reason = stated if isinstance(stated, str) else ""
+            raw = given
+        try:
+            if not reason.strip():
+                raise ValueError("reason: a non-empty string is required (why this action)")
+            arguments = tool.validate(raw if raw is not None else call.arguments)
+        except ValueError as error:
+            entry["status"] = "invalid"
+            entry["error"] = _cut(str(error), _RECORDED)
+            return f"Error: invalid arguments for {tool.name}: {_cut(str(error), _TOOL_ANSWER)}"
+        digest = arguments_digest(arguments)
+        ident = f"{self._safe_name}.{tool.name}.{digest[:16]}"
+        request = ActionRequest(
+            tool=tool.name, arguments=arguments, arguments_sha256=digest, reason=_cut(reason, 2000)
+        )
+        actions[ident] = ProposedFact(
+            key=ACTIONS,
+            id=ident,
+            content=f"{tool.name} {canonical_arguments(arguments)} (reason: {_cut(reason, 500)})",
+            payload=request.model_dump(mode="json"),
+            provenance=f"{self._name}:{self._asked or 'default'}",
+            evidence=evidence,
+        )
+        entry["status"] = "proposed"
+        entry["action"] = ACTIONS / ident
+        return (
+            f"Proposed as action {ACTIONS / ident}; it runs only after approval, not now. "
+            "Do not call it again."
+        )
+
+    def _rejections(self, ctx: Context) -> str:
+        """Lines naming this suggestor's actions that a reviewer rejected, for the model."""
+        prefix = f"{_REJECTED}{self._safe_name}."
+        notes = [
+            fact.content for fact in ctx.get(ContextKey.DIAGNOSTIC) if fact.id.startswith(prefix)
+        ]
+        if not notes:
+            return ""
+        return "\n\nActions of yours that a reviewer rejected (do not propose them again):\n" + (
+            "\n".join(f"- {_cut(note, 500)}" for note in notes)
+        )
 
     def _refusal(self, item: InvalidItem, response: ChatResponse) -> Refusal:
         """One invalid item, refused: a stand-in proposal holding the item, and why."""
@@ -379,9 +630,11 @@ class LlmSuggestor:
 
     def _seen(self, ctx: Context) -> set[str]:
         name = self._name
+        keys = (ContextKey.PROPOSALS, ACTIONS) if self._acts else (ContextKey.PROPOSALS,)
         return {
             ref
-            for staged in ctx.get(ContextKey.PROPOSALS)
+            for key in keys
+            for staged in ctx.get(key)
             if staged.promotion.suggestor == name
             for ref in staged.evidence
         }

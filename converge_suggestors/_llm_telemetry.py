@@ -74,6 +74,7 @@ class CallRecord:
         "_usage",
         "invalid",
         "known_tokens",
+        "tool_calls",
     )
 
     def __init__(self, setup: dict[str, JsonValue]) -> None:
@@ -87,6 +88,8 @@ class CallRecord:
         """Tokens of the attempts whose cost is known."""
         self.invalid = 0
         """Invalid items of the usable reply, each recorded as a `DIAGNOSTIC` fact."""
+        self.tool_calls: list[JsonValue] = []
+        """Each tool call of the model: its name, arguments, and what became of it."""
 
     @property
     def tokens(self) -> int | None:
@@ -139,6 +142,8 @@ class CallRecord:
         }
         if self._unknown:
             result["tokens_known"] = self.known_tokens
+        if self.tool_calls:
+            result["tool_calls"] = list(self.tool_calls)
         return result
 
 

@@ -6,6 +6,7 @@ installed with the `llm` extra (`pip install "converge-engine[llm]"`) and import
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from types import TracebackType
@@ -17,7 +18,14 @@ from pydantic import BaseModel, JsonValue, NonNegativeInt, ValidationError
 from converge import get_logger
 
 from ._body import BodyTooLarge, BodyUnreadable
-from ._chat import ChatRequest, ChatResponse, ProviderError, StructuredOutput
+from ._chat import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    ProviderError,
+    StructuredOutput,
+    ToolCall,
+)
 from ._exchange import Answer, Exchange
 from ._http import endpoint_url, retry_after_seconds, safe_url
 from ._llm_format import describe_validation_error
@@ -190,9 +198,28 @@ class OpenAIChatProvider:
         """The JSON body `complete` sends for `request`."""
         body: dict[str, JsonValue] = {
             "model": request.model or self._model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "messages": [_message(m) for m in request.messages],
             "temperature": request.temperature,
         }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        choice = request.tool_choice
+        if choice is not None:
+            body["tool_choice"] = (
+                choice
+                if choice in ("auto", "none", "required")
+                else {"type": "function", "function": {"name": choice}}
+            )
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
         if request.top_p is not None:
@@ -382,7 +409,18 @@ class OpenAIChatProvider:
         prompt, generated = usage.prompt_tokens, usage.completion_tokens
         unknown = prompt is None or generated is None
         choice = completion.choices[0]
+        calls = tuple(
+            ToolCall(
+                id=call.id or f"call-{index}",
+                name=call.function.name,
+                arguments=call.function.arguments
+                if isinstance(call.function.arguments, str)
+                else json.dumps(call.function.arguments),
+            )
+            for index, call in enumerate(choice.message.tool_calls or ())
+        )
         response = ChatResponse(
+            tool_calls=calls,
             content=choice.message.content or "",
             prompt_tokens=prompt or 0,
             completion_tokens=generated or 0,
@@ -411,6 +449,13 @@ class OpenAIChatProvider:
             ("choices[0].message.content", response.content),
             ("model", response.model),
             ("choices[0].finish_reason", response.finish_reason or ""),
+            *(
+                (
+                    f"choices[0].message.tool_calls[{index}]",
+                    f"{call.id} {call.name} {call.arguments}",
+                )
+                for index, call in enumerate(response.tool_calls)
+            ),
         ):
             found = find(text)
             if found is not None:
@@ -439,8 +484,36 @@ class _Retry:
         """The failed attempt may have cost tokens (the request reached the server)."""
 
 
+class _Function(BaseModel):
+    name: str
+    arguments: str | dict[str, JsonValue] = "{}"
+
+
+class _ToolCall(BaseModel):
+    id: str | None = None
+    function: _Function
+
+
 class _Message(BaseModel):
     content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+def _message(message: ChatMessage) -> dict[str, JsonValue]:
+    """One message as the API takes it: a tool call's answer names the call it answers."""
+    body: dict[str, JsonValue] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        body["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        body["tool_call_id"] = message.tool_call_id
+    return body
 
 
 class _Choice(BaseModel):

