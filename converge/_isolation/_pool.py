@@ -100,9 +100,9 @@ class WorkerProcess:
     __slots__ = ("built", "pid", "process", "sent", "sock", "version")
 
     def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
-        self.process = process
-        self.pid = process.pid
-        self.sock = sock
+        self.process: subprocess.Popen[bytes] = process
+        self.pid: int = process.pid
+        self.sock: socket.socket = sock
         self.built: set[int] = set()
         """The specs this worker has built a suggestor for."""
         self.sent: dict[AnyKey, tuple[int, Fact]] = {}
