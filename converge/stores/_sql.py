@@ -159,12 +159,18 @@ GATES_TABLE: Final = (
 """The pending gates of paused runs, one row each, for the inbox (an index of the records:
 a paused run's record is what `review RUN` and `resume` check and apply)."""
 
-INDEXES: Final[tuple[LiteralString, ...]] = (
-    "CREATE INDEX IF NOT EXISTS converge_runs_status ON converge_runs (status, saved_at)",
-    "CREATE INDEX IF NOT EXISTS converge_runs_pending ON converge_runs (pending, saved_at)",
-    "CREATE INDEX IF NOT EXISTS converge_runs_parent ON converge_runs (parent_run_id)",
-)
-"""The indexes the run queries use, made once the schema is current."""
+INDEXES: Final[dict[str, LiteralString]] = {
+    "converge_runs_status": (
+        "CREATE INDEX IF NOT EXISTS converge_runs_status ON converge_runs (status, saved_at)"
+    ),
+    "converge_runs_pending": (
+        "CREATE INDEX IF NOT EXISTS converge_runs_pending ON converge_runs (pending, saved_at)"
+    ),
+    "converge_runs_parent": (
+        "CREATE INDEX IF NOT EXISTS converge_runs_parent ON converge_runs (parent_run_id)"
+    ),
+}
+"""The indexes the run queries use, by name, made once the schema is current."""
 
 GATE_INSERT: Final = (
     "INSERT INTO converge_gates (run_id, seq, gate_id, cycle, ref, suggestor, summary, "

@@ -134,8 +134,18 @@ class PostgresRunStore:
                             f"the database has schema version {version}; this converge reads "
                             f"version {SCHEMA_VERSION}{newer(version)}"
                         )
-                    for statement in INDEXES:
-                        connection.execute(statement)
+                    # Only the missing ones: CREATE INDEX takes a SHARE lock on the table
+                    # even when the index exists, and would queue behind (and then ahead of)
+                    # any open write transaction of another process.
+                    made = {
+                        str(row[0])
+                        for row in connection.execute(
+                            "SELECT indexname FROM pg_indexes WHERE tablename = 'converge_runs'"
+                        ).fetchall()
+                    }
+                    for name, statement in INDEXES.items():
+                        if name not in made:
+                            connection.execute(statement)
             except BaseException:
                 connection.close()
                 raise

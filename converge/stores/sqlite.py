@@ -153,7 +153,7 @@ class SqliteRunStore:
                         f"{self._path} has schema version {version}; this converge reads "
                         f"version {SCHEMA_VERSION}{newer(version)}"
                     )
-                for statement in INDEXES:
+                for statement in INDEXES.values():
                     connection.execute(statement)
                 connection.execute("COMMIT")
             except BaseException:
