@@ -32,6 +32,7 @@ __all__ = [
     "fact_row",
     "fact_table",
     "facts_section",
+    "facts_table",
     "pinned_refs",
 ]
 
@@ -192,15 +193,19 @@ def _group(
         f'<div class="key-group" data-key="{value}"><h3><span class="key-chip" '
         f'style="background:{key_colour(group.key)}"></span>{value}'
         f' <span class="muted" data-count="facts-{value}" data-value="{group.total}">'
-        f"({group.total})</span>{note}</h3>"
-        + table(
-            ["id", "content", "provenance", "confidence", "promotion", "evidence"],
-            rows,
-            kind="facts",
-            right=(3,),
-            widths=(14, 27, 14, 10, 19, 16),
-        )
-        + "</div>"
+        f"({group.total})</span>{note}</h3>" + facts_table(rows) + "</div>"
+    )
+
+
+def facts_table(rows: list[str], *, attrs: str = "") -> str:
+    """The table of fact rows (`fact_row`), as the report and the console's fact pages show it."""
+    return table(
+        ["id", "content", "provenance", "confidence", "promotion", "evidence"],
+        rows,
+        kind="facts",
+        right=(3,),
+        widths=(14, 27, 14, 10, 19, 16),
+        attrs=attrs,
     )
 
 

@@ -16,8 +16,7 @@ from urllib.parse import quote
 from .._core._checkpoint import FactRecord
 from .._core._escape import esc
 from .._core._store import RunRecord
-from .._report._facts import fact_row
-from .._report._parts import table
+from .._report._facts import fact_row, facts_table
 from ._html import Viewer, page
 
 __all__ = ["FACTS_PER_PAGE", "FactPageError", "fact_page", "facts_url"]
@@ -119,14 +118,7 @@ def fact_page(
         f'<p><a href="{run}">← the run</a> <code>{esc(record.run_id)}</code></p>'
         f'<h1 data-facts-key="{esc(key)}">{esc(title)}</h1>'
         f'<p class="note">Keys: {keys}</p>{nav}'
-        + table(
-            ["id", "content", "provenance", "confidence", "promotion", "evidence"],
-            rows,
-            kind="facts",
-            right=(3,),
-            widths=(14, 27, 14, 10, 19, 16),
-            attrs=f' data-count="facts-listed" data-value="{len(rows)}"',
-        )
+        + facts_table(rows, attrs=f' data-count="facts-listed" data-value="{len(rows)}"')
         + nav
     )
     return page(title, body, viewer=viewer, banner=banner, data={"run-id": record.run_id})
