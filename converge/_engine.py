@@ -20,6 +20,7 @@ from ._core._result import ConvergeResult
 from ._core._stop import RunStatus
 from ._core._store import RunRecord, RunStore
 from ._core._suggestor import Suggestor, SuggestorId
+from ._core._tokens import TokenStreamed
 from ._core._trace import Continuation, RunTrace
 from ._kernel._abort import reraise
 from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
@@ -488,10 +489,12 @@ class Engine:
         *,
         inputs: Iterable[ProposedFact] | None = None,
         buffer: int = 16,
-    ) -> AsyncGenerator[EngineEvent | ConvergeResult, None]:
+    ) -> AsyncGenerator[EngineEvent | TokenStreamed | ConvergeResult, None]:
         """Run like `run`, yielding every event as it happens and the result last.
 
-        The run waits for the consumer at phase boundaries (a slow consumer slows it; nothing
+        A suggestor whose model calls stream (`LlmSuggestor(..., stream=True)`) adds
+        `TokenStreamed` events, the text as it is generated; they are never recorded. The
+        run waits for the consumer at phase boundaries (a slow consumer slows it; nothing
         is dropped). To stop early, break out inside `contextlib.aclosing(engine.stream())`:
         closing the stream cancels the run.
         """
