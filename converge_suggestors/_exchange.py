@@ -116,6 +116,7 @@ class Exchange:
         Raises:
             converge_suggestors._body.BodyTooLarge: From `body`.
             converge_suggestors._body.BodyUnreadable: From `body`.
+            Exception: What `on_data` raised.
         """
         failure: Exception | None = None
         with anyio.CancelScope() as reading:
@@ -128,10 +129,13 @@ class Exchange:
                         more = body.feed(chunk)
                     except (BodyTooLarge, BodyUnreadable) as error:
                         failure, more = error, False
+                    if more and on_data is not None:
+                        try:
+                            await on_data(body.data)
+                        except Exception as error:  # raised once the read has stopped
+                            failure, more = error, False
                     if not more:
                         reading.cancel()
-                    elif on_data is not None:
-                        await on_data(body.data)
         if failure is not None:
             raise failure
 
