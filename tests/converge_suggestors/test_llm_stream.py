@@ -79,7 +79,7 @@ class Seen:
 
 def engine(server: ChatServer, seen: Seen, *, stream: bool = True) -> Engine:
     provider = OpenAIChatProvider(server.base_url, KEY, model="m-1", max_retries=0)
-    built = Engine(observers=[seen])
+    built = Engine(observers=[seen], record_effects=True)
     built.register_suggestor(
         LlmSuggestor(
             "forecaster",
@@ -145,6 +145,7 @@ async def test_tokens_stream_and_the_record_is_the_same_as_without(server: ChatS
     assert plain.context.merkle_root() == result.context.merkle_root()
     assert plain.integrity == result.integrity
     assert recorded(plain) == recorded(result)
+    assert result.trace.cycles[0].executions[0].effect is not None  # effects compared too
     assert [type(e) for e in plain_seen.events] == [type(e) for e in seen.events]
 
 
