@@ -75,6 +75,7 @@ class StreamedReply:
         "_finish",
         "_malformed",
         "_model",
+        "_scanned",
         "_scrubber",
         "_shown",
         "_stopped",
@@ -93,6 +94,8 @@ class StreamedReply:
         self._malformed = malformed
         self._done = 0
         """Bytes of the body read so far (up to the end of its last complete line)."""
+        self._scanned = 0
+        """Bytes of the body looked through for a line's end (a long line is not again)."""
         self._text = ""
         self._shown = 0
         """Characters of `_text` handed on."""
@@ -113,8 +116,9 @@ class StreamedReply:
         Raises:
             ProviderError: A line is not a chunk of a chat completion.
         """
-        end = body.rfind(b"\n", self._done)
-        if end < 0:
+        end = body.rfind(b"\n", max(self._done, self._scanned))
+        self._scanned = len(body)
+        if end < self._done:
             return
         start, self._done = self._done, end + 1
         for line in bytes(body[start:end]).split(b"\n"):

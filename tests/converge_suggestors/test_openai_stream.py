@@ -276,3 +276,18 @@ async def test_an_error_answer_to_a_stream_is_retried_like_any_other(
         response, handed = await streamed(subject)
     assert isinstance(response, ChatResponse)
     assert handed == [(2, "fine")]
+
+
+async def test_one_endless_line_is_stopped_at_the_byte_cap_in_linear_time(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.replies.append(
+        Reply(chunks=itertools.chain([b"data: "], itertools.repeat(b"x" * 512)))
+    )
+    async with provider(chat_server, max_reply_bytes=4_000_000) as subject:
+        began = time.monotonic()
+        error, handed = await streamed(subject)
+    assert isinstance(error, ProviderError)
+    assert "over max_reply_bytes" in str(error)
+    assert handed == []
+    assert time.monotonic() - began < 10.0
