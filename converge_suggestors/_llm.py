@@ -172,7 +172,8 @@ class LlmSuggestor:
         stream: Stream each model call's text, as `TokenStreamed` events of
             `Engine.stream` (the provider must be a `StreamingChatProvider`). Only when
             a stream listens: under `run` the calls are made whole. Nothing of it is
-            recorded: the effect is the same either way.
+            recorded: the effect is the same either way (but for its token counts, unknown
+            when the server sends no usage in a stream).
     """
 
     def __init__(
