@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from contextvars import ContextVar
-from typing import Literal, Protocol, final
+from typing import Literal, Protocol, TypeVar, final
 
 from ._model import FrozenModel
 
-__all__ = ["TokenSink", "TokenStreamed", "token_sink", "tokens_to"]
+__all__ = ["TokenSink", "TokenStreamed", "token_sink", "tokens_to", "unheard"]
+
+_T = TypeVar("_T")
 
 
 @final
@@ -64,3 +66,15 @@ def token_sink() -> TokenSink | None:
 def tokens_to(sink: TokenSink | None) -> None:
     """Send the tokens of the current task (and the tasks it starts) to `sink`."""
     _SINK.set(sink)
+
+
+async def unheard(call: Awaitable[_T]) -> _T:
+    """Await `call` with no sink: a run started inside a streamed one (a suggestor running
+    an engine of its own) does not stream into it."""
+    if _SINK.get() is None:
+        return await call
+    reset = _SINK.set(None)
+    try:
+        return await call
+    finally:
+        _SINK.reset(reset)

@@ -76,3 +76,24 @@ async def test_closing_the_stream_at_a_token_cancels_the_run() -> None:
                 break
     assert finished == []  # neither suggestor got to the end of its words
     assert token_sink() is None  # the caller's own context never had the sink
+
+
+async def test_a_run_inside_a_streamed_one_does_not_stream_into_it() -> None:
+    sinks_seen.clear()
+
+    @suggestor(name="nesting", dependencies=[ContextKey.SEEDS], writes=[ContextKey.HYPOTHESES])
+    async def nesting(ctx: Context) -> list[ProposedFact]:
+        inner = await engine().run()  # its typists see no sink
+        return [
+            ProposedFact(
+                key=ContextKey.HYPOTHESES, id="inner", content=inner.run_id, provenance="nesting"
+            )
+        ]
+
+    outer = Engine(inputs=[SEED])
+    outer.register_suggestor(nesting)
+    async with aclosing(outer.stream()) as items:
+        got = [item async for item in items]
+    assert isinstance(got[-1], ConvergeResult)
+    assert not any(isinstance(item, TokenStreamed) for item in got)
+    assert sinks_seen == [False, False]
