@@ -67,6 +67,7 @@ from ._core._store import (
     RunSummary,
 )
 from ._core._suggestor import Suggestor, SuggestorId
+from ._core._tokens import TokenSink, TokenStreamed, token_sink
 from ._core._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
 from ._engine import Engine
 from ._formation import EngineOptions, Formation
@@ -170,6 +171,8 @@ __all__ = [
     "SuggestorFunction",
     "SuggestorId",
     "TimeoutAction",
+    "TokenSink",
+    "TokenStreamed",
     "Violation",
     "WorkerError",
     "WorkerPool",
@@ -182,6 +185,7 @@ __all__ = [
     "ready",
     "render_report",
     "suggestor",
+    "token_sink",
     "verify",
 ]
 

@@ -20,6 +20,7 @@ from ._core._result import ConvergeResult
 from ._core._stop import RunStatus
 from ._core._store import RunRecord, RunStore
 from ._core._suggestor import Suggestor, SuggestorId
+from ._core._tokens import TokenStreamed, unheard
 from ._core._trace import Continuation, RunTrace
 from ._kernel._abort import reraise
 from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
@@ -230,7 +231,7 @@ class Engine:
                 stopped there (`error.result` is `None`) and the store keeps it as of its last
                 saved cycle, to be continued with `resume_run` once its lease runs out.
         """
-        return await self._run(self._config, context, inputs, run_id)
+        return await unheard(self._run(self._config, context, inputs, run_id))
 
     async def _run(
         self,
@@ -380,7 +381,7 @@ class Engine:
             result = await loop.resume(checkpoint.pending, chosen)
             return await self._keeper.save(result, expected, saver)
 
-        return await reraise(with_lease(saver, resume_and_save))
+        return await unheard(reraise(with_lease(saver, resume_and_save)))
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None
@@ -467,7 +468,7 @@ class Engine:
         async def fork_and_save() -> ConvergeResult:
             return await self._keeper.save(await loop.start(held=point.held), 0, None)
 
-        return await reraise(fork_and_save())
+        return await unheard(reraise(fork_and_save()))
 
     async def _replayed_to(self, record: RunRecord, cycle: int, root: str) -> None:
         """Merge `record`'s recorded effects up to `cycle` again; refuse another root."""
@@ -488,10 +489,12 @@ class Engine:
         *,
         inputs: Iterable[ProposedFact] | None = None,
         buffer: int = 16,
-    ) -> AsyncGenerator[EngineEvent | ConvergeResult, None]:
+    ) -> AsyncGenerator[EngineEvent | TokenStreamed | ConvergeResult, None]:
         """Run like `run`, yielding every event as it happens and the result last.
 
-        The run waits for the consumer at phase boundaries (a slow consumer slows it; nothing
+        A suggestor whose model calls stream (`LlmSuggestor(..., stream=True)`) adds
+        `TokenStreamed` events, the text as it is generated; they are never recorded. The
+        run waits for the consumer at phase boundaries (a slow consumer slows it; nothing
         is dropped). To stop early, break out inside `contextlib.aclosing(engine.stream())`:
         closing the stream cancels the run.
         """

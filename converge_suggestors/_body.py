@@ -53,6 +53,11 @@ class BoundedBody:
         self.truncated = False
         """The body went on past `limit` (with `truncate`): what is kept is its start."""
 
+    @property
+    def data(self) -> bytearray:
+        """The body kept so far, decompressed (not to be changed)."""
+        return self._data
+
     def feed(self, chunk: bytes) -> bool:
         """Take `chunk` from the wire; `False` once the body is cut and reading should stop.
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import ClassVar, Literal, Protocol, final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import ClassVar, Literal, Protocol, final, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -142,6 +142,19 @@ class ChatProvider(Protocol):
 
     async def complete(self, request: ChatRequest, /) -> ChatResponse:
         """Return the model's reply to `request`."""
+        ...
+
+
+@runtime_checkable
+class StreamingChatProvider(ChatProvider, Protocol):
+    """A `ChatProvider` that can also stream a reply's text as it is generated
+    (`OpenAIChatProvider` can); `LlmSuggestor(..., stream=True)` needs one."""
+
+    async def stream(
+        self, request: ChatRequest, on_text: Callable[[int, str], Awaitable[None]], /
+    ) -> ChatResponse:
+        """Return what `complete` would, handing `on_text(attempt, text)` each new piece
+        of the reply's text as it comes (`attempt` counts from 1; a new one starts again)."""
         ...
 
 

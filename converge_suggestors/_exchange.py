@@ -18,7 +18,7 @@ from pydantic import JsonValue
 from ._body import BodyTooLarge, BodyUnreadable, BoundedBody
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator
+    from collections.abc import AsyncGenerator, Awaitable, Callable
 
     import httpx
 
@@ -66,9 +66,12 @@ class Exchange:
         *,
         limit: int,
         error_limit: int,
+        on_data: Callable[[bytearray], Awaitable[None]] | None = None,
     ) -> Answer:
         """POST `payload` to `url`; read a `200` body up to `limit`, another up to
         `error_limit` (cut there; one that cannot be decoded is described instead).
+
+        `on_data` is given a `200` body so far, decompressed, each time more of it came.
 
         Raises:
             httpx.HTTPError: The transport failed.
@@ -89,7 +92,7 @@ class Exchange:
                     limit if ok else error_limit,
                     truncate=not ok,
                 )
-                await self._read(response, body)
+                await self._read(response, body, on_data if ok else None)
                 return Answer(status, retry_after, body.finish(), body.truncated)
             except BodyUnreadable as error:
                 if ok:
@@ -98,8 +101,13 @@ class Exchange:
                 return Answer(status, retry_after, bytearray(text.encode()), truncated=False)
 
     @staticmethod
-    async def _read(response: httpx.Response, body: BoundedBody) -> None:
-        """Feed `body` the response's bytes until it ends, or `body` says to stop.
+    async def _read(
+        response: httpx.Response,
+        body: BoundedBody,
+        on_data: Callable[[bytearray], Awaitable[None]] | None,
+    ) -> None:
+        """Feed `body` the response's bytes until it ends, or `body` says to stop; after
+        each piece, hand `on_data` the body so far.
 
         To stop, the read is cancelled rather than left with `break`: the cancellation is
         raised inside the HTTP client's nested generators, which it ends one by one (a
@@ -108,6 +116,7 @@ class Exchange:
         Raises:
             converge_suggestors._body.BodyTooLarge: From `body`.
             converge_suggestors._body.BodyUnreadable: From `body`.
+            Exception: What `on_data` raised.
         """
         failure: Exception | None = None
         with anyio.CancelScope() as reading:
@@ -120,6 +129,11 @@ class Exchange:
                         more = body.feed(chunk)
                     except (BodyTooLarge, BodyUnreadable) as error:
                         failure, more = error, False
+                    if more and on_data is not None:
+                        try:
+                            await on_data(body.data)
+                        except Exception as error:  # raised once the read has stopped
+                            failure, more = error, False
                     if not more:
                         reading.cancel()
         if failure is not None:

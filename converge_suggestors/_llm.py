@@ -22,6 +22,7 @@ from converge import (
     Refusal,
     get_logger,
     key_named,
+    token_sink,
 )
 
 from ._chat import (
@@ -30,6 +31,7 @@ from ._chat import (
     ChatRequest,
     ChatResponse,
     ProviderError,
+    StreamingChatProvider,
     ToolCall,
 )
 from ._chat import ResponseSchema as _ResponseSchema
@@ -167,6 +169,11 @@ class LlmSuggestor:
             `LlmOutputError`.
         tracer_provider: Where its OpenTelemetry spans go (one per model call), when
             `opentelemetry-api` is installed; the global provider by default.
+        stream: Stream each model call's text, as `TokenStreamed` events of
+            `Engine.stream` (the provider must be a `StreamingChatProvider`). Only when
+            a stream listens: under `run` the calls are made whole. Nothing of it is
+            recorded: the effect is the same either way (but for its token counts, unknown
+            when the server sends no usage in a stream).
     """
 
     def __init__(
@@ -193,8 +200,16 @@ class LlmSuggestor:
         max_tool_turns: int = 4,
         first_tool: str | None = None,
         tracer_provider: TracerProvider | None = None,
+        stream: bool = False,
     ) -> None:
         target = key_named(target)
+        if stream and not isinstance(provider, StreamingChatProvider):
+            raise ValueError(
+                f"LlmSuggestor {name!r}: stream=True needs a provider with a `stream` method "
+                f"(a StreamingChatProvider, such as OpenAIChatProvider); "
+                f"{type(provider).__name__} has none"
+            )
+        self._streams = provider if stream and isinstance(provider, StreamingChatProvider) else None
         if target is ContextKey.PROPOSALS:
             raise ValueError(f"LlmSuggestor {name!r}: target cannot be PROPOSALS")
         if max_context_facts < 1:
@@ -424,7 +439,7 @@ class LlmSuggestor:
             attempt=attempt,
         ) as span:
             try:
-                response = await self._provider.complete(request)
+                response = await self._call(request, attempt)
             except ProviderError as error:
                 span.failed(error)
                 record.failed(error.tokens, unknown=error.tokens_unknown)
@@ -465,6 +480,20 @@ class LlmSuggestor:
             if parsed.problem is not None:
                 span.invalid(parsed.problem)
             return response, parsed
+
+    async def _call(self, request: ChatRequest, call: int) -> ChatResponse:
+        """The provider's reply to `request`, streamed to the run's token sink when this
+        suggestor streams and `Engine.stream` listens."""
+        streams = self._streams
+        sink = None if streams is None else token_sink()
+        if streams is None or sink is None:
+            return await self._provider.complete(request)
+        name = self._name
+
+        async def on_text(attempt: int, text: str, /) -> None:
+            await sink(name, call, attempt, text)
+
+        return await streams.stream(request, on_text)
 
     async def _use(
         self,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Awaitable, Callable
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self, final, get_args
 
@@ -32,6 +34,7 @@ from ._llm_format import describe_validation_error
 from ._llm_telemetry import record_retry
 from ._loop_client import LoopBoundClient
 from ._secrets import Scrubber, guard_logs
+from ._sse import StreamedReply
 
 if TYPE_CHECKING:
     import httpx
@@ -174,7 +177,34 @@ class OpenAIChatProvider:
                 (error answers, connections never made), `None` when one may have (a reply
                 that timed out, a dropped connection, a malformed reply).
         """
+        return await self._complete(request, None)
+
+    async def stream(
+        self, request: ChatRequest, on_text: Callable[[int, str], Awaitable[None]], /
+    ) -> ChatResponse:
+        """`complete`, the reply streamed: `on_text(attempt, text)` takes each new piece of
+        its text as it comes, and the reply returned is the one `complete` would return.
+
+        The same bounds hold: the whole stream within `timeout` per attempt, its bytes
+        within `max_reply_bytes`, the same retries (a retried attempt's text starts again,
+        under the next `attempt`). Text holding a credential is not handed on (and the
+        reply is refused). The request asks for the usage at the stream's end
+        (`stream_options.include_usage`); a server that leaves it out makes the reply
+        `tokens_unknown`.
+
+        Raises:
+            ProviderError: As `complete`, and for a stream that is not one of chat
+                completion chunks, reports an error, or ends before its `data: [DONE]`.
+        """
+        return await self._complete(request, on_text)
+
+    async def _complete(
+        self, request: ChatRequest, on_text: Callable[[int, str], Awaitable[None]] | None
+    ) -> ChatResponse:
         body = self.body(request)
+        if on_text is not None:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -183,7 +213,12 @@ class OpenAIChatProvider:
         for attempt in range(1, attempts + 1):
             client = self._clients.get()
             try:
-                outcome = await self._attempt(client, body, headers, attempt, attempts)
+                reply = None
+                if on_text is not None:
+                    reply = StreamedReply(
+                        self._scrubber, partial(on_text, attempt), self._malformed
+                    )
+                outcome = await self._attempt(client, body, headers, attempt, attempts, reply)
             except ProviderError as error:
                 if uncertain:
                     error.tokens = None
@@ -249,13 +284,14 @@ class OpenAIChatProvider:
         headers: dict[str, str],
         attempt: int,
         attempts: int,
+        reply: StreamedReply | None,
     ) -> ChatResponse | _Retry:
         """One HTTP attempt, under its deadline: the reply, what to retry, or a
-        `ProviderError` raised."""
+        `ProviderError` raised. A streamed `reply` reads the body as it comes."""
         exchange = Exchange()
         answer: Answer | _Retry | None = None
         with anyio.move_on_after(self._timeout):
-            answer = await self._exchange(exchange, client, body, headers, attempt, attempts)
+            answer = await self._exchange(exchange, client, body, headers, attempt, attempts, reply)
         if answer is None:  # the deadline passed
             if not exchange.sent:  # never connected: nothing generated, worth another try
                 problem = f"ConnectTimeout: no connection within {self._timeout:g} s"
@@ -265,7 +301,11 @@ class OpenAIChatProvider:
             return answer
         status = answer.status
         if status == 200:
-            return self._parse(answer.body)
+            if reply is None:
+                return self._parse(answer.body)
+            response = await reply.finish(answer.body)
+            self._refuse_echoes(response)
+            return response
         text = answer.body.decode("utf-8", "replace")
         excerpt = self._scrubber.excerpt(text, _EXCERPT, truncated=answer.truncated)
         excerpt = excerpt or "(empty body)"
@@ -293,14 +333,23 @@ class OpenAIChatProvider:
         headers: dict[str, str],
         attempt: int,
         attempts: int,
+        reply: StreamedReply | None,
     ) -> Answer | _Retry:
         """The attempt's HTTP exchange: the answer, what to retry, or a `ProviderError`."""
         import httpx
 
         try:
             return await exchange.post(
-                client, self._url, body, headers, limit=self._max_bytes, error_limit=_ERROR_BYTES
+                client,
+                self._url,
+                body,
+                headers,
+                limit=self._max_bytes,
+                error_limit=_ERROR_BYTES,
+                on_data=None if reply is None else reply.take,
             )
+        except ProviderError:  # a streamed reply that cannot be read
+            raise
         except BodyTooLarge:
             raise ProviderError(
                 f"POST {self._safe_url} returned a reply over max_reply_bytes "

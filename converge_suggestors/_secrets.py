@@ -139,6 +139,23 @@ class Scrubber:
                 return self._labels[found.group()]
         return None
 
+    def showable(self, text: str, start: int, *, final: bool) -> int | None:
+        """How much of `text`, a text growing at its end whose first `start` characters
+        were shown, may be shown now: `None` once it holds a secret; else its length, or
+        (unless `final`) less what at its end begins a secret's form.
+
+        Only the text from `start`, and the form's length before it, is searched: what was
+        shown held no secret and ended in no start of one.
+        """
+        if self._pattern is None:
+            return len(text)
+        if self.find(text[max(start - self._reach, 0) :]) is not None:
+            return None
+        if final:
+            return len(text)
+        tail = text[-self._reach :]
+        return max(len(text) - self._partial(tail), start)
+
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """The stretches of `text` that may hold a form: around each anchor found, merged."""
         points: list[int] = []

@@ -9,6 +9,7 @@ import anyio
 
 from .._core._events import EngineEvent
 from .._core._result import ConvergeResult
+from .._core._tokens import TokenStreamed, tokens_to
 from ._config import RunConfig
 
 __all__ = ["stream_run"]
@@ -16,22 +17,37 @@ __all__ = ["stream_run"]
 
 async def stream_run(
     run: Callable[[RunConfig], Awaitable[ConvergeResult]], config: RunConfig, buffer: int
-) -> AsyncGenerator[EngineEvent | ConvergeResult, None]:
+) -> AsyncGenerator[EngineEvent | TokenStreamed | ConvergeResult, None]:
     """Call `run` with `config` plus an observer that forwards every event; yield them all.
 
-    The run waits for the consumer at phase boundaries (nothing is dropped). Closing the
+    The run's task also sends the text of streaming model calls here (`TokenStreamed`,
+    stamped with the run and cycle of the last event forwarded). The run waits for the
+    consumer at phase boundaries and between tokens (nothing is dropped). Closing the
     generator cancels the run; an exception from `run` is re-raised to the consumer.
     """
-    send, receive = anyio.create_memory_object_stream[EngineEvent | ConvergeResult](buffer)
+    send, receive = anyio.create_memory_object_stream[EngineEvent | TokenStreamed | ConvergeResult](
+        buffer
+    )
+    where: list[EngineEvent] = []
 
     class Channel:
         async def on_event(self, event: EngineEvent, /) -> None:
+            where[:] = (event,)
             await send.send(event)
+
+    async def tokens(suggestor: str, call: int, attempt: int, text: str, /) -> None:
+        last = where[0] if where else None
+        run_id, cycle = ("", 0) if last is None else (last.run_id, last.cycle)
+        token = TokenStreamed(
+            run_id=run_id, cycle=cycle, suggestor=suggestor, call=call, attempt=attempt, text=text
+        )
+        await send.send(token)
 
     forwarding = replace(config, observers=(*config.observers, Channel()))
     failure: list[BaseException] = []
 
     async def produce() -> None:
+        tokens_to(tokens)  # this task's and those it starts: the run's suggestors' calls
         try:
             async with send:
                 result = await run(forwarding)

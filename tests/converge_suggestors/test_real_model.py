@@ -31,6 +31,7 @@ import anyio
 import pytest
 
 from converge import ContextKey, ConvergeResult, StopReason
+from converge_suggestors import ChatMessage, ChatRequest, ChatResponse, OpenAIChatProvider
 from examples import model_review
 from tools.model_server import LocalModelServer, missing_packages
 
@@ -225,6 +226,34 @@ def refuses(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.settimeout(1)
         return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_real_model_streams_the_reply_that_a_whole_call_returns(model_url: str) -> None:
+    """llama-cpp-python streams its text; it sends no usage in a stream, so the streamed
+    reply's cost is unknown where the whole call's is known."""
+    request = ChatRequest(
+        model="",
+        messages=(ChatMessage(role="user", content="Say hello in French."),),
+        max_tokens=16,
+        seed=7,
+    )
+    pieces: list[tuple[int, str]] = []
+
+    async def on_text(attempt: int, text: str, /) -> None:
+        pieces.append((attempt, text))
+
+    async def both() -> tuple[ChatResponse, ChatResponse]:
+        async with OpenAIChatProvider(model_url, model="m", max_retries=0) as provider:
+            streamed = await provider.stream(request, on_text)
+            return streamed, await provider.complete(request)
+
+    streamed, whole = anyio.run(both)
+    assert len(pieces) > 1
+    assert {attempt for attempt, _ in pieces} == {1}
+    assert "".join(text for _, text in pieces) == streamed.content == whole.content
+    assert streamed.finish_reason == whole.finish_reason
+    assert whole.completion_tokens > 0
+    assert streamed.tokens_unknown or streamed.completion_tokens == whole.completion_tokens
 
 
 def test_model_server_runs_a_command_with_the_url_and_stops_the_server() -> None:
