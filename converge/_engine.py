@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from datetime import datetime
-from typing import Literal, final
+from typing import Literal, final, overload
 
 from ._core._budget import Budget
 from ._core._checkpoint import Checkpoint
@@ -483,26 +483,47 @@ class Engine:
                 f"stored {root}: the recorded effects or the registrations differ"
             )
 
+    @overload
+    def stream(
+        self,
+        context: ContextSnapshot | None = None,
+        *,
+        inputs: Iterable[ProposedFact] | None = None,
+        buffer: int = 16,
+        tokens: Literal[False] = False,
+    ) -> AsyncGenerator[EngineEvent | ConvergeResult, None]: ...
+
+    @overload
+    def stream(
+        self,
+        context: ContextSnapshot | None = None,
+        *,
+        inputs: Iterable[ProposedFact] | None = None,
+        buffer: int = 16,
+        tokens: Literal[True],
+    ) -> AsyncGenerator[EngineEvent | TokenStreamed | ConvergeResult, None]: ...
+
     async def stream(
         self,
         context: ContextSnapshot | None = None,
         *,
         inputs: Iterable[ProposedFact] | None = None,
         buffer: int = 16,
+        tokens: bool = False,
     ) -> AsyncGenerator[EngineEvent | TokenStreamed | ConvergeResult, None]:
         """Run like `run`, yielding every event as it happens and the result last.
 
-        A suggestor whose model calls stream (`LlmSuggestor(..., stream=True)`) adds
-        `TokenStreamed` events, the text as it is generated; they are never recorded. The
-        run waits for the consumer at phase boundaries (a slow consumer slows it; nothing
-        is dropped). To stop early, break out inside `contextlib.aclosing(engine.stream())`:
-        closing the stream cancels the run.
+        With `tokens=True`, a suggestor whose model calls stream (`LlmSuggestor(...,
+        stream=True)`) adds `TokenStreamed` events, the text as it is generated; they are
+        never recorded. The run waits for the consumer at phase boundaries (a slow consumer
+        slows it; nothing is dropped). To stop early, break out inside
+        `contextlib.aclosing(engine.stream())`: closing the stream cancels the run.
         """
 
         async def run(config: RunConfig) -> ConvergeResult:
             return await self._run(config, context, inputs)
 
-        async with aclosing(stream_run(run, self._config, buffer)) as items:
+        async with aclosing(stream_run(run, self._config, buffer, tokens=tokens)) as items:
             async for item in items:
                 yield item
 

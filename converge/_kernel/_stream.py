@@ -16,14 +16,18 @@ __all__ = ["stream_run"]
 
 
 async def stream_run(
-    run: Callable[[RunConfig], Awaitable[ConvergeResult]], config: RunConfig, buffer: int
+    run: Callable[[RunConfig], Awaitable[ConvergeResult]],
+    config: RunConfig,
+    buffer: int,
+    *,
+    tokens: bool = False,
 ) -> AsyncGenerator[EngineEvent | TokenStreamed | ConvergeResult, None]:
     """Call `run` with `config` plus an observer that forwards every event; yield them all.
 
-    The run's task also sends the text of streaming model calls here (`TokenStreamed`,
-    stamped with the run and cycle of the last event forwarded). The run waits for the
-    consumer at phase boundaries and between tokens (nothing is dropped). Closing the
-    generator cancels the run; an exception from `run` is re-raised to the consumer.
+    With `tokens`, the run's task also sends the text of streaming model calls here
+    (`TokenStreamed`, stamped with the run and cycle of the last event forwarded). The run
+    waits for the consumer at phase boundaries and between tokens (nothing is dropped).
+    Closing the generator cancels the run; an exception from `run` is re-raised to the consumer.
     """
     send, receive = anyio.create_memory_object_stream[EngineEvent | TokenStreamed | ConvergeResult](
         buffer
@@ -35,7 +39,7 @@ async def stream_run(
             where[:] = (event,)
             await send.send(event)
 
-    async def tokens(suggestor: str, call: int, attempt: int, text: str, /) -> None:
+    async def forward(suggestor: str, call: int, attempt: int, text: str, /) -> None:
         last = where[0] if where else None
         run_id, cycle = ("", 0) if last is None else (last.run_id, last.cycle)
         token = TokenStreamed(
@@ -47,7 +51,8 @@ async def stream_run(
     failure: list[BaseException] = []
 
     async def produce() -> None:
-        tokens_to(tokens)  # this task's and those it starts: the run's suggestors' calls
+        if tokens:
+            tokens_to(forward)  # this task's and those it starts: the run's suggestors' calls
         try:
             async with send:
                 result = await run(forwarding)

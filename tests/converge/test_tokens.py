@@ -47,7 +47,7 @@ def engine() -> Engine:
 
 async def test_concurrent_suggestors_tokens_are_told_apart_and_never_recorded() -> None:
     sinks_seen.clear()
-    async with aclosing(engine().stream()) as items:
+    async with aclosing(engine().stream(tokens=True)) as items:
         got = [item async for item in items]
     result = got[-1]
     assert isinstance(result, ConvergeResult)
@@ -70,7 +70,7 @@ async def test_concurrent_suggestors_tokens_are_told_apart_and_never_recorded() 
 
 async def test_closing_the_stream_at_a_token_cancels_the_run() -> None:
     finished.clear()
-    async with aclosing(engine().stream(buffer=0)) as items:
+    async with aclosing(engine().stream(buffer=0, tokens=True)) as items:
         async for item in items:
             if isinstance(item, TokenStreamed):
                 break
@@ -92,8 +92,18 @@ async def test_a_run_inside_a_streamed_one_does_not_stream_into_it() -> None:
 
     outer = Engine(inputs=[SEED])
     outer.register_suggestor(nesting)
-    async with aclosing(outer.stream()) as items:
+    async with aclosing(outer.stream(tokens=True)) as items:
         got = [item async for item in items]
     assert isinstance(got[-1], ConvergeResult)
     assert not any(isinstance(item, TokenStreamed) for item in got)
     assert sinks_seen == [False, False]
+
+
+async def test_a_stream_that_did_not_ask_for_tokens_gets_none() -> None:
+    sinks_seen.clear()
+    async with aclosing(engine().stream()) as items:
+        got = [item async for item in items]
+    assert not any(isinstance(item, TokenStreamed) for item in got)
+    assert sinks_seen == [False, False]  # the suggestors were not handed a sink either
+    result = got[-1]
+    assert isinstance(result, ConvergeResult) and result.converged

@@ -95,7 +95,7 @@ def engine(server: ChatServer, seen: Seen, *, stream: bool = True) -> Engine:
 
 
 async def streamed(built: Engine) -> tuple[Sequence[object], ConvergeResult]:
-    async with aclosing(built.stream(inputs=[SEED])) as items:
+    async with aclosing(built.stream(inputs=[SEED], tokens=True)) as items:
         got = [item async for item in items]
     result = got[-1]
     assert isinstance(result, ConvergeResult)
