@@ -106,4 +106,5 @@ async def test_a_stream_that_did_not_ask_for_tokens_gets_none() -> None:
     assert not any(isinstance(item, TokenStreamed) for item in got)
     assert sinks_seen == [False, False]  # the suggestors were not handed a sink either
     result = got[-1]
-    assert isinstance(result, ConvergeResult) and result.converged
+    assert isinstance(result, ConvergeResult)
+    assert result.converged
