@@ -135,6 +135,9 @@ class ChatServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Transfer-Encoding", "chunked")
+                    # it closes the connection after the body: say so, or a pooled client
+                    # may send its next request on a connection about to close
+                    self.send_header("Connection", "close")
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
                     self.end_headers()
