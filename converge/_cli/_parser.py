@@ -528,26 +528,25 @@ def _checking(commands: Commands) -> None:
     _json(export, '{"exported": PATH, "format": FORMAT, "facts": N} (with -o)')
 
 
-def _offset(value: str) -> int:
-    """How many to skip, 0 or more (an argparse type)."""
+def _whole(value: str, what: str) -> int:
+    """`value` as a whole number from 0 to `MAX_COUNT`, or an argparse error naming `what`."""
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {value[:40]!r}") from None
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value[:40]!r}") from None
     if not 0 <= number <= MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:_}, got {number}")
     return number
+
+
+def _offset(value: str) -> int:
+    """How many to skip, 0 or more (an argparse type)."""
+    return _whole(value, "a whole number")
 
 
 def _cycle(value: str) -> int:
     """A cycle number, 0 or more (an argparse type)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a cycle number, got {value!r}") from None
-    if not 0 <= number <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:_}, got {number}")
-    return number
+    return _whole(value, "a cycle number")
 
 
 def _forking(commands: Commands) -> None:

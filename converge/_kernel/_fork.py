@@ -87,6 +87,23 @@ def fork_point(record: RunRecord, cycle: int) -> ForkPoint:
         ForkError: The run is still running, started from a context of its own, has no
             such cycle, or its facts do not hash to its proof.
     """
+    _check_forkable(record, cycle)
+    kept, clock = _kept_facts(record, cycle)
+    return ForkPoint(
+        run_id=record.run_id,
+        cycle=cycle,
+        facts=kept,
+        root=records_root(kept),
+        clock=clock,
+        tokens=_tokens_at(record, cycle),
+        dirty=_dirty_at(record, cycle, kept),
+        held=record.pending if cycle == record.cycles else (),
+    )
+
+
+def _check_forkable(record: RunRecord, cycle: int) -> None:
+    """Refuse a running run, one started from its own context, a cycle it did not run, or
+    facts that do not hash to its proof."""
     run_id = record.run_id
     if record.status is RunStatus.RUNNING:
         raise ForkError(f"run {run_id} is still running: fork it once it stops")
@@ -112,12 +129,18 @@ def fork_point(record: RunRecord, cycle: int) -> ForkPoint:
             f"run {run_id}: its stored facts do not hash to its integrity proof's root "
             f"{record.integrity.merkle_root[:12]}; `converge verify {run_id}` says more"
         )
+
+
+def _kept_facts(record: RunRecord, cycle: int) -> tuple[tuple[FactRecord, ...], int]:
+    """The facts promoted up to `cycle` and the last clock among them; refuse a fact whose
+    cycle or clock contradicts the trace."""
+    run_id = record.run_id
     later = {
         ref for traced in record.trace.cycles if traced.cycle > cycle for ref in traced.promoted
     }
     kept: list[FactRecord] = []
     clock = 0
-    for fact in facts:
+    for fact in record.facts:
         promotion = fact.promotion
         if promotion.cycle > cycle:
             continue
@@ -128,23 +151,13 @@ def fork_point(record: RunRecord, cycle: int) -> ForkPoint:
             )
         kept.append(fact)
         clock = max(clock, promotion.clock)
-    for fact in facts:
+    for fact in record.facts:
         if fact.promotion.cycle > cycle and fact.promotion.clock <= clock:
             raise ForkError(
                 f"run {run_id}: fact {fact.key}/{fact.id} of cycle {fact.promotion.cycle} has "
                 f"clock {fact.promotion.clock}, not later than cycle {cycle}'s {clock}"
             )
-    chosen = tuple(kept)
-    return ForkPoint(
-        run_id=run_id,
-        cycle=cycle,
-        facts=chosen,
-        root=records_root(chosen),
-        clock=clock,
-        tokens=_tokens_at(record, cycle),
-        dirty=_dirty_at(record, cycle, chosen),
-        held=record.pending if cycle == last else (),
-    )
+    return tuple(kept), clock
 
 
 def _tokens_at(record: RunRecord, cycle: int) -> int:

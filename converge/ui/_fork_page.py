@@ -261,25 +261,7 @@ def fork_page(
         if found.refusal
         else ""
     )
-    checked = " checked" if values.cascade else ""
-    form = (
-        f'<form class="fork" method="post" action="{fork_url(run_id)}" data-fork-form>'
-        f"{hidden('csrf', viewer.csrf)}{hidden('once', once)}"
-        f'<label>Fork at the end of cycle (0 to {record.cycles}) <input type="number" '
-        f'name="at" min="0" max="{record.cycles}" value="{esc(values.at or cycle)}" required>'
-        "</label>"
-        "<label>Inputs to add (a JSON list of proposed facts)"
-        f'<textarea name="inputs" placeholder="{esc(_INPUTS_HINT)}">{esc(values.inputs)}'
-        "</textarea></label>"
-        "<label>Facts to retract (key/id, one per line)"
-        f'<textarea name="retract">{esc(values.retract)}</textarea></label>'
-        f'<label><input type="checkbox" name="cascade"{checked}> cascade: also retract every '
-        "fact whose evidence reaches a retracted one</label>"
-        "<label>Max cycles (counted from the parent&#x27;s first cycle; empty: the "
-        f'formation&#x27;s budget) <input type="number" name="max_cycles" min="1" '
-        f'value="{esc(values.max_cycles)}"></label>'
-        '<button type="submit">Fork</button></form>'
-    )
+    form = _fork_form(record, viewer=viewer, values=values, cycle=cycle, once=once)
     body = (
         f"<h1>Fork run <code>{esc(run_id)}</code></h1>"
         f'<p><a href="{run_url(run_id)}">back to the run</a></p>'
@@ -296,6 +278,32 @@ def fork_page(
         viewer=viewer,
         banner=banner(found.check),
         data={"run-id": run_id},
+    )
+
+
+def _fork_form(
+    record: RunRecord, *, viewer: Viewer, values: ForkForm, cycle: int, once: str
+) -> str:
+    """The form itself, filled with `values` (the cycle field with `cycle` when empty)."""
+    run_id = record.run_id
+    checked = " checked" if values.cascade else ""
+    return (
+        f'<form class="fork" method="post" action="{fork_url(run_id)}" data-fork-form>'
+        f"{hidden('csrf', viewer.csrf)}{hidden('once', once)}"
+        f'<label>Fork at the end of cycle (0 to {record.cycles}) <input type="number" '
+        f'name="at" min="0" max="{record.cycles}" value="{esc(values.at or cycle)}" required>'
+        "</label>"
+        "<label>Inputs to add (a JSON list of proposed facts)"
+        f'<textarea name="inputs" placeholder="{esc(_INPUTS_HINT)}">{esc(values.inputs)}'
+        "</textarea></label>"
+        "<label>Facts to retract (key/id, one per line)"
+        f'<textarea name="retract">{esc(values.retract)}</textarea></label>'
+        f'<label><input type="checkbox" name="cascade"{checked}> cascade: also retract every '
+        "fact whose evidence reaches a retracted one</label>"
+        "<label>Max cycles (counted from the parent&#x27;s first cycle; empty: the "
+        f'formation&#x27;s budget) <input type="number" name="max_cycles" min="1" '
+        f'value="{esc(values.max_cycles)}"></label>'
+        '<button type="submit">Fork</button></form>'
     )
 
 
