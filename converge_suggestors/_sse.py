@@ -1,7 +1,8 @@
 """`StreamedReply`: a chat completion streamed as server-sent events, read as it comes.
 
 It takes the reply's body (decompressed, under the provider's byte cap) each time more of it
-has come, reads every complete `data:` line, hands on the new text of the reply, and once
+has come, reads every complete event (its `data:` lines joined by newlines, as the
+server-sent events format says), hands on the new text of the reply, and once
 the body ends gives the whole `ChatResponse`: the same one a non-streamed call would return
 for the same reply. The text handed on never shows a credential: it stops at the first one,
 and holds back whatever at its end begins one until the text after it says otherwise.
@@ -69,6 +70,7 @@ class StreamedReply:
     __slots__ = (
         "_calls",
         "_choices",
+        "_data",
         "_done",
         "_emit",
         "_ended",
@@ -109,6 +111,8 @@ class StreamedReply:
         self._usage: _Usage | None = None
         self._calls: dict[int, list[str]] = {}
         """Tool calls by index: id, name, arguments so far."""
+        self._data: list[bytes] | None = None
+        """The `data:` lines of the event being read (`None` before its first)."""
 
     async def take(self, body: bytearray) -> None:
         """Read the complete lines of `body` not read yet; hand on the new text.
@@ -133,6 +137,7 @@ class StreamedReply:
         """
         for line in bytes(body[self._done :]).split(b"\n"):
             self._line(line)
+        self._dispatch()  # the last event, if the body ends without its blank line
         self._done = len(body)
         await self._hand_on(final=True)
         if not self._ended and self._finish is None:
@@ -156,22 +161,38 @@ class StreamedReply:
         )
 
     def _line(self, raw: bytes) -> None:
+        """Read one line of the stream: a field of the event being read, or the blank line
+        that ends it. An event's `data:` lines are its data, joined by newlines (the
+        server-sent events format); other fields and comments (keep-alives) are ignored."""
         line = raw.removesuffix(b"\r")
-        if not line.startswith(b"data:"):
-            return  # a blank line, a comment (a keep-alive), or another field
-        data = line[5:].strip()
+        if not line:
+            self._dispatch()
+            return
+        field, _, value = line.partition(b":")
+        if field != b"data":
+            return  # a comment (a keep-alive: the field is empty) or another field
+        if self._data is None:
+            self._data = []
+        self._data.append(value.removeprefix(b" "))
+
+    def _dispatch(self) -> None:
+        """Read the event whose lines were read (if it has data): one chunk of the reply."""
+        lines, self._data = self._data, None
+        if lines is None:
+            return
+        data = b"\n".join(lines).strip()
         if data == b"[DONE]":
             self._ended = True
             return
         if self._ended:
-            raise self._malformed("data after data: [DONE]", bytearray(line))
+            raise self._malformed("data after data: [DONE]", bytearray(data))
         try:
             chunk = _Chunk.model_validate_json(data)
         except ValidationError as error:
-            raise self._malformed(describe_validation_error(error), bytearray(line)) from None
+            raise self._malformed(describe_validation_error(error), bytearray(data)) from None
         if chunk.error is not None:
             raise self._malformed(
-                f"the stream reported an error: {json.dumps(chunk.error)}", bytearray(line)
+                f"the stream reported an error: {json.dumps(chunk.error)}", bytearray(data)
             )
         if chunk.model:
             self._model = chunk.model

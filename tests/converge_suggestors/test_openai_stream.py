@@ -138,6 +138,64 @@ async def test_odd_unicode_split_across_chunks_comes_whole_and_as_complete_would
     assert "stream" not in chat_server.received[1].body
 
 
+def spread(body: bytes, *, newline: bytes) -> bytes:
+    """`body`'s events, each one's data (pretty-printed JSON) split over several `data:`
+    lines, some without the space after the colon, among other fields and comments."""
+    out: list[bytes] = []
+    for number, block in enumerate(body.split(b"\n\n")[:-1]):
+        data = block.removeprefix(b"data: ")
+        text = data if data == b"[DONE]" else json.dumps(json.loads(data), indent=1).encode()
+        out += [b": a comment", f"id: {number}".encode(), b"event: message", b"retry: 10"]
+        out += [
+            (b"data:" if i % 2 else b"data: ") + line for i, line in enumerate(text.split(b"\n"))
+        ]
+        out.append(b"")
+    return newline.join(out) + newline
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("size", [1, 5, 4096])
+async def test_an_events_data_split_over_lines_is_joined_by_newlines(
+    chat_server: ChatServer, newline: bytes, size: int
+) -> None:
+    pieces = ["multi ", "line\n", ODD]
+    calls = [("lookup", json.dumps({"q": "a\nb"}))]
+    body = spread(sse(pieces, calls=calls), newline=newline)
+    assert body.count(b"data:") > 3 * body.count(b"event: message")  # several lines each
+    chat_server.replies.append(Reply(chunks=split(body, size)))
+    chat_server.replies.append(whole("".join(pieces), calls))
+    async with provider(chat_server) as subject:
+        response, handed = await streamed(subject)
+        plain = await subject.complete(REQUEST)
+    assert isinstance(response, ChatResponse)
+    assert response == plain
+    assert "".join(text for _, text in handed) == "multi line\n" + ODD
+
+
+async def test_data_lines_of_one_event_are_one_value_not_several(
+    chat_server: ChatServer,
+) -> None:
+    """Two `data:` lines with no blank line between them are one event: a server that
+    meant two chunks sent one that does not read, and that is refused, not guessed at."""
+    first = json.dumps({"choices": [{"index": 0, "delta": {"content": "a"}}]}).encode()
+    body = b"data: " + first + b"\ndata: " + first + b"\n\ndata: [DONE]\n\n"
+    chat_server.replies.append(Reply(chunks=iter([body])))
+    async with provider(chat_server) as subject:
+        error, handed = await streamed(subject)
+    assert isinstance(error, ProviderError)
+    assert "malformed reply" in str(error)
+    assert handed == []
+
+
+async def test_a_last_event_without_its_blank_line_is_read(chat_server: ChatServer) -> None:
+    body = sse(["end"]).removesuffix(b"\n\n")  # ends "data: [DONE]", no blank line
+    chat_server.replies.append(Reply(chunks=iter([body])))
+    async with provider(chat_server) as subject:
+        response, _ = await streamed(subject)
+    assert isinstance(response, ChatResponse)
+    assert response.content == "end"
+
+
 async def test_a_stream_without_usage_is_tokens_unknown(chat_server: ChatServer) -> None:
     chat_server.replies.append(Reply(body=sse(["hi"], usage=None)))
     async with provider(chat_server) as subject:
