@@ -45,6 +45,7 @@ from ._kernel._state import RunState, new_run_id
 from ._kernel._stream import stream_run
 from ._kernel._sync import Backend, call_sync
 from .stores._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
+from .stores._relay import relaying
 
 __all__ = ["Engine"]
 
@@ -245,10 +246,12 @@ class Engine:
         state = RunState.start(start, given, run_id=run_id)
         view = self._registry.view()
         saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
-        loop = RunLoop(config, view, state, saver, check_facts=self._facts_leave())
 
         async def run_and_save() -> ConvergeResult:
-            return await self._keeper.save(await loop.start(), 0, saver)
+            async with relaying(self._keeper.store, state.run_id, config) as relayed:
+                loop = RunLoop(relayed, view, state, saver, check_facts=self._facts_leave())
+                result = await loop.start()
+            return await self._keeper.save(result, 0, saver)
 
         return await reraise(with_lease(saver, run_and_save))
 
@@ -375,10 +378,11 @@ class Engine:
         if continuation is not None:
             state.continuations = (*state.continuations, continuation)
         saver = self._keeper.saver(state.run_id, view.fingerprint, expected)
-        loop = RunLoop(self._config, view, state, saver, check_facts=self._facts_leave())
 
         async def resume_and_save() -> ConvergeResult:
-            result = await loop.resume(checkpoint.pending, chosen)
+            async with relaying(self._keeper.store, state.run_id, self._config) as relayed:
+                loop = RunLoop(relayed, view, state, saver, check_facts=self._facts_leave())
+                result = await loop.resume(checkpoint.pending, chosen)
             return await self._keeper.save(result, expected, saver)
 
         return await unheard(reraise(with_lease(saver, resume_and_save)))

@@ -11,8 +11,9 @@ that may only `SELECT` can read the runs.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, LiteralString, TypeVar, final
 
@@ -20,6 +21,7 @@ import anyio.to_thread
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import RunNotFoundError, StoreError
+from .._core._live_text import LiveText
 from .._core._stop import RunStatus, StopReason
 from .._core._store import SCHEMA_VERSION, PendingGate, RunProgress, RunRecord, RunSummary
 from ._db import (
@@ -32,6 +34,7 @@ from ._db import (
     write_progress,
     write_record,
 )
+from ._live_rows import pg_drop, pg_put, pg_read
 from ._sql import (
     GATE_INSERT,
     GATES_TABLE,
@@ -329,6 +332,21 @@ class PostgresRunStore:
                 connection.execute(f"VACUUM {table}")
 
         await self._run(work)
+
+    async def put_live_text(self, run_id: str, texts: Sequence[LiveText], /) -> None:
+        """Write the text of running calls of `run_id` to `converge_live_text` (UNLOGGED)."""
+        self._writable(run_id)
+        now = time.time()
+        await self._run(lambda connection: pg_put(connection, run_id, texts, now))
+
+    async def drop_live_text(self, run_id: str, /) -> None:
+        """Delete the text of `run_id` from `converge_live_text`."""
+        await self._run(lambda connection: pg_drop(connection, run_id))
+
+    async def live_text(self, run_id: str, /) -> tuple[LiveText, ...]:
+        """The text of `run_id`'s running calls (see `TokenRelay`)."""
+        now = time.time()
+        return await self._run(lambda connection: pg_read(connection, run_id, now))
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.

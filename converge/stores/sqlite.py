@@ -17,8 +17,9 @@ read-only store opens the file now at the path.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, LiteralString, TypeVar, final
@@ -27,6 +28,7 @@ import anyio.to_thread
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import RunNotFoundError, StoreError
+from .._core._live_text import LiveText
 from .._core._stop import RunStatus, StopReason
 from .._core._store import SCHEMA_VERSION, PendingGate, RunProgress, RunRecord, RunSummary
 from ._db import (
@@ -39,6 +41,7 @@ from ._db import (
     write_progress,
     write_record,
 )
+from ._live_rows import side_drop, side_put, side_read
 from ._sql import (
     GATE_INSERT,
     GATES_TABLE,
@@ -461,6 +464,21 @@ class SqliteRunStore:
             connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
         await self._run(work)
+
+    async def put_live_text(self, run_id: str, texts: Sequence[LiveText], /) -> None:
+        """Write the text of running calls of `run_id` to the side file `PATH-live`."""
+        self._writable(run_id)
+        now = time.time()
+        await anyio.to_thread.run_sync(lambda: side_put(self._path, run_id, texts, now))
+
+    async def drop_live_text(self, run_id: str, /) -> None:
+        """Delete the text of `run_id` from the side file."""
+        await anyio.to_thread.run_sync(lambda: side_drop(self._path, run_id))
+
+    async def live_text(self, run_id: str, /) -> tuple[LiveText, ...]:
+        """The text of `run_id`'s running calls in the side file (see `TokenRelay`)."""
+        now = time.time()
+        return await anyio.to_thread.run_sync(lambda: side_read(self._path, run_id, now))
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None`.

@@ -17,6 +17,7 @@ from converge import (
     Engine,
     EngineEvent,
     ProposedFact,
+    RunStore,
     TokenStreamed,
     event_adapter,
 )
@@ -77,9 +78,11 @@ class Seen:
         self.events.append(event)
 
 
-def engine(server: ChatServer, seen: Seen, *, stream: bool = True) -> Engine:
+def engine(
+    server: ChatServer, seen: Seen, *, stream: bool = True, store: RunStore | None = None
+) -> Engine:
     provider = OpenAIChatProvider(server.base_url, KEY, model="m-1", max_retries=0)
-    built = Engine(observers=[seen], record_effects=True)
+    built = Engine(observers=[seen], record_effects=True, store=store)
     built.register_suggestor(
         LlmSuggestor(
             "forecaster",
