@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     import psycopg
 
-__all__ = ["pg_drop", "pg_put", "pg_read", "side_drop", "side_put", "side_read"]
+__all__ = ["pg_drop", "pg_put", "pg_read", "side_drop", "side_file", "side_put", "side_read"]
 
 _COLUMNS: Final = (
     "run_id TEXT NOT NULL, suggestor TEXT NOT NULL, call INTEGER NOT NULL, "
@@ -71,6 +71,7 @@ def _side(path: Path) -> sqlite3.Connection:
 
 def side_put(path: Path, run_id: str, texts: Sequence[LiveText], now: float) -> None:
     """Write `texts` of `run_id` to the side file of the store at `path`; delete stale text."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     connection = _side(path)
     try:
         with connection:

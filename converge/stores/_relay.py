@@ -44,6 +44,7 @@ class Relay:
         "_run_id",
         "_store",
         "_texts",
+        "_written",
     )
 
     def __init__(
@@ -65,6 +66,8 @@ class Relay:
         self._broken = False
         self._texts: dict[tuple[str, int], LiveText] = {}
         """The text of each call of the cycle."""
+        self._written = False
+        """Text was written since the last drop (a run that streams nothing writes nothing)."""
 
     async def __call__(self, suggestor: str, call: int, attempt: int, text: str, /) -> None:
         """Take the next piece of a call's text; write the run's text if it is time."""
@@ -97,13 +100,15 @@ class Relay:
             return
         texts, self._dirty = tuple(self._dirty.values()), {}
         self._last = self._clock()
+        self._written = True
         await self._safely(self._store.put_live_text(self._run_id, texts))
 
     async def drop(self) -> None:
         """Delete the run's text (its cycle ended, or it stopped)."""
         self._texts.clear()
         self._dirty.clear()
-        if not self._broken:
+        if self._written and not self._broken:
+            self._written = False
             await self._safely(self._store.drop_live_text(self._run_id))
 
     async def on_event(self, event: EngineEvent, /) -> None:

@@ -51,6 +51,23 @@ LIVE_SCRIPT: Final = """(function () {
     });
     while (list.children.length > 50) { list.removeChild(list.lastChild); }
   });
+  events.addEventListener("tokens", function (event) {
+    var box = document.getElementById("live-tokens");
+    if (!box) { return; }
+    while (box.firstChild) { box.removeChild(box.firstChild); }
+    JSON.parse(event.data).calls.forEach(function (call) {
+      var head = document.createElement("div");
+      head.className = "live-call";
+      head.textContent = call.suggestor + ", model call " + call.call + " (cycle " +
+        call.cycle + (call.attempt > 1 ? ", attempt " + call.attempt : "") + ")" +
+        (call.cut ? ": its last characters" : "");
+      var text = document.createElement("pre");
+      text.setAttribute("data-live-text", call.suggestor + "/" + call.call);
+      text.textContent = call.text;
+      box.appendChild(head);
+      box.appendChild(text);
+    });
+  });
   events.addEventListener("changed", function () {
     events.close();
     if (status) { status.textContent = "updated: reloading"; }
@@ -77,6 +94,10 @@ CONSOLE_CSS: Final = """
 .live { color: var(--warn); font-weight: 600; }
 .live-facts { margin: 6px 0 0 18px; padding: 0; font-size: 12.5px; max-height: 240px;
   overflow-y: auto; word-break: break-word; }
+.live-tokens pre { margin: 2px 0 8px; padding: 6px 10px; background: var(--soft);
+  border-radius: 6px; font-size: 12.5px; max-height: 240px; overflow-y: auto;
+  white-space: pre-wrap; word-break: break-word; }
+.live-call { font-size: 12px; color: var(--muted); margin-top: 6px; }
 form.filters { display: flex; flex-wrap: wrap; gap: 8px; align-items: end; margin: 12px 0; }
 form.filters label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
 input, select, textarea, button { font: inherit; }

@@ -4,8 +4,11 @@ The stream reads the run every `poll` seconds. While the run is running, each ne
 sent as a `delta`: what changed since the last one the page has, not the run: the version,
 status, cycle and fact counts, and the facts promoted since (the latest `DELTA_FACTS`, in
 promotion order, with how many more there were); the page updates its counts and its list
-of new facts in place. When the run's status changes (it stops, pauses, or a decision
-taken elsewhere resumes it), the stream sends `changed` and closes, and the page reloads
+of new facts in place. With a store that relays tokens (`TokenRelay`), a running run's
+page is also sent `tokens` whenever the text of its running model calls changed: every
+call's text so far (an empty list once the calls are done; a relay that cannot be read is
+not read again by that stream). When the run's status changes (it stops, pauses, or a
+decision taken elsewhere resumes it), the stream sends `changed` and closes, and the page reloads
 once to show the whole report. `end` when the run is finished; and a comment every 15
 seconds so that proxies keep the connection open.
 """
@@ -13,7 +16,7 @@ seconds so that proxies keep the connection open.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Final
 
 import anyio
@@ -21,11 +24,12 @@ from starlette.responses import StreamingResponse
 
 from .._core._escape import visible
 from .._core._exceptions import RunNotFoundError
+from .._core._live_text import LiveText, TokenRelay
 from .._core._stop import RunStatus
 from .._core._store import RunRecord, RunStore
 from .._report._svg import short
 
-__all__ = ["DELTA_FACTS", "delta", "event_stream", "run_events"]
+__all__ = ["DELTA_FACTS", "delta", "event_stream", "run_events", "tokens"]
 
 _KEEPALIVE: Final = 15.0
 DELTA_FACTS: Final = 50
@@ -68,6 +72,26 @@ def delta(record: RunRecord, clock: int) -> dict[str, object]:
     }
 
 
+def tokens(texts: Sequence[LiveText]) -> list[dict[str, object]]:
+    """The text of a run's running model calls, for the page.
+
+    Each call's suggestor, call, attempt, cycle, whether earlier text was cut, and its text
+    made visible (control and invisible characters written as escapes; newlines and tabs
+    kept).
+    """
+    return [
+        {
+            "suggestor": visible(text.suggestor),
+            "call": text.call,
+            "attempt": text.attempt,
+            "cycle": text.cycle,
+            "cut": text.cut,
+            "text": visible(text.text, lines=True),
+        }
+        for text in texts
+    ]
+
+
 async def event_stream(
     store: RunStore,
     run_id: str,
@@ -83,6 +107,8 @@ async def event_stream(
     is sent as a `delta`; any other change as `changed`, which ends the stream.
     """
     quiet = 0.0
+    relay = store if isinstance(store, TokenRelay) else None
+    shown: list[dict[str, object]] = []
     yield "retry: 2000\n\n"
     while True:
         try:
@@ -100,6 +126,14 @@ async def event_stream(
         elif record.status is RunStatus.FINISHED:
             yield _event("end", record)
             return
+        if relay is not None and status is RunStatus.RUNNING:
+            try:
+                calls = tokens(await relay.live_text(run_id))
+            except Exception:  # the relay is for watching: the run's page goes on without it
+                relay, calls = None, shown
+            if calls != shown:
+                shown = calls
+                yield f"event: tokens\ndata: {json.dumps({'calls': calls})}\n\n"
         await anyio.sleep(poll)
         quiet += poll
         if quiet >= _KEEPALIVE:

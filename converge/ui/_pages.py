@@ -221,7 +221,8 @@ def _actions(record: RunRecord, csrf: str, found: Trust) -> str:
         return (
             '<div class="message"><span class="live" id="live">running: this page follows '
             "each saved cycle</span>"
-            '<ul class="live-facts" id="live-facts" data-live-facts></ul></div>'
+            '<ul class="live-facts" id="live-facts" data-live-facts></ul>'
+            '<div class="live-tokens" id="live-tokens" data-live-tokens></div></div>'
         )
     return ""
 
