@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Generator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Playwright
+    from playwright.sync_api import Browser, Page, Playwright
 
-__all__ = ["CHROMIUM", "chromium_or_skip", "launch"]
+__all__ = ["CHROMIUM", "chromium_or_skip", "launch", "signed_in"]
 
 CHROMIUM = Path("/usr/bin/chromium")
 REQUIRE = os.environ.get("CONVERGE_REQUIRE_SERVICES") == "1"
@@ -54,3 +56,23 @@ def launch(playwright: Playwright) -> Browser:
             "--no-first-run",
         ],
     )
+
+
+@contextmanager
+def signed_in(link: str) -> Generator[tuple[Page, list[str]]]:
+    """A page of headless Chromium signed in to a console by its one-time `link`.
+
+    Also the errors of the console's scripts on it (a test asserts there were none).
+    """
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(link)
+            yield page, errors
+        finally:
+            browser.close()

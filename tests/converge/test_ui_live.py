@@ -19,7 +19,7 @@ import pytest
 
 from converge import ContextKey, Engine, ProposedFact, RunRecord, RunStatus, SqliteRunStore
 from converge.ui._live import DELTA_FACTS, delta, event_stream
-from tests.browser import chromium_or_skip, launch
+from tests.browser import chromium_or_skip, signed_in
 from tests.converge.ui_console import start_console, stop_console
 
 H = ContextKey.HYPOTHESES
@@ -130,8 +130,6 @@ def test_a_running_run_page_applies_deltas_in_place_then_reloads_when_it_stops(
     running: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
     chromium_or_skip("the review console tests")
-    from playwright.sync_api import sync_playwright
-
     store, _ = running
     served = start_console(store, "--poll", "0.05")
     try:
@@ -139,31 +137,23 @@ def test_a_running_run_page_applies_deltas_in_place_then_reloads_when_it_stops(
             record = _wait_running(store)
             page_html = client.get(f"{served.base}/runs/{record.run_id}").text
         assert "&amp;running=1" in page_html
-        with sync_playwright() as playwright:
-            browser = launch(playwright)
-            try:
-                page = browser.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda error: errors.append(str(error)))
-                page.goto(served.link)
-                page.goto(f"{served.base}/runs/{record.run_id}")
-                if page.locator("body").get_attribute("data-status") != "running":
-                    pytest.skip("the run ended before the page loaded (a loaded machine)")
-                page.evaluate("window.__same_page = true")
-                facts = "Number(document.querySelector('[data-count=\"facts\"]').dataset.value)"
-                before = page.evaluate(f"() => {facts}")
-                page.wait_for_function(f"(before) => {facts} > before", arg=before, timeout=20_000)
-                page.locator("[data-live-fact]").first.wait_for(timeout=20_000)
-                assert page.evaluate("window.__same_page === true")  # no reload: deltas
-                assert "new fact(s)" in page.locator("#live").inner_text()
-                page.wait_for_function(
-                    "() => document.body.getAttribute('data-status') === 'finished'",
-                    timeout=30_000,
-                )
-                assert page.evaluate("window.__same_page === undefined")  # reloaded once
-                assert page.locator("body").get_attribute("data-stop-reason") == "converged"
-                assert errors == []
-            finally:
-                browser.close()
+        with signed_in(served.link) as (page, errors):
+            page.goto(f"{served.base}/runs/{record.run_id}")
+            if page.locator("body").get_attribute("data-status") != "running":
+                pytest.skip("the run ended before the page loaded (a loaded machine)")
+            page.evaluate("window.__same_page = true")
+            facts = "Number(document.querySelector('[data-count=\"facts\"]').dataset.value)"
+            before = page.evaluate(f"() => {facts}")
+            page.wait_for_function(f"(before) => {facts} > before", arg=before, timeout=20_000)
+            page.locator("[data-live-fact]").first.wait_for(timeout=20_000)
+            assert page.evaluate("window.__same_page === true")  # no reload: deltas
+            assert "new fact(s)" in page.locator("#live").inner_text()
+            page.wait_for_function(
+                "() => document.body.getAttribute('data-status') === 'finished'",
+                timeout=30_000,
+            )
+            assert page.evaluate("window.__same_page === undefined")  # reloaded once
+            assert page.locator("body").get_attribute("data-stop-reason") == "converged"
+            assert errors == []
     finally:
         stop_console(served)

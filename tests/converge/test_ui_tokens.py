@@ -20,7 +20,7 @@ from converge._core._escape import visible
 from converge._core._live_text import LIVE_CHARS, STALE_SECONDS, LiveText
 from converge.stores._live_rows import side_file, side_put
 from converge.ui._live import tokens
-from tests.browser import chromium_or_skip, launch
+from tests.browser import chromium_or_skip, signed_in
 from tests.converge.test_ui_live import _wait_running, running  # noqa: F401  # pyright: ignore[reportPrivateUsage, reportUnusedImport]
 from tests.converge.ui_console import start_console, stop_console
 
@@ -88,8 +88,6 @@ def test_a_running_runs_page_shows_the_text_of_its_model_calls_as_text(
     running: tuple[str, subprocess.Popen[bytes]],  # noqa: F811
 ) -> None:
     chromium_or_skip("the review console tests")
-    from playwright.sync_api import sync_playwright
-
     store, _ = running
     record = _wait_running(store)
     relay = SqliteRunStore(store)
@@ -99,33 +97,25 @@ def test_a_running_runs_page_shows_the_text_of_its_model_calls_as_text(
     )
     served = start_console(store, "--poll", "0.05")
     try:
-        with sync_playwright() as playwright:
-            browser = launch(playwright)
-            try:
-                page = browser.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda error: errors.append(str(error)))
-                page.goto(served.link)
-                page.goto(f"{served.base}/runs/{record.run_id}")
-                if page.locator("body").get_attribute("data-status") != "running":
-                    pytest.skip("the run ended before the page loaded (a loaded machine)")
-                first = page.locator('[data-live-text="writer/1"]')
-                first.wait_for(timeout=20_000)
-                assert first.text_content() == visible(HOSTILE, lines=True)
-                assert page.locator("#live-tokens img").count() == 0
-                assert page.locator("#live-tokens script").count() == 0
-                assert page.evaluate("window.__pwned === undefined")
-                assert page.locator('[data-live-text="writer/2"]').text_content() == long
-                assert "its last characters" in page.locator("#live-tokens").inner_text()
-                blocking(lambda: relay.drop_live_text(record.run_id))
-                page.wait_for_function(
-                    "() => document.querySelectorAll('[data-live-text]').length === 0"
-                    " || document.body.getAttribute('data-status') !== 'running'",
-                    timeout=20_000,
-                )
-                assert errors == []
-            finally:
-                browser.close()
+        with signed_in(served.link) as (page, errors):
+            page.goto(f"{served.base}/runs/{record.run_id}")
+            if page.locator("body").get_attribute("data-status") != "running":
+                pytest.skip("the run ended before the page loaded (a loaded machine)")
+            first = page.locator('[data-live-text="writer/1"]')
+            first.wait_for(timeout=20_000)
+            assert first.text_content() == visible(HOSTILE, lines=True)
+            assert page.locator("#live-tokens img").count() == 0
+            assert page.locator("#live-tokens script").count() == 0
+            assert page.evaluate("window.__pwned === undefined")
+            assert page.locator('[data-live-text="writer/2"]').text_content() == long
+            assert "its last characters" in page.locator("#live-tokens").inner_text()
+            blocking(lambda: relay.drop_live_text(record.run_id))
+            page.wait_for_function(
+                "() => document.querySelectorAll('[data-live-text]').length === 0"
+                " || document.body.getAttribute('data-status') !== 'running'",
+                timeout=20_000,
+            )
+            assert errors == []
     finally:
         stop_console(served)
         relay.close()
