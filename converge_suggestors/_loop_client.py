@@ -18,9 +18,16 @@ import anyio.lowlevel
 from converge import get_logger
 
 if TYPE_CHECKING:
+    import asyncio  # noqa: TID251  # the type of the task asyncio makes, only
+
     import httpx
 
 __all__ = ["LoopBoundClient"]
+
+_CLOSERS: set[asyncio.Task[None]] = set()
+"""The closers of every live client: asyncio holds only weak references to its tasks, and a
+closer collected with its provider while its loop runs would run its `finally` wherever the
+collector happened to be, breaking that task's cancel scopes."""
 
 
 @final
@@ -48,7 +55,10 @@ class LoopBoundClient:
         self._client, self._loop, self._closed = client, loop, closed
         create_task = getattr(loop, "create_task", None)
         if create_task is not None:  # asyncio (or a loop like it, such as uvloop)
-            self._task = create_task(_close_at_end(client, closed))
+            task: asyncio.Task[None] = create_task(_close_at_end(client, closed))
+            _CLOSERS.add(task)
+            task.add_done_callback(_CLOSERS.discard)
+            self._task = task
         else:  # trio: a system task, cancelled when the main task exits
             import trio.lowlevel
 
