@@ -315,3 +315,21 @@ async def test_an_error_answer_in_an_unknown_encoding_keeps_its_status(
         "(an unreadable body: Content-Encoding 'br' is not gzip or deflate)"
     )
     assert error.status == 429
+
+
+@pytest.mark.slow
+async def test_a_gzip_bomb_in_an_error_answer_is_read_only_up_to_its_excerpt(
+    chat_server: ChatServer,
+) -> None:
+    # the openai SDK reads an error answer whole before raising: the transport reads it first
+    chat_server.replies.append(Reply(404, bomb(200), {"Content-Encoding": "gzip"}))
+    async with provider(chat_server, max_retries=0) as subject:
+        tracemalloc.start()
+        try:
+            error, _ = await failure_of(subject)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert str(error).startswith(f"POST {chat_server.base_url}/chat/completions returned 404:  ")
+    assert str(error).endswith("…")
+    assert peak < 10_000_000, f"peak {peak / 1e6:.1f} MB"  # the excerpt's cap, not 200 MB
