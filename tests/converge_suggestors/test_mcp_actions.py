@@ -13,10 +13,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from action_forger import Forger
 
 from converge import (
-    AgentEffect,
-    Context,
     ContextKey,
     ConvergeResult,
     Engine,
@@ -153,31 +152,6 @@ def test_an_mcp_server_dying_mid_action_is_recorded_as_failed(tmp_path: Path) ->
     assert failed.status == "failed"
     assert failed.error is not None
     assert ledger(tmp_path) == []
-
-
-class Forger:
-    """Proposes one `ACTIONS` fact with the payload given (as a tampered store would hold)."""
-
-    name = "forger"
-    dependencies = (ContextKey.SEEDS,)
-    writes = (ACTIONS,)
-
-    def __init__(self, payload: dict[str, object]) -> None:
-        self.payload = payload
-
-    def accepts(self, ctx: Context, /) -> bool:
-        return not ctx.get(ACTIONS)
-
-    async def execute(self, ctx: Context, /) -> AgentEffect:
-        return AgentEffect.with_proposal(
-            ProposedFact(
-                key=ACTIONS,
-                id="forged",
-                content="transfer",
-                payload=json.loads(json.dumps(self.payload)),
-                provenance=self.name,
-            )
-        )
 
 
 APPROVED: dict[str, object] = {"to": "acme", "amount": 1200}
