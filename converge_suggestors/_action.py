@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from typing import Final, final
 
 from pydantic import JsonValue, ValidationError
 
 from converge import AgentEffect, AnyKey, Context, Fact, ProposedFact, get_logger
 
+from ._mcp import McpServer, McpTool
 from ._tool import (
     ACTION_RESULTS,
     ACTIONS,
@@ -52,6 +54,9 @@ class ActionRunner:
     Args:
         name: Unique suggestor name.
         tools: The actions it may run (read tools are refused here).
+        mcp_servers: MCP servers whose `actions` it may run: opened only when an action is
+            pending, for that `execute`. A server that cannot be opened fails the execution
+            and leaves its actions pending (none is recorded as run).
         require_approval: Run only actions a person approved at a human gate (not a timeout).
         namespace: Mixed into every idempotency key: give each deployment its own, so two
             deployments that reach the same action do not share a key.
@@ -61,10 +66,16 @@ class ActionRunner:
         self,
         name: str = "action-runner",
         *,
-        tools: Sequence[Tool],
+        tools: Sequence[Tool] = (),
+        mcp_servers: Sequence[McpServer] = (),
         require_approval: bool = True,
         namespace: str = "",
     ) -> None:
+        for server in mcp_servers:
+            if not server.actions:
+                raise ValueError(
+                    f"ActionRunner {name!r}: MCP server {server.name!r} declares no actions"
+                )
         actions: dict[str, Tool] = {}
         for tool in tools:
             if tool.kind != "action":
@@ -74,11 +85,15 @@ class ActionRunner:
             actions[tool.name] = tool
         self._name = name
         self._tools = actions
+        self._servers = tuple(mcp_servers)
         self._require_approval = require_approval
         self._namespace = namespace
 
     def __repr__(self) -> str:
-        return f"ActionRunner({self._name!r}, tools={sorted(self._tools)!r})"
+        servers = [server.name for server in self._servers]
+        return (
+            f"ActionRunner({self._name!r}, tools={sorted(self._tools)!r}, mcp_servers={servers!r})"
+        )
 
     @property
     def name(self) -> str:
@@ -101,14 +116,30 @@ class ActionRunner:
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
         """Run each pending action once; propose what each did."""
-        outcomes = [await self._run(action) for action in self._pending(ctx)]
+        pending = self._pending(ctx)
+        if not self._servers or not pending:
+            outcomes = [await self._run(action, self._tools) for action in pending]
+            return AgentEffect(proposals=tuple(outcomes))
+        async with AsyncExitStack() as stack:
+            tools: dict[str, Tool | McpTool] = dict(self._tools)
+            for server in self._servers:
+                for tool in await stack.enter_async_context(server.connect()):
+                    if tool.kind != "action":
+                        continue
+                    if tool.name in tools:
+                        raise ValueError(
+                            f"ActionRunner {self._name!r}: MCP server {server.name!r} offers "
+                            f"an action named {tool.name!r}, and another action has that name"
+                        )
+                    tools[tool.name] = tool
+            outcomes = [await self._run(action, tools) for action in pending]
         return AgentEffect(proposals=tuple(outcomes))
 
     def _pending(self, ctx: Context) -> list[Fact]:
         done = {fact.id for fact in ctx.get(ACTION_RESULTS)}
         return [fact for fact in ctx.get(ACTIONS) if fact.id not in done]
 
-    async def _run(self, action: Fact) -> ProposedFact:
+    async def _run(self, action: Fact, tools: Mapping[str, Tool | McpTool]) -> ProposedFact:
         key = idempotency_key(action, namespace=self._namespace)
         log = get_logger(suggestor=self._name).bind(action=action.ref)
         try:
@@ -122,11 +153,11 @@ class ActionRunner:
                 error=f"not an action request ({error.errors()[0]['msg']})",
             )
         digest = request.arguments_sha256
-        problem = self._problem(action, request)
+        problem = self._problem(action, request, tools)
         if problem is not None:
             log.warning("action_refused", reason=problem)
             return self._outcome(action, "refused", key, digest, error=problem)
-        tool = self._tools[request.tool]
+        tool = tools[request.tool]
         log.info("action_started", tool=tool.name, idempotency_key=key)
         try:
             result = await tool.call(request.arguments, idempotency_key=key)
@@ -146,7 +177,9 @@ class ActionRunner:
         log.info("action_done", tool=tool.name)
         return self._outcome(action, "done", key, digest, result=result)
 
-    def _problem(self, action: Fact, request: ActionRequest) -> str | None:
+    def _problem(
+        self, action: Fact, request: ActionRequest, tools: Mapping[str, Tool | McpTool]
+    ) -> str | None:
         """Why `action` must not run, or `None`."""
         promotion = action.promotion
         if self._require_approval and (
@@ -154,7 +187,7 @@ class ActionRunner:
         ):
             by = promotion.approved_by or promotion.gate
             return f"not approved by a person (promoted by {by}); the runner requires approval"
-        tool = self._tools.get(request.tool)
+        tool = tools.get(request.tool)
         if tool is None:
             return f"no action named {request.tool!r} in this runner"
         if arguments_digest(request.arguments) != request.arguments_sha256:

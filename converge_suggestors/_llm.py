@@ -160,8 +160,9 @@ class LlmSuggestor:
         tools: Tools the model may call (see `Tool`): a read tool runs here and its
             arguments and result are recorded in the trace (`metadata["tool_calls"]`); an
             action's call is staged as a proposal under `ACTIONS`, for `ActionRunner`.
-        mcp_servers: MCP servers whose tools the model may call, as read tools (see
-            `McpServer`): each is opened at the start of every `execute` and closed at its end.
+        mcp_servers: MCP servers whose tools the model may call, as read tools or, those named
+            in a server's `actions`, as actions (see `McpServer`): each is opened at the start
+            of every `execute` and closed at its end.
         first_tool: The tool the model's first reply must call (sent as `tool_choice`, which
             servers that constrain output enforce); later replies choose freely. `None`: the
             model chooses from the start.
@@ -233,7 +234,9 @@ class LlmSuggestor:
                 f"LlmSuggestor {name!r}: first_tool {first_tool!r} is not one of its tools"
             )
         self._first_tool = first_tool
-        self._acts = any(tool.kind == "action" for tool in tools)
+        self._acts = any(tool.kind == "action" for tool in tools) or any(
+            server.actions for server in self._servers
+        )
         self._name = name
         self._provider = provider
         self._shown_keys = tuple(dict.fromkeys(dependencies))
@@ -530,7 +533,7 @@ class LlmSuggestor:
                 f"Error: there is no tool named {_cut(call.name, 64)!r}; the tools are: {offered}."
             )
         entry["kind"] = tool.kind
-        if isinstance(tool, Tool) and tool.kind == "action":
+        if tool.kind == "action":
             return self._stage(call, tool, entry, actions, evidence)
         try:
             arguments = tool.validate(call.arguments)
@@ -563,7 +566,7 @@ class LlmSuggestor:
     def _stage(
         self,
         call: ToolCall,
-        tool: Tool,
+        tool: Tool | McpTool,
         entry: dict[str, JsonValue],
         actions: dict[str, ProposedFact],
         evidence: tuple[str, ...],

@@ -1,4 +1,4 @@
-"""`McpServer`: the tools of an MCP server (stdio or streamable HTTP), as read tools.
+"""`McpServer`: the tools of an MCP server (stdio or streamable HTTP), as read tools or actions.
 
 The wire protocol is the official `mcp` SDK's (`pip install "converge-engine[mcp]"`),
 imported when a server is first opened. A server is opened for one `execute` and closed at
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final, Literal, cast, final
+from typing import TYPE_CHECKING, Final, cast, final
 
 import anyio
 from pydantic import JsonValue
@@ -18,14 +18,18 @@ from pydantic import JsonValue
 from converge import get_logger
 
 from ._chat import ToolSpec
+from ._tool import IDEMPOTENCY_PARAMETER, ToolKind, with_reason
 
 if TYPE_CHECKING:
     from mcp import Client
+    from mcp.types import RequestParamsMeta
 
 __all__ = ["McpServer", "McpTool", "McpToolError"]
 
 _MAX_ERRORS: Final = 5
 _NAME: Final = r"^[A-Za-z0-9_-]{1,64}$"
+IDEMPOTENCY_META: Final = "converge/idempotency_key"
+"""The `_meta` member of an MCP action's `tools/call` request that holds its idempotency key."""
 
 
 class McpToolError(Exception):
@@ -34,7 +38,8 @@ class McpToolError(Exception):
 
 @final
 class McpTool:
-    """One tool of an open `McpServer`: what `LlmSuggestor` offers and calls (a read tool)."""
+    """One tool of an open `McpServer`: what `LlmSuggestor` offers (and calls, for a read
+    tool), and what `ActionRunner` calls (an action)."""
 
     def __init__(
         self,
@@ -44,13 +49,18 @@ class McpTool:
         description: str,
         parameters: dict[str, JsonValue],
         timeout: float,
+        kind: ToolKind = "read",
     ) -> None:
         self._client = client
         self._server = server
         self._name = name
         self._description = description
-        self._parameters = parameters
         self._timeout = timeout
+        self._kind: ToolKind = kind
+        self._takes_key = False
+        if kind == "action":  # the key is converge's to give, not the model's
+            parameters, self._takes_key = _without_key(parameters)
+        self._parameters = parameters
 
     def __repr__(self) -> str:
         return f"McpTool({self._name!r}, server={self._server!r})"
@@ -61,9 +71,10 @@ class McpTool:
         return self._name
 
     @property
-    def kind(self) -> Literal["read"]:
-        """`"read"`: an MCP tool runs inside the suggestor."""
-        return "read"
+    def kind(self) -> ToolKind:
+        """`"read"` (runs inside the suggestor) or `"action"` (named in the server's
+        `actions`: staged for approval, run by `ActionRunner`)."""
+        return self._kind
 
     @property
     def timeout(self) -> float:
@@ -72,8 +83,10 @@ class McpTool:
 
     @property
     def spec(self) -> ToolSpec:
-        """What the model is offered: the server's name, description and input schema."""
-        return ToolSpec(name=self._name, description=self._description, parameters=self._parameters)
+        """What the model is offered: the server's name, description and input schema (an
+        action's without `idempotency_key`, with a required `reason`)."""
+        parameters = with_reason(self._parameters) if self._kind == "action" else self._parameters
+        return ToolSpec(name=self._name, description=self._description, parameters=parameters)
 
     def validate(self, arguments: object) -> dict[str, JsonValue]:
         """Validate `arguments` (a JSON object or its text) against the server's input schema.
@@ -111,14 +124,27 @@ class McpTool:
     ) -> JsonValue:
         """Call the tool on its server within `timeout`; its structured result, else its text.
 
+        An action's `idempotency_key` goes in the request's `_meta` (as
+        `"converge/idempotency_key"`), and as the argument `idempotency_key` when the tool's
+        input schema declares one.
+
         Raises:
             TimeoutError: No answer within `timeout`.
             McpToolError: The server answered with an error.
             Exception: The connection failed (the server died, or answered garbage).
         """
+        sent = dict(arguments)
+        meta: dict[str, str] | None = None
+        if idempotency_key is not None:
+            meta = {IDEMPOTENCY_META: idempotency_key}
+            if self._takes_key:
+                sent[IDEMPOTENCY_PARAMETER] = idempotency_key
         with anyio.fail_after(self._timeout):
             result = await self._client.call_tool(
-                self._name, dict(arguments), read_timeout_seconds=self._timeout
+                self._name,
+                sent,
+                read_timeout_seconds=self._timeout,
+                meta=cast("RequestParamsMeta | None", meta),
             )
         texts = [
             text if isinstance(text := getattr(block, "text", None), str) else f"[{block.type}]"
@@ -141,13 +167,19 @@ class McpServer:
     Give `command` (the server is started as a child process and spoken to over stdio) or
     `url` (streamable HTTP). `LlmSuggestor(mcp_servers=[...])` opens it at the start of each
     `execute`, lists its tools (all, or those named in `tools`), offers them to the model as
-    read tools, and closes it at the end. Each call's arguments are validated against the
-    tool's input schema first; its arguments and result are recorded like any read tool's.
+    read tools (or as actions, those named in `actions`), and closes it at the end. Each
+    call's arguments are validated against the tool's input schema first; its arguments and
+    result are recorded like any read tool's.
     A server that cannot be started or does not answer within `timeout` fails the
     execution; one that dies or answers garbage mid-call fails that call.
 
+    A tool named in `actions` is an action: the model's call of it is staged under `ACTIONS`
+    for approval, like a `Tool(kind="action")`'s, and `ActionRunner(mcp_servers=[...])` runs
+    it once promoted, with its idempotency key (see `McpTool.call`).
+
     Raises:
-        ValueError: Neither or both of `command` and `url`; an empty command.
+        ValueError: Neither or both of `command` and `url`; an empty command; an action that
+            `tools` leaves out.
         ImportError: The `mcp` extra is not installed.
     """
 
@@ -160,6 +192,7 @@ class McpServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         tools: Sequence[str] | None = None,
+        actions: Sequence[str] = (),
         timeout: float = 30.0,
     ) -> None:
         if (command is None) == (url is None):
@@ -168,8 +201,11 @@ class McpServer:
             raise ValueError(f"McpServer {name!r}: the command is empty")
         if not timeout > 0:
             raise ValueError(f"McpServer {name!r}: timeout must be positive")
+        if tools is not None and (left_out := sorted(set(actions) - set(tools))):
+            raise ValueError(f"McpServer {name!r}: actions {left_out} are not among its tools")
         _require_mcp()
         self._name = name
+        self._actions = frozenset(actions)
         self._command = tuple(command) if command is not None else None
         self._url = url
         self._env = dict(env) if env is not None else None
@@ -185,6 +221,11 @@ class McpServer:
     def name(self) -> str:
         """The name it is known by in errors and the trace."""
         return self._name
+
+    @property
+    def actions(self) -> frozenset[str]:
+        """The names of its tools that are actions."""
+        return self._actions
 
     @asynccontextmanager
     async def connect(self) -> AsyncGenerator[tuple[McpTool, ...]]:
@@ -218,10 +259,14 @@ class McpServer:
                         tool.description or tool.name,
                         cast("dict[str, JsonValue]", json.loads(json.dumps(tool.input_schema))),
                         self._timeout,
+                        "action" if tool.name in self._actions else "read",
                     )
                     for tool in listed.tools
                     if self._only is None or tool.name in self._only
                 )
+                missing = sorted(self._actions - {tool.name for tool in tools})
+                if missing:
+                    raise McpToolError(f"it offers no tool named {', '.join(missing)}")
                 opened = True
                 try:
                     yield tools
@@ -239,6 +284,21 @@ class McpServer:
             get_logger(mcp_server=self._name).warning(
                 "mcp_server_closed_badly", error=f"{type(error).__name__}: {error}"
             )
+
+
+def _without_key(schema: dict[str, JsonValue]) -> tuple[dict[str, JsonValue], bool]:
+    """`schema` without an `idempotency_key` property, and whether it had one."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or IDEMPOTENCY_PARAMETER not in properties:
+        return schema, False
+    required = schema.get("required")
+    kept: dict[str, JsonValue] = {
+        **schema,
+        "properties": {k: v for k, v in properties.items() if k != IDEMPOTENCY_PARAMETER},
+    }
+    if isinstance(required, list):
+        kept["required"] = [name for name in required if name != IDEMPOTENCY_PARAMETER]
+    return kept, True
 
 
 def _require_mcp() -> None:

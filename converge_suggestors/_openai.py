@@ -1,7 +1,21 @@
 """`OpenAIChatProvider`: any OpenAI-compatible `POST {base_url}/chat/completions` endpoint.
 
-Hosted APIs, vLLM, Ollama and the llama.cpp servers all speak it. HTTP comes from `httpx`,
-installed with the `llm` extra (`pip install "converge-engine[llm]"`) and imported on first use.
+Hosted APIs, vLLM, Ollama and the llama.cpp servers all speak it. The request is built and sent
+by the official `openai` SDK over `httpx`, both installed with the `llm` extra
+(`pip install "converge-engine[llm]"`) and imported on first use.
+
+What stays hand-written, and why (each was tried with the SDK and failed a test of the
+misbehaving-server suite):
+
+- the deadline and the byte cap: the SDK's timeouts are per read, and it reads an error
+  answer's body whole (an endless 404 body for 20 s, to 887 MB; a gzip bomb to 400 MB), so the
+  SDK is given an `httpx` client whose transport reads error bodies within a cap, and the whole
+  attempt runs under one deadline;
+- the reply's validation: the SDK accepts `{"choices": "many"}` as a completion, and its strict
+  mode rejects what lenient servers send (no `id`, no `object`), so the raw body is validated here;
+- the stream's checks: the SDK accepts a stream cut before `data: [DONE]`, or data after it;
+- retries: the SDK's are off (`max_retries=0`): converge's policy retries only what cannot have
+  been generated twice, and says so in the trace.
 """
 
 from __future__ import annotations
@@ -9,10 +23,12 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Self, final, get_args
+from typing import TYPE_CHECKING, Final, Self, cast, final, get_args
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
 from pydantic import BaseModel, JsonValue, NonNegativeInt, ValidationError
@@ -28,7 +44,7 @@ from ._chat import (
     StructuredOutput,
     ToolCall,
 )
-from ._exchange import Answer, Exchange
+from ._exchange import ACCEPT_ENCODING, Answer, Exchange, bounded_transport
 from ._http import endpoint_url, retry_after_seconds, safe_url
 from ._llm_format import describe_validation_error
 from ._llm_telemetry import record_retry
@@ -38,6 +54,9 @@ from ._sse import StreamedReply
 
 if TYPE_CHECKING:
     import httpx
+    import httpx2
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
 __all__ = ["OpenAIChatProvider"]
 
@@ -51,15 +70,16 @@ DEFAULT_MAX_REPLY_BYTES: Final = 16 * 1024 * 1024
 """The default cap on a reply's bytes, after decompression: 16 MiB."""
 
 
-def _httpx() -> object:
+def _llm_extra() -> object:
     try:
         import httpx
+        import openai
     except ImportError:  # pragma: no cover - exercised through a test that hides httpx
         raise ImportError(
-            "OpenAIChatProvider needs httpx: install the 'llm' extra "
+            "OpenAIChatProvider needs httpx and openai: install the 'llm' extra "
             '(pip install "converge-engine[llm]")'
         ) from None
-    return httpx
+    return httpx, openai
 
 
 @final
@@ -102,7 +122,7 @@ class OpenAIChatProvider:
         provider_name: str = "openai",
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
-        _httpx()
+        _llm_extra()
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got {max_retries}")
         if not timeout > 0:
@@ -115,6 +135,9 @@ class OpenAIChatProvider:
                 f"got {structured_output!r}"
             )
         self._url = endpoint_url(base_url, "chat/completions")
+        parts = urlsplit(base_url)  # the SDK drops a base URL's query: it is sent apart
+        self._base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        self._query: dict[str, object] = dict(parse_qsl(parts.query, keep_blank_values=True))
         self._key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._scrubber = Scrubber.of(base_url, self._key)
         guard_logs(self._scrubber)
@@ -127,6 +150,7 @@ class OpenAIChatProvider:
         self._structured_output: StructuredOutput = structured_output
         self._provider_name = provider_name
         self._clients = LoopBoundClient(self._new_client)
+        self._sdk: tuple[httpx.AsyncClient, openai.AsyncOpenAI] | None = None
 
     def __repr__(self) -> str:
         key = "set" if self._key else "none"
@@ -205,9 +229,6 @@ class OpenAIChatProvider:
         if on_text is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
         attempts = self._max_retries + 1
         uncertain = False  # an earlier attempt may have cost tokens nobody reported
         for attempt in range(1, attempts + 1):
@@ -218,7 +239,7 @@ class OpenAIChatProvider:
                     reply = StreamedReply(
                         self._scrubber, partial(on_text, attempt), self._malformed
                     )
-                outcome = await self._attempt(client, body, headers, attempt, attempts, reply)
+                outcome = await self._attempt(client, body, attempt, attempts, reply)
             except ProviderError as error:
                 if uncertain:
                     error.tokens = None
@@ -281,7 +302,6 @@ class OpenAIChatProvider:
         self,
         client: httpx.AsyncClient,
         body: dict[str, JsonValue],
-        headers: dict[str, str],
         attempt: int,
         attempts: int,
         reply: StreamedReply | None,
@@ -291,7 +311,7 @@ class OpenAIChatProvider:
         exchange = Exchange()
         answer: Answer | _Retry | None = None
         with anyio.move_on_after(self._timeout):
-            answer = await self._exchange(exchange, client, body, headers, attempt, attempts, reply)
+            answer = await self._exchange(exchange, client, body, attempt, attempts, reply)
         if answer is None:  # the deadline passed
             if not exchange.sent:  # never connected: nothing generated, worth another try
                 problem = f"ConnectTimeout: no connection within {self._timeout:g} s"
@@ -330,20 +350,17 @@ class OpenAIChatProvider:
         exchange: Exchange,
         client: httpx.AsyncClient,
         body: dict[str, JsonValue],
-        headers: dict[str, str],
         attempt: int,
         attempts: int,
         reply: StreamedReply | None,
     ) -> Answer | _Retry:
         """The attempt's HTTP exchange: the answer, what to retry, or a `ProviderError`."""
         import httpx
+        import openai
 
         try:
             return await exchange.post(
-                client,
-                self._url,
-                body,
-                headers,
+                partial(self._open_reply, client, body),
                 limit=self._max_bytes,
                 error_limit=_ERROR_BYTES,
                 on_data=None if reply is None else reply.take,
@@ -364,7 +381,14 @@ class OpenAIChatProvider:
                 status=exchange.status,
                 tokens=None,
             ) from None
-        except httpx.TransportError as error:
+        except (httpx.TransportError, openai.APIConnectionError) as raised:
+            # the SDK wraps the transport's error: the cause says what happened
+            cause = raised.__cause__ if isinstance(raised, openai.APIConnectionError) else raised
+            error = (
+                cause
+                if isinstance(cause, httpx.TransportError)
+                else httpx.NetworkError(str(cause or raised))
+            )
             problem, retryable = self._describe(error)
             cost = None if exchange.sent else 0  # once sent, the server may have generated
             if not retryable:
@@ -377,6 +401,54 @@ class OpenAIChatProvider:
                 status=exchange.status,
                 tokens=None if exchange.sent else 0,
             ) from None
+
+    @asynccontextmanager
+    async def _open_reply(
+        self, client: httpx.AsyncClient, body: dict[str, JsonValue]
+    ) -> AsyncGenerator[httpx.Response | None]:
+        """The SDK sends `body`: the reply's unread response, or `None` for an error answer
+        (read by the client's transport, see `Exchange.post`)."""
+        import openai
+
+        sdk = self._sdk_for(client)
+        fields = dict(body)
+        model = fields.pop("model")
+        messages = fields.pop("messages")
+        headers: dict[str, str | openai.Omit] = {"Accept-Encoding": ACCEPT_ENCODING}
+        if not self._key:  # a local server: no credential at all
+            headers["Authorization"] = openai.Omit()
+        reply = sdk.chat.completions.with_streaming_response.create(
+            model=str(model),
+            messages=cast("list[ChatCompletionMessageParam]", messages),
+            extra_headers=cast("dict[str, str]", headers),
+            extra_query=self._query,
+            extra_body=fields,
+        )
+        async with AsyncExitStack() as stack:
+            response: httpx.Response | None = None
+            try:
+                opened = await stack.enter_async_context(reply)
+                response = cast("httpx.Response", opened.http_response)
+            except openai.APIStatusError:  # the transport read the answer's body
+                pass
+            yield response
+
+    def _sdk_for(self, client: httpx.AsyncClient) -> openai.AsyncOpenAI:
+        """The SDK's client over `client` (one per HTTP client, so per event loop)."""
+        import openai
+
+        if self._sdk is not None and self._sdk[0] is client:
+            return self._sdk[1]
+        sdk = openai.AsyncOpenAI(
+            api_key=self._key or "",
+            # a local server needs no key: none is sent (`_open_reply` omits the header)
+            _enforce_credentials=bool(self._key),
+            base_url=self._base,
+            max_retries=0,  # converge retries (see the module's docstring)
+            http_client=cast("httpx2.AsyncClient", client),  # the SDK takes httpx's too
+        )
+        self._sdk = (client, sdk)
+        return sdk
 
     def _retry_or_fail(
         self, problem: str, attempt: int, attempts: int, *, cost: int | None
@@ -443,7 +515,7 @@ class OpenAIChatProvider:
         import httpx
 
         timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, _CONNECT_TIMEOUT))
-        return httpx.AsyncClient(timeout=timeout)
+        return httpx.AsyncClient(timeout=timeout, transport=bounded_transport())
 
     def _parse(self, data: bytearray) -> ChatResponse:
         """The completion in a `200` body; a `ProviderError` if it is malformed or echoes a

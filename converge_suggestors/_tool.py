@@ -163,7 +163,7 @@ class Tool:
         self._description = doc.strip().split("\n\n")[0].strip() or name
         self._arguments = _arguments_model(function, name, kind)
         schema = cast("dict[str, JsonValue]", self._arguments.model_json_schema())
-        self._schema = _with_reason(schema) if kind == "action" else schema
+        self._schema = with_reason(schema) if kind == "action" else schema
 
     def __repr__(self) -> str:
         return f"Tool({self._name!r}, kind={self._kind!r})"
@@ -297,7 +297,7 @@ def _arguments_model(function: Callable[..., object], name: str, kind: ToolKind)
     return create_model(f"{name}_arguments", __base__=_Arguments, **fields)
 
 
-def _with_reason(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
+def with_reason(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """An action's schema as the model sees it: its arguments plus a required `reason`."""
     properties = schema.get("properties")
     required = schema.get("required")

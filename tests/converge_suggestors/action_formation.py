@@ -3,7 +3,9 @@
 The payment tool keys its effect by the idempotency key, as a payment API does, and writes
 one line per call to the ledger file named by `CONVERGE_TEST_LEDGER`: the key, and whether
 this call applied the transfer. With `CONVERGE_TEST_CRASH` set to `before` or `after`, the
-first call kills its own process with SIGKILL before or after the effect.
+first call kills its own process with SIGKILL before or after the effect. With
+`CONVERGE_TEST_MCP=1`, the transfer is the action of an MCP server in its own process
+(`mcp_server.py`, which does the same).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 from converge import ContextKey, Formation, HitlPolicy
@@ -19,6 +22,7 @@ from converge_suggestors import (
     ActionRunner,
     ChatResponse,
     LlmSuggestor,
+    McpServer,
     ScriptedChatProvider,
     SeedSuggestor,
     Tool,
@@ -59,6 +63,20 @@ CALL = ToolCall(
     arguments='{"to": "acme", "amount": 1200, "reason": "invoice seeds/invoice is due"}',
 )
 
+MCP = os.environ.get("CONVERGE_TEST_MCP") == "1"
+BANK = (
+    McpServer(
+        "bank",
+        command=[sys.executable, str(Path(__file__).resolve().parent / "mcp_server.py"), "stdio"],
+        env=dict(os.environ),
+        tools=["transfer"],
+        actions=["transfer"],
+        timeout=20,
+    )
+    if MCP
+    else None
+)
+
 formation = Formation(
     name="payment",
     description="a model proposes a payment; a human approves it; it runs once",
@@ -72,9 +90,10 @@ formation = Formation(
             dependencies=[ContextKey.SEEDS],
             target=ContextKey.HYPOTHESES,
             instructions="Pay the invoices that are due.",
-            tools=[TRANSFER],
+            tools=[] if BANK else [TRANSFER],
+            mcp_servers=[BANK] if BANK else [],
         ),
-        ActionRunner(tools=[TRANSFER]),
+        ActionRunner(mcp_servers=[BANK]) if BANK else ActionRunner(tools=[TRANSFER]),
     ),
     hitl=HitlPolicy(gated_keys=frozenset({ACTIONS})),
 )

@@ -43,6 +43,7 @@ class Received:
 
     path: str
     headers: dict[str, str]
+    """Its headers, each name in canonical case (`Content-Type`, `Authorization`)."""
     body: dict[str, Any]
     port: int = 0
     """The client's port: the same for requests over one kept-alive connection."""
@@ -98,7 +99,8 @@ class ChatServer:
                 raw = self.rfile.read(length)
                 received = Received(
                     self.path,
-                    dict(self.headers.items()),
+                    # canonical case (`Content-Type`): clients send names in either case
+                    {name.title(): value for name, value in self.headers.items()},
                     json.loads(raw or b"{}"),
                     self.client_address[1],
                     time.monotonic(),

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
 import pytest
+from action_forger import Forger
 
 from converge import (
-    AgentEffect,
-    Context,
     ContextKey,
     ConvergeResult,
     Engine,
@@ -135,30 +133,6 @@ def test_replay_of_a_run_with_an_action_never_calls_the_tool_again() -> None:
     replayed = anyio.run(engine(record=True).replay, result.trace)
     assert replayed.integrity.merkle_root == result.integrity.merkle_root
     assert len(sent) == 1
-
-
-class Forger:
-    """Proposes an action straight into ACTIONS, bypassing any model."""
-
-    name = "forger"
-    dependencies = (ContextKey.SEEDS,)
-
-    def __init__(self, payload: Mapping[str, object]) -> None:
-        self.payload = payload
-
-    def accepts(self, ctx: Context, /) -> bool:
-        return not ctx.get(ACTIONS)
-
-    async def execute(self, ctx: Context, /) -> AgentEffect:
-        return AgentEffect.with_proposal(
-            ProposedFact(
-                key=ACTIONS,
-                id="forged",
-                content="send",
-                payload=json.loads(json.dumps(self.payload)),
-                provenance=self.name,
-            )
-        )
 
 
 def run_forged(payload: dict[str, object], *, require_approval: bool) -> ConvergeResult:

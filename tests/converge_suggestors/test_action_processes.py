@@ -51,6 +51,8 @@ class Site:
 
     tmp: Path
     store: str
+    mcp: bool = False
+    """The transfer is an MCP server's action (`mcp_server.py`), not a Python function's."""
 
 
 @pytest.fixture
@@ -73,6 +75,7 @@ def converge(
         **os.environ,
         "CONVERGE_TEST_LEDGER": str(site.tmp / "ledger.jsonl"),
         "CONVERGE_TEST_CRASH": crash,
+        "CONVERGE_TEST_MCP": "1" if site.mcp else "",
         "PYTHONPATH": os.pathsep.join([ROOT, str(HERE)]),
     }
     env.pop("CONVERGE_SIGNING_KEY", None)
@@ -142,6 +145,8 @@ def assert_applied_once(site: Site, run_id: str, *, calls: int) -> None:
     assert isinstance(result.payload, dict)
     assert result.payload["status"] == "done"
     assert result.payload["idempotency_key"] == lines[0]["key"]
+    if site.mcp:  # the key came in the request's _meta too
+        assert {line["meta_key"] for line in lines} == {lines[0]["key"]}
 
 
 def continue_after_lease(site: Site, run_id: str) -> int:
@@ -150,12 +155,15 @@ def continue_after_lease(site: Site, run_id: str) -> int:
     return done.returncode
 
 
+@pytest.mark.parametrize("tool", ["function", "mcp"])
 @pytest.mark.parametrize(("crash", "calls"), [("before", 1), ("after", 2)])
 def test_a_kill_between_approval_and_the_result_neither_loses_nor_repeats_the_action(
-    site: Site, crash: str, calls: int
+    tmp_path: Path, store: str, tool: str, crash: str, calls: int
 ) -> None:
     """SIGKILL before the transfer: it runs once on continuation. SIGKILL after it, before
-    its result was saved: the continuation calls again with the same key, applied once."""
+    its result was saved: the continuation calls again with the same key, applied once.
+    With an MCP server's action, its server kills the converge process around its effect."""
+    site = Site(tmp_path, store, mcp=tool == "mcp")
     run_id, gate = paused_run(site)
     assert approve(site, run_id, gate, crash=crash) == -signal.SIGKILL
     assert len(ledger(site)) == calls - 1

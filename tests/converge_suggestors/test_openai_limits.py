@@ -42,6 +42,17 @@ async def failure_of(subject: OpenAIChatProvider) -> tuple[ProviderError, float]
     return caught.value, time.monotonic() - started
 
 
+async def failure_and_peak_memory(subject: OpenAIChatProvider) -> tuple[ProviderError, int]:
+    """The call's `ProviderError` and the most bytes Python allocated while it ran."""
+    tracemalloc.start()
+    try:
+        error, _ = await failure_of(subject)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return error, peak
+
+
 def trickle(data: bytes) -> Iterator[bytes]:
     return (data[i : i + 1] for i in range(len(data)))
 
@@ -120,12 +131,7 @@ async def test_a_gzip_bomb_is_stopped_at_the_byte_cap_in_little_memory(
     assert len(wire) < 250_000  # 200 MB of spaces in about 200 KB on the wire
     chat_server.replies.append(Reply(body=wire, headers={"Content-Encoding": "gzip"}))
     async with provider(chat_server) as subject:
-        tracemalloc.start()
-        try:
-            error, _ = await failure_of(subject)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        error, peak = await failure_and_peak_memory(subject)
     assert "returned a reply over max_reply_bytes (16777216 bytes)" in str(error)
     assert peak < 40_000_000, f"peak {peak / 1e6:.1f} MB"  # the cap (16 MiB), not 200 MB
 
@@ -315,3 +321,16 @@ async def test_an_error_answer_in_an_unknown_encoding_keeps_its_status(
         "(an unreadable body: Content-Encoding 'br' is not gzip or deflate)"
     )
     assert error.status == 429
+
+
+@pytest.mark.slow
+async def test_a_gzip_bomb_in_an_error_answer_is_read_only_up_to_its_excerpt(
+    chat_server: ChatServer,
+) -> None:
+    # the openai SDK reads an error answer whole before raising: the transport reads it first
+    chat_server.replies.append(Reply(404, bomb(200), {"Content-Encoding": "gzip"}))
+    async with provider(chat_server, max_retries=0) as subject:
+        error, peak = await failure_and_peak_memory(subject)
+    assert str(error).startswith(f"POST {chat_server.base_url}/chat/completions returned 404:  ")
+    assert str(error).endswith("…")
+    assert peak < 10_000_000, f"peak {peak / 1e6:.1f} MB"  # the excerpt's cap, not 200 MB
