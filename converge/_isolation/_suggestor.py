@@ -5,7 +5,8 @@ The engine sees an ordinary suggestor. Its `accepts` answers true without asking
 and waits: the worker runs the real `accepts` (a false one comes back as an empty effect)
 and `execute` against its read-only copy of the context. What comes back is JSON, validated
 here into a new `AgentEffect`; the worker's own objects never reach the engine. A call
-that is cancelled (its timeout, the run's) kills the worker; a worker that dies, or
+that is cancelled (its timeout, the run's) kills the worker and leaves its pid and the kill
+reason for the call's `timed_out` record (`_call_note`); a worker that dies, or
 answers something that is not a reply for this suggestor, is killed too, and the call fails
 with a `WorkerError` naming the suggestor, the cycle and the worker.
 """
@@ -19,6 +20,7 @@ from typing import cast, final
 import anyio
 from pydantic import JsonValue, ValidationError
 
+from .._core._call_note import leave_note
 from .._core._context import Context, ContextSnapshot
 from .._core._effect import AgentEffect
 from .._core._exceptions import ConfigurationError, WorkerError
@@ -26,7 +28,10 @@ from .._core._key import AnyKey, key_named
 from ._pool import ProcessPool, WorkerProcess, arguments_json, spec_id
 from ._wire import WireError
 
-__all__ = ["IsolatedSuggestor", "WorkerPool", "default_pool", "isolated"]
+__all__ = ["CANCELLED", "IsolatedSuggestor", "WorkerPool", "default_pool", "isolated"]
+
+CANCELLED = "the engine cancelled the call (its suggestor_timeout or the run's time budget)"
+"""The `kill_reason` of a call the engine cancelled: its worker was killed mid-call."""
 
 
 @final
@@ -224,6 +229,9 @@ class IsolatedSuggestor:
                 raise self._error(
                     f"worker {worker.pid} {said} ({error})", cycle, worker, "died", said
                 ) from None
+            if isinstance(error, anyio.get_cancelled_exc_class()):
+                # the engine's timeout or the run's time budget: the record says whose worker
+                leave_note(self, {"worker_pid": worker.pid, "kill_reason": CANCELLED})
             raise
         if scope.cancelled_caught:
             pool.discard(worker, dying=False)

@@ -8,6 +8,7 @@ timeout, take the run down by crashing) is shown by suggestors that try.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from hitl_formation import SIGNING_KEY, build_engine
 from isolated_suggestors import Counter, Declining, Echo, Spinner
 
 from converge import (
+    Budget,
     ConfigurationError,
     ContextKey,
     ConvergeResult,
@@ -44,6 +46,7 @@ from converge import (
     verify,
 )
 from converge._isolation._pool import ProcessPool, scrubbed_environment
+from converge._isolation._suggestor import CANCELLED
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 
 H = ContextKey.HYPOTHESES
@@ -429,8 +432,78 @@ async def test_a_timeout_kills_the_worker_and_records_the_call_as_timed_out(
     assert time.monotonic() - started < 15.0
     [failed] = result.failures
     assert (failed.suggestor, failed.outcome) == ("misbehaver", "timed_out")
+    assert failed.error == "TimeoutError: no effect within 1.0 s"
+    assert isinstance(failed.metadata, dict)
+    assert failed.metadata["kill_reason"] == CANCELLED
+    pid = failed.metadata["worker_pid"]
+    assert isinstance(pid, int)
+    assert pid not in pool.pids
+    assert _gone(pid)
     assert result.context.find(H, "echo-b") is not None
     assert (await _run(pool.isolated(f"{MODULE}:Echo"))).failures == ()
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["lone call", "calls of a group"])
+async def test_a_call_the_time_budget_cuts_records_its_killed_worker(
+    pool: WorkerPool, alone: bool
+) -> None:
+    """The run's time budget cancels the call from outside the executor's own scope: the
+    `timed_out` record, its event and the report still name the worker and why it died."""
+    seen: list[EngineEvent] = []
+
+    class Keep:
+        def on_event(self, event: EngineEvent, /) -> None:
+            seen.append(event)
+
+    others = () if alone else (pool.isolated(f"{MODULE}:Echo"),)
+    result = await _run(
+        pool.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0),
+        *others,
+        budget=Budget(max_seconds=1.5),
+        observers=[Keep()],
+    )
+    assert result.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    [cut] = _calls(result, "misbehaver")
+    assert (cut.outcome, cut.error) == ("timed_out", "cancelled: time budget exhausted")
+    assert isinstance(cut.metadata, dict)
+    assert cut.metadata["kill_reason"] == CANCELLED
+    pid = cut.metadata["worker_pid"]
+    assert isinstance(pid, int)
+    assert _gone(pid)
+    [event] = [e for e in seen if isinstance(e, SuggestorFailed)]
+    assert (event.suggestor, event.outcome, event.metadata) == (
+        "misbehaver",
+        "timed_out",
+        cut.metadata,
+    )
+    page = render_report(RunRecord.of(result))
+    assert html.escape(f"in worker process {pid}, killed: {CANCELLED}") in page
+    # the record travels: stored and read back, and replayed without any worker
+    again = RunRecord.model_validate_json(RunRecord.of(result).model_dump_json())
+    [kept] = [e for c in again.trace.cycles for e in c.executions if e.suggestor == "misbehaver"]
+    assert kept.metadata == cut.metadata
+
+
+async def test_a_replayed_run_shows_the_killed_worker_of_a_timed_out_call(
+    pool: WorkerPool,
+) -> None:
+    def engine() -> Engine:
+        made = Engine(suggestor_timeout=1.0, record_effects=True)
+        for suggestor in (
+            *_seeds(),
+            pool.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0),
+            pool.isolated(f"{MODULE}:Echo"),
+        ):
+            made.register_suggestor(suggestor)
+        return made
+
+    result = await engine().run()
+    [failed] = result.failures
+    replayed = await engine().replay(result.trace)
+    assert replayed.integrity.merkle_root == result.integrity.merkle_root
+    assert replayed.failures == (failed,)
+    forked = await engine().fork(RunRecord.of(result), at_cycle=2, replay=True)
+    assert forked.integrity.merkle_root == result.integrity.merkle_root
 
 
 async def test_a_worker_that_hangs_in_a_run_without_timeouts_fails_at_the_pool_timeout() -> None:
