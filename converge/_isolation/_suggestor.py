@@ -33,6 +33,9 @@ __all__ = ["CANCELLED", "IsolatedSuggestor", "WorkerPool", "default_pool", "isol
 CANCELLED = "the engine cancelled the call (its suggestor_timeout or the run's time budget)"
 """The `kill_reason` of a call the engine cancelled: its worker was killed mid-call."""
 
+_ENGINE_KEYS = frozenset(("worker_pid", "kill_reason"))
+"""The metadata an isolated call's record gets from the engine; a worker's own are dropped."""
+
 
 @final
 class WorkerPool:
@@ -306,10 +309,13 @@ class IsolatedSuggestor:
             own = cast("dict[str, object]", effect)
             metadata = own.get("metadata")
             if metadata is None or isinstance(metadata, dict):
-                own["metadata"] = {
-                    **cast("dict[str, object]", metadata or {}),
-                    "worker_pid": worker.pid,
+                # `worker_pid` and `kill_reason` are the engine's to say, never the worker's
+                kept = {
+                    name: value
+                    for name, value in cast("dict[str, object]", metadata or {}).items()
+                    if name not in _ENGINE_KEYS
                 }
+                own["metadata"] = {**kept, "worker_pid": worker.pid}
         try:
             return AgentEffect.model_validate(effect, strict=False)
         except ValidationError as error:

@@ -29,11 +29,13 @@ from converge import (
     ConfigurationError,
     ContextKey,
     ConvergeResult,
+    CycleFinished,
     Engine,
     EngineEvent,
     Execution,
     GateDecision,
     HitlPolicy,
+    RetryPolicy,
     RunRecord,
     StopReason,
     Suggestor,
@@ -381,6 +383,9 @@ async def test_a_suggestor_that_changes_its_copy_of_a_fact_changes_no_fact_of_th
         ("segfault", "was killed by SIGSEGV", "died"),
         ("impostor", "answered for 'someone-else', not for this suggestor", "garbage"),
         ("garbage", "not a JSON message", "died"),
+        ("invalid-effect", "answered an invalid effect: tokens: Input should be", "garbage"),
+        ("not-an-effect", "answered an invalid effect: effect: Input should be", "garbage"),
+        ("no-ok", "answered {'name': 'misbehaver', 'effect': None}", "garbage"),
     ],
 )
 async def test_a_failing_worker_is_a_recorded_failure_of_that_suggestor(
@@ -408,6 +413,20 @@ async def test_a_failing_worker_is_a_recorded_failure_of_that_suggestor(
     # the rest of the run went on, and the pool serves the next run
     assert result.context.find(H, "echo-a") is not None
     assert (await _run(pool.isolated(f"{MODULE}:Echo"))).failures == ()
+
+
+async def test_a_worker_cannot_claim_another_pid_or_a_kill(pool: WorkerPool) -> None:
+    """`worker_pid` and `kill_reason` are the engine's: what the suggestor puts there is not
+    recorded, the rest of its metadata is."""
+    result = await _run(pool.isolated(f"{MODULE}:Misbehaver", how="spoof"))
+    [call] = _calls(result, "misbehaver")
+    assert call.outcome == "ok"
+    assert isinstance(call.metadata, dict)
+    assert call.metadata["worker_pid"] in pool.pids
+    assert call.metadata["worker_pid"] != 1
+    assert "kill_reason" not in call.metadata
+    assert call.metadata["own"] == "kept"
+    assert "killed:" not in render_report(RunRecord.of(result))
 
 
 async def test_a_failing_worker_raises_worker_error_in_raise_mode(pool: WorkerPool) -> None:
@@ -547,6 +566,77 @@ async def test_a_worker_killed_between_two_runs_is_replaced_and_no_call_fails(
     assert result.failures == ()
     assert result.context.find(H, "e2-a") is not None
     assert not set(victims) & set(pool.pids)
+
+
+class _Between:
+    """Sends `signal` to the pool's idle workers when cycle `after` finishes (between two
+    calls of a suggestor that runs every cycle), waiting until a killed one is a zombie."""
+
+    def __init__(self, pool: WorkerPool, after: int, sent: signal.Signals) -> None:
+        self.pool = pool
+        self.after = after
+        self.sent = sent
+        self.pids: tuple[int, ...] = ()
+
+    def on_event(self, event: EngineEvent, /) -> None:
+        if not isinstance(event, CycleFinished) or event.cycle != self.after:
+            return
+        self.pids = self.pool.pids
+        for pid in self.pids:
+            os.kill(pid, self.sent)
+            while self.sent is signal.SIGKILL and not _zombie(pid):
+                time.sleep(0.01)
+
+
+def _zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def _counted(pool: WorkerPool, **options: object) -> ConvergeResult:
+    return await _run(pool.isolated(f"{MODULE}:Counter", until=4), **options)
+
+
+async def test_a_worker_killed_between_two_cycles_is_replaced_and_no_call_fails() -> None:
+    """The next call finds the worker dead before it sends anything: it starts another, which
+    is sent the whole context, and the run is the one it would have been."""
+    expected = await _run(Counter(until=4))
+    own = WorkerPool(1)
+    killer = _Between(own, after=3, sent=signal.SIGKILL)
+    try:
+        result = await _counted(own, observers=[killer])
+    finally:
+        own.close()
+    assert result.failures == ()
+    [victim] = killer.pids
+    pids = {
+        cast("dict[str, int]", call.metadata)["worker_pid"] for call in _calls(result, "counter")
+    }
+    assert victim in pids
+    assert len(pids) == 2  # a fresh worker from cycle 4 on
+    assert result.integrity.merkle_root == expected.integrity.merkle_root
+
+
+async def test_a_worker_frozen_between_two_cycles_is_a_recorded_failure_and_the_run_goes_on() -> (
+    None
+):
+    """A worker stopped (SIGSTOP) between two calls still runs, so it is lent again and never
+    answers: that call fails at the pool's timeout, the worker is killed, the retry gets a
+    fresh worker, and the run still reaches what it would have."""
+    expected = await _run(Counter(until=4))
+    own = WorkerPool(1, timeout=1.0)
+    stopper = _Between(own, after=3, sent=signal.SIGSTOP)
+    try:
+        result = await _counted(own, observers=[stopper], retry=RetryPolicy(attempts=2))
+    finally:
+        own.close()
+    [victim] = stopper.pids
+    [failed] = [call for call in _calls(result, "counter") if call.outcome != "ok"]
+    assert (failed.suggestor, failed.outcome) == ("counter", "failed")
+    assert failed.metadata == {"worker_pid": victim, "kill_reason": "no answer within 1 s"}
+    assert _gone(victim)
+    assert result.converged
+    assert [f.ref for f in result.context.facts()] == [f.ref for f in expected.context.facts()]
 
 
 # -- bad input ------------------------------------------------------------------------------
