@@ -164,11 +164,11 @@ class WorkerProcess:
         self.version = snapshot.version
         return reset, [record.model_dump(mode="json") for record in records], problem
 
-    async def ask(self, message: dict[str, object]) -> dict[str, object]:
-        """Send one message and wait for the reply (polling for it a moment first, while a
-        core is free: `spin_seconds`)."""
+    async def ask(self, message: dict[str, object], spun: float = 0.0) -> dict[str, object]:
+        """Send one message and wait for the reply, polling for it `spun` seconds first
+        (`ProcessPool.spin`)."""
         await send_frame(self.sock, encode(message))
-        return await receive_frame(self.sock, spin_seconds())
+        return await receive_frame(self.sock, spun)
 
     def kill(self, *, dying: bool = True) -> str:
         """Kill the worker (if it still runs) and say how it ended.
@@ -243,6 +243,13 @@ class ProcessPool:
         """The process ids of the idle workers (a worker lent to a call is not listed)."""
         with self._lock:
             return tuple(worker.pid for worker in self._idle)
+
+    def spin(self) -> float:
+        """How long a call polls for its reply before sleeping: `spin_seconds` while it is
+        the pool's only call (polling holds the event loop, which the others need to send
+        theirs), else 0."""
+        lent = self._running - len(self._idle)  # a stale read costs one spin at most
+        return spin_seconds() if lent <= 1 else 0.0
 
     def close(self) -> None:
         """Kill every idle worker; a worker lent to a call is killed when it comes back."""

@@ -277,7 +277,7 @@ class IsolatedSuggestor:
         if self._spec not in worker.built:
             message["locator"] = self._locator
             message["arguments"] = self._arguments
-        reply = await worker.ask(message)
+        reply = await worker.ask(message, self._pool.spin())
         worker.built.add(self._spec)
         return reply
 

@@ -149,3 +149,16 @@ def test_a_call_spins_only_while_a_core_is_free(
     # decided once a while (0.1 s): the same answer meanwhile, whatever the file says
     loadavg.write_text("0.1 0.1 0.1 1/10 1\n" if spun == 0.0 else "9 9 9 99/300 1\n")
     assert spin_seconds(str(loadavg)) == spun
+
+
+def test_a_call_spins_only_while_it_is_its_pool_s_only_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Polling holds the event loop: with another call of the pool in flight, never."""
+    monkeypatch.setattr(_pool, "spin_seconds", lambda: SPIN_SECONDS)
+    pool = _pool.ProcessPool(3)
+    running = "_running"
+    setattr(pool, running, 1)  # one worker, lent to this call
+    assert pool.spin() == SPIN_SECONDS
+    setattr(pool, running, 2)  # and another call's
+    assert pool.spin() == 0.0
