@@ -249,6 +249,29 @@ async def test_a_paused_run_of_isolated_suggestors_resumes_as_in_process(
     assert replayed.integrity.merkle_root == resumed.integrity.merkle_root
 
 
+async def test_a_resumed_run_keeps_the_killed_worker_of_a_call_before_the_pause(
+    pool: WorkerPool,
+) -> None:
+    engine = Engine(
+        hitl=HitlPolicy(confidence_below=0.5),
+        signing_key=SIGNING_KEY,
+        record_effects=True,
+        suggestor_timeout=1.0,
+    )
+    engine.register_suggestor(SeedSuggestor("budget", "Pick a plan within budget"))
+    engine.register_suggestor(pool.isolated("hitl_formation:Recommender"))
+    engine.register_suggestor(pool.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0))
+    paused = await engine.run()
+    assert paused.checkpoint is not None
+    [before] = _calls(paused, "misbehaver")
+    assert before.outcome == "timed_out"
+    assert isinstance(before.metadata, dict)
+    assert before.metadata["kill_reason"] == CANCELLED
+    resumed = await engine.resume(paused.checkpoint, [GateDecision.approve(GATE, by="jane")])
+    assert resumed.converged
+    assert _calls(resumed, "misbehaver")[0] == before
+
+
 async def test_a_fork_of_an_isolated_run_reaches_the_parent_root(pool: WorkerPool) -> None:
     """The fork's context is rebuilt from the record: new objects, so each worker is sent it
     whole before the fork's first call, and goes on from there."""
