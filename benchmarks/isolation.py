@@ -10,7 +10,9 @@
   figure is the in-process cycle's wall time over the isolated one's.
 
 Each figure is the median of `--runs` (default 5) interleaved pairs (in process, isolated);
-the pool is started before timing (its start-up is reported apart).
+the pool is started before timing (its start-up is reported apart). The machine's load
+average is reported before and after (`load_1m_before`, `load_1m_after`): an isolated call
+polls for its reply a moment only while a core is free, so its overhead depends on the load.
 """
 
 from __future__ import annotations
@@ -126,7 +128,15 @@ async def _cycle_s(suggestors: list[Suggestor]) -> float:
     return elapsed
 
 
+def _load() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # no load average here
+        return -1.0
+
+
 async def _measure(runs: int, cycles: int, workers: int) -> dict[str, float | int]:
+    load_before = _load()
     started = perf_counter()
     pool = WorkerPool(workers)
     tick = pool.isolated("benchmarks.isolation:Tick", cycles=cycles)
@@ -156,6 +166,8 @@ async def _measure(runs: int, cycles: int, workers: int) -> dict[str, float | in
         "cycles": cycles,
         "runs": runs,
         "pool_start_s": round(start_s, 3),
+        "load_1m_before": load_before,
+        "load_1m_after": _load(),
     }
     for name, values in figures.items():
         out[name] = round(median(values), 3 if name.endswith(("_s", "speedup")) else 1)

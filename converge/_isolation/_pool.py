@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Mapping
 from itertools import count
 from pathlib import Path
+from time import perf_counter
 from typing import final
 
 import anyio
@@ -43,6 +44,7 @@ __all__ = [
     "exit_said",
     "scrubbed_environment",
     "spec_id",
+    "spin_seconds",
 ]
 
 _KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "HOME", "SYSTEMROOT")
@@ -69,6 +71,32 @@ def guard_engine() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux
         pass
+
+
+SPIN_SECONDS = 0.0003
+"""How long a call polls for its worker's reply before the event loop sleeps on it."""
+_LOAD_EVERY = 0.1
+_load: list[float] = [-1.0, 0.0]
+"""When the spin was last decided, and the spin decided then."""
+
+
+def spin_seconds(loadavg: str = "/proc/loadavg") -> float:
+    """`SPIN_SECONDS` while no more tasks than cores are runnable (field 4 of Linux's
+    `loadavg`, read at most every 0.1 s), else 0: spinning on a busy machine takes a core
+    from the worker it waits for. Elsewhere, never spin."""
+    now = perf_counter()
+    if now - _load[0] < _LOAD_EVERY:
+        return _load[1]
+    spun = 0.0
+    try:
+        with open(loadavg, "rb") as file:
+            runnable = int(file.read().split()[3].split(b"/")[0])
+        if runnable <= (os.cpu_count() or 1):
+            spun = SPIN_SECONDS
+    except (OSError, ValueError, IndexError):  # not Linux, or not a loadavg
+        pass
+    _load[0], _load[1] = now, spun
+    return spun
 
 
 def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -136,10 +164,11 @@ class WorkerProcess:
         self.version = snapshot.version
         return reset, [record.model_dump(mode="json") for record in records], problem
 
-    async def ask(self, message: dict[str, object]) -> dict[str, object]:
-        """Send one message and wait for the reply."""
+    async def ask(self, message: dict[str, object], spun: float = 0.0) -> dict[str, object]:
+        """Send one message and wait for the reply, polling for it `spun` seconds first
+        (`ProcessPool.spin`)."""
         await send_frame(self.sock, encode(message))
-        return await receive_frame(self.sock)
+        return await receive_frame(self.sock, spun)
 
     def kill(self, *, dying: bool = True) -> str:
         """Kill the worker (if it still runs) and say how it ended.
@@ -214,6 +243,13 @@ class ProcessPool:
         """The process ids of the idle workers (a worker lent to a call is not listed)."""
         with self._lock:
             return tuple(worker.pid for worker in self._idle)
+
+    def spin(self) -> float:
+        """How long a call polls for its reply before sleeping: `spin_seconds` while it is
+        the pool's only call (polling holds the event loop, which the others need to send
+        theirs), else 0."""
+        lent = self._running - len(self._idle)  # a stale read costs one spin at most
+        return spin_seconds() if lent <= 1 else 0.0
 
     def close(self) -> None:
         """Kill every idle worker; a worker lent to a call is killed when it comes back."""

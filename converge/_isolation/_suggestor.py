@@ -5,7 +5,8 @@ The engine sees an ordinary suggestor. Its `accepts` answers true without asking
 and waits: the worker runs the real `accepts` (a false one comes back as an empty effect)
 and `execute` against its read-only copy of the context. What comes back is JSON, validated
 here into a new `AgentEffect`; the worker's own objects never reach the engine. A call
-that is cancelled (its timeout, the run's) kills the worker; a worker that dies, or
+that is cancelled (its timeout, the run's) kills the worker and leaves its pid and the kill
+reason for the call's `timed_out` record (`_call_note`); a worker that dies, or
 answers something that is not a reply for this suggestor, is killed too, and the call fails
 with a `WorkerError` naming the suggestor, the cycle and the worker.
 """
@@ -19,6 +20,7 @@ from typing import cast, final
 import anyio
 from pydantic import JsonValue, ValidationError
 
+from .._core._call_note import leave_note
 from .._core._context import Context, ContextSnapshot
 from .._core._effect import AgentEffect
 from .._core._exceptions import ConfigurationError, WorkerError
@@ -26,7 +28,13 @@ from .._core._key import AnyKey, key_named
 from ._pool import ProcessPool, WorkerProcess, arguments_json, spec_id
 from ._wire import WireError
 
-__all__ = ["IsolatedSuggestor", "WorkerPool", "default_pool", "isolated"]
+__all__ = ["CANCELLED", "IsolatedSuggestor", "WorkerPool", "default_pool", "isolated"]
+
+CANCELLED = "the engine cancelled the call (its suggestor_timeout or the run's time budget)"
+"""The `kill_reason` of a call the engine cancelled: its worker was killed mid-call."""
+
+_ENGINE_KEYS = frozenset(("worker_pid", "kill_reason"))
+"""The metadata an isolated call's record gets from the engine; a worker's own are dropped."""
 
 
 @final
@@ -224,6 +232,9 @@ class IsolatedSuggestor:
                 raise self._error(
                     f"worker {worker.pid} {said} ({error})", cycle, worker, "died", said
                 ) from None
+            if isinstance(error, anyio.get_cancelled_exc_class()):
+                # the engine's timeout or the run's time budget: the record says whose worker
+                leave_note(self, {"worker_pid": worker.pid, "kill_reason": CANCELLED})
             raise
         if scope.cancelled_caught:
             pool.discard(worker, dying=False)
@@ -266,7 +277,7 @@ class IsolatedSuggestor:
         if self._spec not in worker.built:
             message["locator"] = self._locator
             message["arguments"] = self._arguments
-        reply = await worker.ask(message)
+        reply = await worker.ask(message, self._pool.spin())
         worker.built.add(self._spec)
         return reply
 
@@ -298,10 +309,13 @@ class IsolatedSuggestor:
             own = cast("dict[str, object]", effect)
             metadata = own.get("metadata")
             if metadata is None or isinstance(metadata, dict):
-                own["metadata"] = {
-                    **cast("dict[str, object]", metadata or {}),
-                    "worker_pid": worker.pid,
+                # `worker_pid` and `kill_reason` are the engine's to say, never the worker's
+                kept = {
+                    name: value
+                    for name, value in cast("dict[str, object]", metadata or {}).items()
+                    if name not in _ENGINE_KEYS
                 }
+                own["metadata"] = {**kept, "worker_pid": worker.pid}
         try:
             return AgentEffect.model_validate(effect, strict=False)
         except ValidationError as error:

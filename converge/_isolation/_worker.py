@@ -29,7 +29,7 @@ from .._core._effect import AgentEffect
 from .._core._fact import Fact
 from .._core._key import STORED
 from .._core._suggestor import describe_suggestor
-from ._wire import WireError, encode, read_frame, receive_frame, send_frame
+from ._wire import WireError, encode, read_buffered, read_frame
 
 __all__ = ["build", "main"]
 
@@ -184,12 +184,15 @@ class _Worker:
         }
 
     async def serve(self) -> None:
+        # Blocking reads between calls: the worker serves one call at a time, so nothing
+        # else needs its event loop meanwhile, and a read wakes sooner than the loop would.
         sock = self.sock
-        sock.setblocking(False)
+        sock.setblocking(True)
+        reader = sock.makefile("rb")
         while True:
             try:
-                message = await receive_frame(sock)
-            except WireError:
+                message = read_buffered(reader)
+            except (WireError, OSError):
                 return  # the engine closed the socket: nothing more to do
             op = message.get("op")
             reply: dict[str, object]
@@ -209,7 +212,10 @@ class _Worker:
                 frame = encode(reply)
             except (TypeError, ValueError) as error:
                 frame = encode({"ok": False, "error": f"the reply does not serialise: {error}"})
-            await send_frame(sock, frame)
+            try:
+                sock.sendall(frame)
+            except OSError:
+                return  # the engine closed the socket mid-call (it killed the call)
 
 
 def _said(error: BaseException) -> str:

@@ -30,6 +30,7 @@ from ._recordable import recordable
 from ._registry import Registration
 
 __all__ = [
+    "CUT",
     "Recorder",
     "Returned",
     "Slot",
@@ -41,6 +42,9 @@ __all__ = [
 
 _build_execution: Final = trusted_builder(Execution)
 _MISSING: Final = object()
+
+CUT: Final = "cancelled: time budget exhausted"
+"""The error of a call the run's time budget cancelled."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -74,7 +78,12 @@ def _traceback(error: BaseException) -> str:
 def _metadata_of(error: BaseException) -> JsonValue:
     """A failure's `metadata` attribute as frozen JSON with its text made storable, if it is
     a JSON object within `MAX_METADATA_BYTES` (else none)."""
-    value = _attribute(error, "metadata", None)
+    return _frozen_metadata(_attribute(error, "metadata", None))
+
+
+def _frozen_metadata(value: object) -> JsonValue:
+    """`value` as frozen JSON with its text made storable, if it is a JSON object within
+    `MAX_METADATA_BYTES` (else none)."""
     try:
         if not isinstance(value, Mapping) or not value:
             return None
@@ -92,12 +101,14 @@ def failure(
     *,
     phase: Literal["accepts", "execute"] = "execute",
     text: str | None = None,
+    note: Mapping[str, JsonValue] | None = None,
 ) -> Execution:
     """An `Execution` record for a call that did not produce an effect.
 
-    `text` replaces the error's description, keeping its traceback. The description, the
-    traceback and the error's `metadata` are made storable (`_text.storable`): whatever the
-    exception holds, the record can be saved and read back.
+    `text` replaces the error's description, keeping its traceback. `note` is the metadata a
+    cancelled call left (`_call_note`), kept in place of the error's. The description, the
+    traceback and the metadata are made storable (`_text.storable`): whatever the exception
+    holds, the record can be saved and read back.
     """
     tokens = 0
     unknown = False
@@ -116,6 +127,8 @@ def failure(
             text = describe_error(error)
     else:
         text = error
+    if note is not None:
+        metadata = _frozen_metadata(note)
     text = storable(text)
     return trusted(
         Execution,

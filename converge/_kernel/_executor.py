@@ -27,13 +27,14 @@ from typing import Any, Literal, cast, final
 import anyio
 import anyio.lowlevel
 
+from .._core._call_note import take_note
 from .._core._canonical import FrozenDict, freeze_json
 from .._core._context import ContextSnapshot
 from .._core._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
 from .._core._model import trusted
 from .._core._text import storable
 from ._abort import SuggestorAbort
-from ._calls import Recorder, Returned, Slot, failure, returned
+from ._calls import CUT, Recorder, Returned, Slot, failure, returned
 from ._gate import admit, stand_in
 from ._registry import Registration
 from ._watch import CancelWatch, raise_if_cancelled
@@ -205,6 +206,9 @@ class Executor:
             return
         except BaseException as error:
             if isinstance(error, anyio.get_cancelled_exc_class()):
+                note = take_note(slot.reg.suggestor)
+                if note is not None:  # an isolated call the run's time budget cut: its worker
+                    slot.execution = failure(slot.reg, "timed_out", started, CUT, note=note)
                 raise  # the caller's cancellation: the calls above tell a stray one
             self._abort(slot, error)
             return
@@ -260,7 +264,8 @@ class Executor:
             slot.stray(started, stray)
         elif scope.cancelled_caught:
             error = TimeoutError(f"no effect within {timeout} s")
-            slot.execution = failure(slot.reg, "timed_out", started, error)
+            note = take_note(slot.reg.suggestor)  # an isolated call's killed worker
+            slot.execution = failure(slot.reg, "timed_out", started, error, note=note)
             slot.error = error
         return effect, scope.cancel_called
 

@@ -24,7 +24,7 @@ from .._core._stop import StopReason
 from .._core._suggestor import Suggestor, SuggestorId
 from .._core._trace import CycleTrace, Execution
 from ._abort import SuggestorAbort
-from ._calls import Recorder, Returned, Slot, failure, records
+from ._calls import CUT, Recorder, Returned, Slot, failure, records
 from ._config import RunConfig
 from ._executor import Executor
 from ._registry import Registration, RegistryView
@@ -302,7 +302,7 @@ def _calls(
         elif (execution := slot.execution) is not None:
             calls.append(execution)
         elif cancelled:
-            cut = failure(slot.reg, "timed_out", started, "cancelled: time budget exhausted")
+            cut = failure(slot.reg, "timed_out", started, CUT)
             calls.append(cut)
     if refused:
         calls.sort(key=_suggestor_id)

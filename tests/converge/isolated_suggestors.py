@@ -137,14 +137,27 @@ class Misbehaver:
             seed = ctx.get(ContextKey.SEEDS)[0]
             object.__setattr__(seed, "content", "forged")
             return _hypothesis(self.name, self.name, f"changed {seed.ref}")
-        if how in ("impostor", "garbage"):
+        if how in _FORGED:
             fd = int(sys.argv[1])  # the worker's socket: answer before the worker does
-            body = b'{"ok":true,"name":"someone-else","declined":true}'
-            if how == "garbage":
-                body = b"\xff\xfe not json at all"
+            body = _FORGED[how]
             os.write(fd, len(body).to_bytes(4, "big") + body)
             _block(0.5)
+        if how == "spoof":  # claims another worker, and a kill that never happened
+            return AgentEffect(
+                proposals=_hypothesis(self.name, self.name, how).proposals,
+                metadata={"worker_pid": 1, "kill_reason": "forged", "own": "kept"},
+            )
         return _hypothesis(self.name, self.name, how)
+
+
+_FORGED = {
+    "impostor": b'{"ok":true,"name":"someone-else","declined":true}',
+    "garbage": b"\xff\xfe not json at all",
+    "invalid-effect": b'{"ok":true,"name":"misbehaver","declined":false,"effect":{"tokens":-5}}',
+    "not-an-effect": b'{"ok":true,"name":"misbehaver","declined":false,"effect":[1,2]}',
+    "no-ok": b'{"name":"misbehaver","effect":null}',
+}
+"""Replies a misbehaving suggestor writes to the worker's socket in the worker's place."""
 
 
 def _read(path: str) -> bytes:

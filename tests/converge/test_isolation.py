@@ -8,6 +8,7 @@ timeout, take the run down by crashing) is shown by suggestors that try.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -24,14 +25,17 @@ from hitl_formation import SIGNING_KEY, build_engine
 from isolated_suggestors import Counter, Declining, Echo, Spinner
 
 from converge import (
+    Budget,
     ConfigurationError,
     ContextKey,
     ConvergeResult,
+    CycleFinished,
     Engine,
     EngineEvent,
     Execution,
     GateDecision,
     HitlPolicy,
+    RetryPolicy,
     RunRecord,
     StopReason,
     Suggestor,
@@ -44,6 +48,7 @@ from converge import (
     verify,
 )
 from converge._isolation._pool import ProcessPool, scrubbed_environment
+from converge._isolation._suggestor import CANCELLED
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 
 H = ContextKey.HYPOTHESES
@@ -244,6 +249,29 @@ async def test_a_paused_run_of_isolated_suggestors_resumes_as_in_process(
     assert replayed.integrity.merkle_root == resumed.integrity.merkle_root
 
 
+async def test_a_resumed_run_keeps_the_killed_worker_of_a_call_before_the_pause(
+    pool: WorkerPool,
+) -> None:
+    engine = Engine(
+        hitl=HitlPolicy(confidence_below=0.5),
+        signing_key=SIGNING_KEY,
+        record_effects=True,
+        suggestor_timeout=1.0,
+    )
+    engine.register_suggestor(SeedSuggestor("budget", "Pick a plan within budget"))
+    engine.register_suggestor(pool.isolated("hitl_formation:Recommender"))
+    engine.register_suggestor(pool.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0))
+    paused = await engine.run()
+    assert paused.checkpoint is not None
+    [before] = _calls(paused, "misbehaver")
+    assert before.outcome == "timed_out"
+    assert isinstance(before.metadata, dict)
+    assert before.metadata["kill_reason"] == CANCELLED
+    resumed = await engine.resume(paused.checkpoint, [GateDecision.approve(GATE, by="jane")])
+    assert resumed.converged
+    assert _calls(resumed, "misbehaver")[0] == before
+
+
 async def test_a_fork_of_an_isolated_run_reaches_the_parent_root(pool: WorkerPool) -> None:
     """The fork's context is rebuilt from the record: new objects, so each worker is sent it
     whole before the fork's first call, and goes on from there."""
@@ -378,6 +406,9 @@ async def test_a_suggestor_that_changes_its_copy_of_a_fact_changes_no_fact_of_th
         ("segfault", "was killed by SIGSEGV", "died"),
         ("impostor", "answered for 'someone-else', not for this suggestor", "garbage"),
         ("garbage", "not a JSON message", "died"),
+        ("invalid-effect", "answered an invalid effect: tokens: Input should be", "garbage"),
+        ("not-an-effect", "answered an invalid effect: effect: Input should be", "garbage"),
+        ("no-ok", "answered {'name': 'misbehaver', 'effect': None}", "garbage"),
     ],
 )
 async def test_a_failing_worker_is_a_recorded_failure_of_that_suggestor(
@@ -407,6 +438,20 @@ async def test_a_failing_worker_is_a_recorded_failure_of_that_suggestor(
     assert (await _run(pool.isolated(f"{MODULE}:Echo"))).failures == ()
 
 
+async def test_a_worker_cannot_claim_another_pid_or_a_kill(pool: WorkerPool) -> None:
+    """`worker_pid` and `kill_reason` are the engine's: what the suggestor puts there is not
+    recorded, the rest of its metadata is."""
+    result = await _run(pool.isolated(f"{MODULE}:Misbehaver", how="spoof"))
+    [call] = _calls(result, "misbehaver")
+    assert call.outcome == "ok"
+    assert isinstance(call.metadata, dict)
+    assert call.metadata["worker_pid"] in pool.pids
+    assert call.metadata["worker_pid"] != 1
+    assert "kill_reason" not in call.metadata
+    assert call.metadata["own"] == "kept"
+    assert "killed:" not in render_report(RunRecord.of(result))
+
+
 async def test_a_failing_worker_raises_worker_error_in_raise_mode(pool: WorkerPool) -> None:
     with pytest.raises(WorkerError) as caught:
         await _run(pool.isolated(f"{MODULE}:Misbehaver", how="os-exit"), on_suggestor_error="raise")
@@ -429,8 +474,78 @@ async def test_a_timeout_kills_the_worker_and_records_the_call_as_timed_out(
     assert time.monotonic() - started < 15.0
     [failed] = result.failures
     assert (failed.suggestor, failed.outcome) == ("misbehaver", "timed_out")
+    assert failed.error == "TimeoutError: no effect within 1.0 s"
+    assert isinstance(failed.metadata, dict)
+    assert failed.metadata["kill_reason"] == CANCELLED
+    pid = failed.metadata["worker_pid"]
+    assert isinstance(pid, int)
+    assert pid not in pool.pids
+    assert _gone(pid)
     assert result.context.find(H, "echo-b") is not None
     assert (await _run(pool.isolated(f"{MODULE}:Echo"))).failures == ()
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["lone call", "calls of a group"])
+async def test_a_call_the_time_budget_cuts_records_its_killed_worker(
+    pool: WorkerPool, alone: bool
+) -> None:
+    """The run's time budget cancels the call from outside the executor's own scope: the
+    `timed_out` record, its event and the report still name the worker and why it died."""
+    seen: list[EngineEvent] = []
+
+    class Keep:
+        def on_event(self, event: EngineEvent, /) -> None:
+            seen.append(event)
+
+    others = () if alone else (pool.isolated(f"{MODULE}:Echo"),)
+    result = await _run(
+        pool.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0),
+        *others,
+        budget=Budget(max_seconds=1.5),
+        observers=[Keep()],
+    )
+    assert result.stop_reason is StopReason.TIME_BUDGET_EXHAUSTED
+    [cut] = _calls(result, "misbehaver")
+    assert (cut.outcome, cut.error) == ("timed_out", "cancelled: time budget exhausted")
+    assert isinstance(cut.metadata, dict)
+    assert cut.metadata["kill_reason"] == CANCELLED
+    pid = cut.metadata["worker_pid"]
+    assert isinstance(pid, int)
+    assert _gone(pid)
+    [event] = [e for e in seen if isinstance(e, SuggestorFailed)]
+    assert (event.suggestor, event.outcome, event.metadata) == (
+        "misbehaver",
+        "timed_out",
+        cut.metadata,
+    )
+    page = render_report(RunRecord.of(result))
+    assert html.escape(f"in worker process {pid}, killed: {CANCELLED}") in page
+    # the record travels: stored and read back, and replayed without any worker
+    again = RunRecord.model_validate_json(RunRecord.of(result).model_dump_json())
+    [kept] = [e for c in again.trace.cycles for e in c.executions if e.suggestor == "misbehaver"]
+    assert kept.metadata == cut.metadata
+
+
+async def test_a_replayed_run_shows_the_killed_worker_of_a_timed_out_call(
+    pool: WorkerPool,
+) -> None:
+    def engine() -> Engine:
+        made = Engine(suggestor_timeout=1.0, record_effects=True)
+        for suggestor in (
+            *_seeds(),
+            pool.isolated(f"{MODULE}:Misbehaver", how="hang", seconds=60.0),
+            pool.isolated(f"{MODULE}:Echo"),
+        ):
+            made.register_suggestor(suggestor)
+        return made
+
+    result = await engine().run()
+    [failed] = result.failures
+    replayed = await engine().replay(result.trace)
+    assert replayed.integrity.merkle_root == result.integrity.merkle_root
+    assert replayed.failures == (failed,)
+    forked = await engine().fork(RunRecord.of(result), at_cycle=2, replay=True)
+    assert forked.integrity.merkle_root == result.integrity.merkle_root
 
 
 async def test_a_worker_that_hangs_in_a_run_without_timeouts_fails_at_the_pool_timeout() -> None:
@@ -474,6 +589,77 @@ async def test_a_worker_killed_between_two_runs_is_replaced_and_no_call_fails(
     assert result.failures == ()
     assert result.context.find(H, "e2-a") is not None
     assert not set(victims) & set(pool.pids)
+
+
+class _Between:
+    """Sends `signal` to the pool's idle workers when cycle `after` finishes (between two
+    calls of a suggestor that runs every cycle), waiting until a killed one is a zombie."""
+
+    def __init__(self, pool: WorkerPool, after: int, sent: signal.Signals) -> None:
+        self.pool = pool
+        self.after = after
+        self.sent = sent
+        self.pids: tuple[int, ...] = ()
+
+    def on_event(self, event: EngineEvent, /) -> None:
+        if not isinstance(event, CycleFinished) or event.cycle != self.after:
+            return
+        self.pids = self.pool.pids
+        for pid in self.pids:
+            os.kill(pid, self.sent)
+            while self.sent is signal.SIGKILL and not _zombie(pid):
+                time.sleep(0.01)
+
+
+def _zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def _counted(pool: WorkerPool, **options: object) -> ConvergeResult:
+    return await _run(pool.isolated(f"{MODULE}:Counter", until=4), **options)
+
+
+async def test_a_worker_killed_between_two_cycles_is_replaced_and_no_call_fails() -> None:
+    """The next call finds the worker dead before it sends anything: it starts another, which
+    is sent the whole context, and the run is the one it would have been."""
+    expected = await _run(Counter(until=4))
+    own = WorkerPool(1)
+    killer = _Between(own, after=3, sent=signal.SIGKILL)
+    try:
+        result = await _counted(own, observers=[killer])
+    finally:
+        own.close()
+    assert result.failures == ()
+    [victim] = killer.pids
+    pids = {
+        cast("dict[str, int]", call.metadata)["worker_pid"] for call in _calls(result, "counter")
+    }
+    assert victim in pids
+    assert len(pids) == 2  # a fresh worker from cycle 4 on
+    assert result.integrity.merkle_root == expected.integrity.merkle_root
+
+
+async def test_a_worker_frozen_between_two_cycles_is_a_recorded_failure_and_the_run_goes_on() -> (
+    None
+):
+    """A worker stopped (SIGSTOP) between two calls still runs, so it is lent again and never
+    answers: that call fails at the pool's timeout, the worker is killed, the retry gets a
+    fresh worker, and the run still reaches what it would have."""
+    expected = await _run(Counter(until=4))
+    own = WorkerPool(1, timeout=1.0)
+    stopper = _Between(own, after=3, sent=signal.SIGSTOP)
+    try:
+        result = await _counted(own, observers=[stopper], retry=RetryPolicy(attempts=2))
+    finally:
+        own.close()
+    [victim] = stopper.pids
+    [failed] = [call for call in _calls(result, "counter") if call.outcome != "ok"]
+    assert (failed.suggestor, failed.outcome) == ("counter", "failed")
+    assert failed.metadata == {"worker_pid": victim, "kill_reason": "no answer within 1 s"}
+    assert _gone(victim)
+    assert result.converged
+    assert [f.ref for f in result.context.facts()] == [f.ref for f in expected.context.facts()]
 
 
 # -- bad input ------------------------------------------------------------------------------
