@@ -248,11 +248,11 @@ class ContextSnapshot:
 
     def _seen(self, store: FactStore) -> int:
         """How many of `store`'s facts this snapshot sees."""
-        # By position, never by the flag: a length read races an append without the GIL
-        # (see `_sequence`, "Without the GIL"). `FactStore.visible`'s first test, inlined.
-        facts = store.facts
-        length = len(facts)
-        if length and store.positions[facts[length - 1].id] < self._size:
+        # By the store's tail, never by the flag or a list's length: either races an append
+        # without the GIL (see `_sequence`, "Without the GIL"). `FactStore.visible`'s first
+        # test, inlined.
+        length, last = store.tail
+        if last < self._size:
             return length  # the newest snapshot of its line sees every fact
         return store.visible(self._size)
 

@@ -32,11 +32,13 @@ Without the GIL (the free-threaded build), the snapshot stays correct by these r
   stores a dict's values with release semantics and reads them with acquire semantics on
   that build, so a reader that finds a fact in `by_id` also sees the flag cleared and the
   fact's position. `find` looks the id up first and reads the flag after it.
-- Counts and views (`visible`) compare positions with the snapshot's own size, never trust
-  a length read alone: a list's length is stored without ordering, so a reader may see a
-  longer `facts` before anything else of the append. The position of the last fact it
-  sees, read after that fact, says whether the snapshot sees it; a fact under a snapshot's
-  size was appended before that snapshot existed.
+- Counts and views (`visible`) read the store's `tail`, never a list's length: a list's
+  length is stored without ordering, so a reader may see a longer `facts` before anything
+  else of the append. `tail` is one tuple, how many facts the store holds and the position
+  of the last, written after the fact's append (an attribute is stored with release
+  semantics on that build, read with acquire semantics): the count and the position agree,
+  and every fact it counts is in `facts`. A snapshot whose size is above the position
+  sees them all; a fact under a snapshot's size was appended before that snapshot existed.
 
 `tests/converge/test_sequence.py` runs readers and writers in threads against one line.
 """
@@ -61,7 +63,7 @@ EXTENDING: Final = threading.Lock()
 class FactStore:
     """The facts of one key on one line of history, append-only, shared by its snapshots."""
 
-    __slots__ = ("by_id", "facts", "leaves", "positions", "view")
+    __slots__ = ("by_id", "facts", "leaves", "positions", "tail", "view")
 
     def __init__(
         self,
@@ -78,6 +80,9 @@ class FactStore:
         self.by_id = by_id
         self.view: FactSequence | None = None
         """The last view handed out (`sequence`), kept while the store holds as many."""
+        self.tail: tuple[int, int] = (len(facts), max(positions.values(), default=-1))
+        """How many facts the store holds, and the last one's position: one read for both
+        (see the notes, "Without the GIL"), which a snapshot's count compares with its size."""
 
     def ident(self, fact: Fact) -> str:
         """The id `fact` (an object of this store) was added with, whatever it says now."""
@@ -88,14 +93,11 @@ class FactStore:
 
     def visible(self, size: int) -> int:
         """How many of the facts a snapshot of `size` facts sees (those below `size`)."""
-        facts = self.facts
-        length = len(facts)  # once: another thread may append meanwhile (positions first)
-        if not length:
-            return 0
-        positions = self.positions
-        if positions[facts[length - 1].id] < size:
+        length, last = self.tail  # once: another thread may append meanwhile
+        if last < size:
             return length
-        return bisect_left(facts, size, 0, length, key=lambda fact: positions[fact.id])
+        positions = self.positions
+        return bisect_left(self.facts, size, 0, length, key=lambda fact: positions[fact.id])
 
     def sequence(self, length: int) -> FactSequence:
         """The view of the first `length` facts (the one kept, if it holds as many)."""
@@ -127,6 +129,7 @@ class FactStore:
         self.by_id[ident] = fact
         self.facts.append(fact)
         self.leaves.append(leaf)
+        self.tail = (len(self.facts), position)  # last: what it counts is there
 
     def append(self, facts: Sequence[Fact], leaves: Sequence[bytes], position: int) -> None:
         """Add `facts` (ids new to the store) with their `leaves`, at `position` on.

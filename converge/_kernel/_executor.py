@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from math import inf
+from operator import itemgetter
 from time import perf_counter
 from types import CoroutineType
-from typing import Any, Literal, cast, final
+from typing import Any, Final, Literal, cast, final
 
 import anyio
 import anyio.lowlevel
@@ -293,6 +294,10 @@ class Executor:
         return False
 
 
+_EFFECT_FIELDS: Final = itemgetter("proposals", "tokens", "tokens_unknown", "refused", "metadata")
+"""An effect's fields from its `__dict__`, in one call (`KeyError` when one is left out)."""
+
+
 def checked_effect(effect: object, name: str) -> AgentEffect | str:
     """`effect` as returned, when it is an `AgentEffect` as validation leaves it; a valid
     copy when only its refusals or metadata need making valid; else what is wrong with it.
@@ -307,8 +312,23 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
     if type(effect) is not AgentEffect:
         return f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
     own: Mapping[str, object] = effect.__dict__
-    if _intact(own):
-        return effect
+    try:
+        proposals, tokens, unknown, refused, metadata = _EFFECT_FIELDS(own)
+    except KeyError:  # a field left out (model_construct): said below
+        pass
+    else:
+        # what nearly every effect is, as validation leaves it, with no refusal and no
+        # metadata: the fields read in one call, tested in one condition
+        if (
+            type(proposals) is tuple
+            and type(tokens) is int
+            and 0 <= tokens <= MAX_TOKENS
+            and type(unknown) is bool
+            and type(refused) is tuple
+            and not refused
+            and metadata is None
+        ):
+            return effect
     proposals = own.get("proposals")
     tokens = own.get("tokens")
     unknown = own.get("tokens_unknown", False)
@@ -341,22 +361,6 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
             "refused": checked_refused,
             "metadata": checked_metadata,
         },
-    )
-
-
-def _intact(own: Mapping[str, object]) -> bool:
-    """Whether an effect's fields are what nearly every effect's are: as validation leaves
-    them, with no refusal and no metadata."""
-    tokens = own.get("tokens")
-    refused = own.get("refused")
-    return (
-        type(own.get("proposals")) is tuple
-        and type(tokens) is int
-        and 0 <= tokens <= MAX_TOKENS
-        and type(own.get("tokens_unknown")) is bool
-        and type(refused) is tuple
-        and not refused
-        and own.get("metadata") is None
     )
 
 

@@ -19,7 +19,7 @@ from converge import (
     SuggestorId,
 )
 from converge._kernel._calls import Recorder, Slot, describe_error, failure
-from converge._kernel._executor import ErrorMode, Executor
+from converge._kernel._executor import ErrorMode, Executor, checked_effect
 from converge._kernel._registry import Registration
 from tests.doubles import captured_cancellation, fact
 
@@ -437,3 +437,46 @@ def test_describe_error_omits_an_empty_message() -> None:
     assert describe_error(KeyError("k")) == "KeyError: 'k'"
     assert describe_error(RuntimeError()) == "RuntimeError"
     assert describe_error(TimeoutError("")) == "TimeoutError"
+
+
+# --- the effect check's fast path -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("proposals", [], "proposals: list"),
+        ("tokens", 3.0, "tokens: float"),
+        ("tokens", True, "tokens: bool"),
+        ("tokens", -1, "tokens: an int outside"),
+        ("tokens", 2**63, "tokens: an int outside"),
+        ("tokens_unknown", 1, "tokens_unknown: int"),
+        ("refused", [], "refused: list"),
+        ("metadata", [1], "metadata"),
+        ("proposals", None, "proposals: NoneType"),  # read as missing: `None`
+    ],
+)
+def test_an_effect_with_any_one_field_changed_below_the_api_is_refused(
+    field: str, value: object, problem: str
+) -> None:
+    effect = AgentEffect(tokens=3)  # each its own: a copy would share its fields' dict
+    if value is None:
+        del vars(effect)[field]
+    else:
+        vars(effect)[field] = value
+    checked = checked_effect(effect, "s")
+    assert isinstance(checked, str)
+    assert "skipped validation" in checked
+    assert problem in checked
+
+
+def test_an_effect_as_validation_leaves_it_is_passed_on_as_it_is() -> None:
+    valid = AgentEffect(tokens=3)
+    assert checked_effect(valid, "s") is valid
+    unknown = AgentEffect(tokens=3)
+    del vars(unknown)["tokens_unknown"]  # missing: the default, in a valid copy
+    copied = checked_effect(unknown, "s")
+    assert type(copied) is AgentEffect
+    assert copied is not unknown
+    assert copied.tokens == 3
+    assert copied.tokens_unknown is False

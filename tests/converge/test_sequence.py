@@ -329,3 +329,21 @@ def test_a_snapshot_counts_by_position_when_it_sees_an_append_before_its_flag() 
     assert [fact.id for fact in newest.facts()] == ["f0", "f1"]
     assert len(list(newest._kept())) == 2  # pyright: ignore[reportPrivateUsage]
     assert newest.merkle_root() == root
+
+
+def test_a_snapshot_counts_by_the_tail_when_it_sees_a_longer_list_before_it() -> None:
+    # Without the GIL, a reader may see `facts` grown before the store's `tail` that the
+    # writer stores after the append: laid out here as such a reader sees it. The tail
+    # alone says how many facts there are, and the count and position in it agree.
+    facts, leaves = _facts(3)
+    newest = _line(facts, leaves, 2)[-1]
+    store = newest._stores[S]  # pyright: ignore[reportPrivateUsage]
+    assert store.tail == (2, 1)
+    store.positions["f2"] = len(newest)  # `add` up to its last step: the tail not yet stored
+    store.by_id["f2"] = facts[2]
+    store.facts.append(facts[2])
+    store.leaves.append(leaves[2])
+    assert newest.count(S) == 2
+    assert store.visible(len(newest) + 1) == 2
+    assert [fact.id for fact in newest.get(S)] == ["f0", "f1"]
+    assert store.prefix(len(newest)).tail == (2, 1)
