@@ -612,8 +612,10 @@ class _Between:
 
 
 def _zombie(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+    """Whether the whole process has ended (left for its parent to reap, which this leaves
+    to it). `/proc/PID/stat` says "Z" as soon as the main thread ends, while the worker's
+    other threads may still hold its socket open."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 async def _counted(pool: WorkerPool, **options: object) -> ConvergeResult:
