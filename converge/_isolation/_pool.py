@@ -53,6 +53,9 @@ password or a store's address)."""
 
 _SPEC_IDS = count(1)
 _POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+_RECHECK = 0.005
+"""The longest a call waits for a worker before looking again (a worker given back by
+another thread wakes no one)."""
 
 
 _PR_SET_DUMPABLE = 4
@@ -231,6 +234,10 @@ class ProcessPool:
         self._lock = threading.Lock()
         self._idle: list[WorkerProcess] = []
         self._running = 0
+        self._waiters: list[tuple[int, anyio.Event]] = []
+        """Calls waiting for a worker, each with its thread: a worker given back wakes the
+        first waiter of the same thread (an `anyio.Event` belongs to its thread's loop);
+        others notice within `_RECHECK` seconds."""
         self._closed = False
         _POOLS.add(self)
 
@@ -372,7 +379,6 @@ class ProcessPool:
 
     async def acquire(self) -> WorkerProcess:
         """An idle worker, started if the pool has room, else the first to come back."""
-        delay = 0.0005
         while True:
             worker = self._idle_worker()
             if worker is not None:
@@ -389,23 +395,51 @@ class ProcessPool:
                     with self._lock:
                         self._running -= 1
                     raise
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.005)
+            await self._wait_for_room()
+
+    async def _wait_for_room(self) -> None:
+        """Wait until a worker may be free: woken by `_wake`, or after `_RECHECK` seconds."""
+        entry = (threading.get_ident(), anyio.Event())
+        with self._lock:
+            if self._idle or self._running < self._size:  # freed meanwhile
+                return
+            self._waiters.append(entry)
+        try:
+            with anyio.move_on_after(_RECHECK):
+                await entry[1].wait()
+        finally:
+            with self._lock:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+
+    def _wake(self) -> None:
+        """Wake the first call of this thread that waits for a worker."""
+        me = threading.get_ident()
+        with self._lock:
+            index = next((i for i, (thread, _) in enumerate(self._waiters) if thread == me), -1)
+            if index < 0:
+                return
+            _, event = self._waiters.pop(index)
+        event.set()
 
     def release(self, worker: WorkerProcess) -> None:
         """Give back a worker whose call ended well."""
         with self._lock:
-            if not self._closed:
+            closed = self._closed
+            if closed:
+                self._running -= 1
+            else:
                 self._idle.append(worker)
-                return
-            self._running -= 1
-        worker.kill()
+        if closed:
+            worker.kill()
+        self._wake()
 
     def discard(self, worker: WorkerProcess, *, dying: bool = True) -> str:
         """Kill a worker whose call failed for good; the next call starts another."""
         said = worker.kill(dying=dying)
         with self._lock:
             self._running -= 1
+        self._wake()
         return said
 
     def __repr__(self) -> str:

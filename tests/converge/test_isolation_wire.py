@@ -162,3 +162,31 @@ def test_a_call_spins_only_while_it_is_its_pool_s_only_call(
     assert pool.spin() == SPIN_SECONDS
     setattr(pool, running, 2)  # and another call's
     assert pool.spin() == 0.0
+
+
+async def test_a_call_waiting_for_a_worker_gets_the_one_given_back_by_any_thread() -> None:
+    """A full pool's next call waits; the worker given back goes to it, whether the call
+    that gives it back runs in the waiter's thread (which wakes it) or in another."""
+    pool = _pool.ProcessPool(1)
+    got: list[int] = []
+
+    async def wait_for_one() -> None:
+        worker = await pool.acquire()
+        got.append(worker.pid)
+        pool.release(worker)
+
+    try:
+        for give_back_from_a_thread in (False, True):
+            first = await pool.acquire()
+            got.clear()
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait_for_one)
+                await anyio.wait_all_tasks_blocked()
+                assert got == []  # the pool is full: it waits
+                if give_back_from_a_thread:
+                    await anyio.to_thread.run_sync(pool.release, first)
+                else:
+                    pool.release(first)
+            assert got == [first.pid]
+    finally:
+        pool.close()
