@@ -65,7 +65,11 @@ def _side(path: Path) -> sqlite3.Connection:
     import sqlite3
 
     connection = sqlite3.connect(side_file(path), timeout=5.0, isolation_level=None)
-    connection.execute(f"CREATE TABLE IF NOT EXISTS live_text ({_COLUMNS})")
+    try:
+        connection.execute(f"CREATE TABLE IF NOT EXISTS live_text ({_COLUMNS})")
+    except BaseException:
+        connection.close()
+        raise
     return connection
 
 

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -70,7 +71,7 @@ async def test_the_side_file_replaces_a_calls_text_drops_a_runs_and_hides_stale_
     side_put(path, "dead", [text("left by a killed run")], time.time() - STALE_SECONDS - 1)
     assert await store.live_text("dead") == ()  # stale: never read
     await store.put_live_text("r", [text("new")])
-    with sqlite3.connect(side_file(path)) as raw:
+    with closing(sqlite3.connect(side_file(path))) as raw:  # `with` alone leaves it open
         runs = {row[0] for row in raw.execute("SELECT run_id FROM live_text")}
     assert runs == {"other", "r"}  # the stale text was deleted by the next write
     assert not path.exists()  # the text is never in the store itself
