@@ -115,15 +115,16 @@ def _store_bytes(store: Path) -> int:
 
 
 def _canonical_bytes(store: Path, run_id: str) -> float:
-    """The mean canonical JSON of the run's facts, as the record holds them."""
+    """The mean canonical JSON of the run's facts, as its stored record holds them."""
+    import anyio
+
+    from converge import SqliteRunStore
     from converge._core._canonical import canonical_json
 
-    with closing(sqlite3.connect(store)) as connection:
-        (text,) = connection.execute(
-            "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-    facts = json.loads(text)["facts"]
-    return sum(len(canonical_json(fact)) for fact in facts) / len(facts)
+    reader = SqliteRunStore(store, read_only=True)
+    facts = anyio.run(reader.load, run_id).facts
+    reader.close()
+    return sum(len(canonical_json(fact.model_dump(mode="json"))) for fact in facts) / len(facts)
 
 
 def _many_runs(folder: Path, env: dict[str, str]) -> Figures:

@@ -3,9 +3,12 @@
 The backends live in `converge.stores` (`SqliteRunStore`, `PostgresRunStore`), one module
 each, so that importing converge loads no database driver. Both keep one row per run, with
 searchable columns, a status and a version, under the versioned schema `SCHEMA_VERSION`.
-A finished or paused run's row holds its whole `RunRecord` as JSON. A running run's row
-holds a small `ProgressHead`, and each cycle's additions are appended beside it as one
-journal entry (`RunProgress`), so a per-cycle save costs what the cycle added, not the run.
+A running run's row holds a small `ProgressHead`, and each cycle's additions are appended
+beside it as one journal entry (`RunProgress`), so a per-cycle save costs what the cycle
+added, not the run. When such a run finishes, its journal stays as its rows and its row
+takes a `RecordHead` (`RunFinal`): the record less what the entries hold. A record saved
+whole (`RunStore.save`: a paused run, a run saved only at its end, any record a caller
+hands in) is one JSON document in the row.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Literal, Protocol, Self, final
+from typing import Final, Literal, Protocol, Self, final, runtime_checkable
 
 from pydantic import Field, model_validator
 
@@ -36,6 +39,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "PendingGate",
     "ProgressHead",
+    "RecordHead",
+    "RowStore",
+    "RunFinal",
     "RunProgress",
     "RunRecord",
     "RunStore",
@@ -43,7 +49,7 @@ __all__ = [
     "failure_count",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The version of the tables every backend writes; a store refuses any other."""
 
 Interruption = Literal["cancelled", "lost"]
@@ -409,6 +415,71 @@ class RunRecord(FrozenModel, frozen=True):
         )
 
 
+@final
+class RecordHead(FrozenModel, frozen=True):
+    """What the row of a finished run stored as rows holds: its record less the facts, the
+    cycle traces, the rejections and the decisions, which its journal entries carry.
+
+    `record` keeps the whole record's own signature, so the record assembled from the head
+    and the entries verifies exactly as the record saved whole would. `journal_digest`
+    chains the entries as `ProgressHead`'s does, and `signature` (with a signing key)
+    covers the head itself: what a command shows from the head alone is authenticated
+    without reading a row.
+    """
+
+    record: RunRecord
+    """The record, its `facts`, `rejections`, `trace.cycles` and `trace.decisions` empty."""
+    failures: int = Field(ge=0)
+    """The record's `failure_count`."""
+    rejections: int = Field(ge=0)
+    """How many rejections the entries hold."""
+    decisions: int = Field(ge=0)
+    """How many human decisions the entries hold."""
+    journal_length: int = Field(ge=0)
+    """How many journal entries the run has."""
+    journal_digest: str
+    """The chain over those entries (as `ProgressHead.journal_digest`)."""
+    signature: str | None = None
+    """HMAC-SHA256 over the rest of the head (hex), with a signing key."""
+
+    @model_validator(mode="after")
+    def _a_finished_record(self) -> Self:
+        record = self.record
+        if record.status is not RunStatus.FINISHED or record.checkpoint is not None:
+            raise ValueError(f"run {record.run_id}: only a finished run is stored as rows")
+        if record.facts or record.rejections or record.trace.cycles or record.trace.decisions:
+            raise ValueError(f"run {record.run_id}: a head holds no facts, traces or decisions")
+        return self
+
+    def verify_signature(self, key: bytes | None) -> None:
+        """Refuse an unsigned or mis-signed head when there is a key (nothing without one).
+
+        Raises:
+            StoreError: The head is unsigned, or it was changed or signed with another key.
+        """
+        if key is None:
+            return
+        run_id = self.record.run_id
+        if self.signature is None:
+            raise StoreError(f"run {run_id}: the stored head is unsigned, but a signing key is set")
+        if not signature_matches(self, self.signature, key):
+            raise StoreError(
+                f"run {run_id}: the stored head has a bad signature: it was changed or "
+                "signed with another key"
+            )
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RunFinal:
+    """The save that ends a run stored as rows: its head and the last journal entry."""
+
+    head: RecordHead
+    """The run's head."""
+    entry: str | None
+    """The journal entry to append (JSON; `None` appends nothing)."""
+
+
 _UNSIGNED: Final = frozenset({"progress"})
 """Record fields the record's own signature leaves out (the head is signed by itself)."""
 
@@ -459,4 +530,19 @@ class RunStore(Protocol):
 
     async def load_checkpoint(self, run_id: str, /) -> Checkpoint | None:
         """The pending checkpoint of a paused run, or `None` if it is not paused."""
+        ...
+
+
+@runtime_checkable
+class RowStore(RunStore, Protocol):
+    """A store that keeps a finished run's journal as its rows (both built-in stores do).
+
+    The engine ends a run saved after every cycle with `save_final` when its store has it,
+    and with `save` otherwise.
+    """
+
+    async def save_final(self, final: RunFinal, /, *, expected_version: int) -> int:
+        """Save a run's end atomically and return its new version: write `final.head` as
+        the finished run's row, append `final.entry` to its journal, and keep the journal
+        as its rows. `expected_version` works as for `save`."""
         ...

@@ -24,8 +24,8 @@ import anyio
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import StaleRecordError
-from .._core._store import RunProgress, RunRecord, RunStore, RunSummary
-from ..stores._db import Db, write_progress, write_record
+from .._core._store import RunFinal, RunProgress, RunRecord, RunStore, RunSummary
+from ..stores._db import Db, write_final, write_progress, write_record
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -96,6 +96,11 @@ class GroupedSaves:
         return await self._write(
             lambda db: write_progress(db, progress, now, saved_at, expected_version)
         )
+
+    async def save_final(self, final: RunFinal, /, *, expected_version: int) -> int:
+        """`RowStore.save_final`, committed with the saves waiting beside it."""
+        saved_at = self._saved_at()
+        return await self._write(lambda db: write_final(db, final, saved_at, expected_version))
 
     async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:
         """`RunStore.renew_lease` (from the lease thread: not grouped)."""

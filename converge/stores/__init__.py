@@ -6,16 +6,17 @@
   psycopg 3, imported lazily).
 
 Both are re-exported from `converge`; the `RunStore` protocol, `RunRecord`, `RunSummary`
-and `RunProgress` they share are there too. `CycleDelta` (one journal entry) and `assemble`
-(a running run's head and journal back into its `RunRecord`) are here for a store of your
-own. Importing this package loads no database driver.
+and `RunProgress` they share are there too. `CycleDelta` (one journal entry), `assemble`
+(a running run's head and journal back into its `RunRecord`) and `assemble_final` (the
+same for a finished run stored as rows) are here for a store of your own. Importing this
+package loads no database driver.
 """
 
 from .._core._public import publish as _publish
-from ._journal import CycleDelta, assemble
+from ._journal import CycleDelta, assemble, assemble_final
 from .postgres import PostgresRunStore
 from .sqlite import SqliteRunStore
 
-__all__ = ["CycleDelta", "PostgresRunStore", "SqliteRunStore", "assemble"]
+__all__ = ["CycleDelta", "PostgresRunStore", "SqliteRunStore", "assemble", "assemble_final"]
 
 _publish(__name__, globals(), __all__)

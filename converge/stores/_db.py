@@ -11,7 +11,7 @@ from typing import LiteralString, Protocol
 
 from .._core._exceptions import RunNotFoundError, StaleRecordError, StoreError
 from .._core._stop import RunStatus
-from .._core._store import PendingGate, RunProgress, RunRecord, RunSummary
+from .._core._store import PendingGate, RunFinal, RunProgress, RunRecord, RunSummary
 from ._sql import (
     COLUMNS,
     DROP_GATES,
@@ -25,6 +25,7 @@ from ._sql import (
     UPDATE,
     UPSERT,
     RunFilter,
+    final_row,
     gate_rows,
     judge,
     lease_until,
@@ -43,6 +44,7 @@ __all__ = [
     "load_record",
     "prune_runs",
     "renew_lease",
+    "write_final",
     "write_progress",
     "write_record",
 ]
@@ -117,6 +119,20 @@ def write_progress(
     return int(str(written[0]))
 
 
+def write_final(db: Db, final: RunFinal, saved_at: object, expected: int) -> int:
+    """Save the end of a run stored as rows: its head, its last entry; the new version.
+
+    The journal stays: it holds the run's facts, traces, rejections and decisions.
+    """
+    head = final.head
+    run_id = head.record.run_id
+    version = _written(db, run_id, final_row(head, saved_at), expected)
+    db.run(DROP_GATES, (run_id,))
+    if final.entry is not None:
+        db.run(JOURNAL, (run_id, head.journal_length, final.entry))
+    return version
+
+
 def renew_lease(db: Db, run_id: str, version: int, now: datetime, seconds: float) -> None:
     """Extend a running run's lease at `version`."""
     lease = lease_until(now, seconds).isoformat()
@@ -128,13 +144,13 @@ def renew_lease(db: Db, run_id: str, version: int, now: datetime, seconds: float
 def load_record(db: Db, run_id: str, now: datetime, where: str) -> RunRecord:
     """The stored record of `run_id` (assembled from its journal while it runs)."""
     row = db.one(
-        "SELECT record, version, status, lease_until FROM converge_runs WHERE run_id = ?",
+        "SELECT record, version, status, lease_until, layout FROM converge_runs WHERE run_id = ?",
         (run_id,),
     )
     if row is None:
         raise RunNotFoundError(f"no run {run_id!r} in {where}")
     entries: list[str] = []
-    if str(row[2]) in ("running", "interrupted"):
+    if str(row[2]) in ("running", "interrupted") or str(row[4]) == "rows":
         rows = db.all("SELECT entry FROM converge_journal WHERE run_id = ? ORDER BY seq", (run_id,))
         entries = [str(entry) for (entry,) in rows]
     return stored_record(run_id, row, entries, now)

@@ -6,7 +6,8 @@ last merged one, which the first call also claims: a new run must not exist, a r
 must still be at the version it was read at), and `interrupted`, shielded, when its caller
 cancels it. `with_lease` has `LEASES` renew the lease from a thread of its own while the run
 goes on, so the run never looks dead while its process lives, even when a suggestor blocks
-the run's event loop. `finish` saves the finished or paused record over it.
+the run's event loop. `finish` saves the finished or paused record over it: a finished run's
+journal stays as its rows under a small head (`RunFinal`) when the store keeps rows.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar, final
 import anyio
 import structlog
 
+from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
 from .._core._result import ConvergeResult
 from .._core._stop import RunStatus
-from .._core._store import RunRecord, RunStore
+from .._core._store import RowStore, RunRecord, RunStore
 from ._journal import Journal
 from ._lease import LEASES
 
@@ -143,10 +145,19 @@ class CycleSaver:
         await self._store.renew_lease(self.run_id, version=version, lease_seconds=self._lease)
         self._fresh_at = monotonic()
 
-    async def finish(self, record: RunRecord) -> None:
-        """Save the finished or paused record over the running one."""
+    async def finish(self, record: RunRecord, context: ContextSnapshot) -> None:
+        """Save the finished or paused record over the running one.
+
+        As rows (its head and the last journal entry) when the store keeps rows and the
+        record allows it (`Journal.final`), whole otherwise.
+        """
         async with self._lock:
-            self._version = await self._store.save(record, expected_version=self._version)
+            store, version = self._store, self._version
+            final = self._journal.final(record, context) if isinstance(store, RowStore) else None
+            if isinstance(store, RowStore) and final is not None:
+                self._version = await store.save_final(final, expected_version=version)
+            else:
+                self._version = await store.save(record, expected_version=version)
 
 
 async def with_lease(saver: CycleSaver | None, work: Callable[[], Awaitable[T]]) -> T:
@@ -215,7 +226,7 @@ class RunKeeper:
                 if saver is None:
                     await store.save(record, expected_version=expected_version)
                 else:
-                    await saver.finish(record)
+                    await saver.finish(record, result.context)
         except StaleRecordError as error:
             error.result = result
             raise

@@ -14,20 +14,39 @@ from collections.abc import Sequence
 from hashlib import sha256
 from typing import Literal, final
 
+from pydantic import ValidationError
+
 from .._core._canonical import merkle_root
 from .._core._checkpoint import Checkpoint, FactRecord, fact_records
+from .._core._context import ContextSnapshot
 from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
 from .._core._integrity import IntegrityProof
 from .._core._key import STORED, AnyKey, in_key_order, key_rank
 from .._core._model import FrozenModel, trusted
 from .._core._signature import signature_of
-from .._core._stop import RunStatus
-from .._core._store import Interruption, ProgressHead, RunProgress, RunRecord
+from .._core._stop import RunStatus, StopReason
+from .._core._store import (
+    Interruption,
+    ProgressHead,
+    RecordHead,
+    RunFinal,
+    RunProgress,
+    RunRecord,
+)
 from .._core._trace import CycleTrace, Rejection, RunTrace
 from .._kernel._state import RunState
 
-__all__ = ["CycleDelta", "Journal", "assemble", "chain", "genesis"]
+__all__ = [
+    "CycleDelta",
+    "Journal",
+    "assemble",
+    "assemble_final",
+    "chain",
+    "genesis",
+    "read_head",
+    "said",
+]
 
 
 @final
@@ -140,26 +159,72 @@ class Journal:
     def _delta(
         self, state: RunState
     ) -> tuple[CycleDelta, tuple[dict[AnyKey, int], int, int, int, CycleTrace | None]]:
-        snapshot = state.snapshot
+        return self._since(state.snapshot, state.rejections, state.decisions, state.cycles)
+
+    def _since(
+        self,
+        snapshot: ContextSnapshot,
+        rejections: Sequence[Rejection],
+        decisions: Sequence[GateDecision],
+        cycles: Sequence[CycleTrace],
+    ) -> tuple[CycleDelta, tuple[dict[AnyKey, int], int, int, int, CycleTrace | None]]:
+        """What was added since the last commit, and the watermarks after it."""
         # the new facts, each with the leaf kept at its promotion, checked against it
         facts, problem = fact_records(snapshot, self._counts)
         self._changed = self._changed or problem is not None
         counts = {key: snapshot.count(key) for key in snapshot.keys()}
-        cycles = state.cycles
         first = self._cycles
-        if first and cycles[first - 1] is not self._last:
+        if first and cycles[first - 1] is not self._last and cycles[first - 1] != self._last:
             first -= 1  # the last saved cycle was rewritten since (decisions, violations)
         delta = trusted(
             CycleDelta,
             {
                 "facts": facts,
-                "rejections": tuple(state.rejections[self._rejections :]),
-                "decisions": tuple(state.decisions[self._decisions :]),
+                "rejections": tuple(rejections[self._rejections :]),
+                "decisions": tuple(decisions[self._decisions :]),
                 "cycles": tuple(cycles[first:]),
             },
         )
         last = cycles[-1] if cycles else None
-        return delta, (counts, len(state.rejections), len(state.decisions), len(cycles), last)
+        return delta, (counts, len(rejections), len(decisions), len(cycles), last)
+
+    def final(self, record: RunRecord, context: ContextSnapshot) -> RunFinal | None:
+        """The save that ends the run as rows: its record's head and the last entry.
+
+        `None` when the record must be saved whole: it is paused (its checkpoint is signed
+        over every fact), it ended on a violated invariant or unsigned with a key (a fact
+        found changed below the API: the record says what its facts read at its end, which
+        the journal did not see), or the journal never started.
+        """
+        if (
+            record.checkpoint is not None
+            or record.stop_reason is StopReason.INVARIANT_VIOLATED
+            or (self._key is not None and record.signature is None)
+            or not self._digest
+            or self._changed
+        ):
+            return None
+        trace = record.trace
+        delta, _ = self._since(context, record.rejections, trace.decisions, trace.cycles)
+        if self._changed:
+            return None
+        length, digest = self._length, self._digest
+        entry = None
+        if any(delta.__dict__.values()):
+            entry = delta.model_dump_json()
+            length, digest = length + 1, chain(digest, entry)
+        empty = trace.model_copy(update={"cycles": (), "decisions": ()})
+        head = RecordHead(
+            record=record.model_copy(update={"facts": (), "rejections": (), "trace": empty}),
+            failures=record.failure_count,
+            rejections=len(record.rejections),
+            decisions=len(trace.decisions),
+            journal_length=length,
+            journal_digest=digest,
+        )
+        if self._key is not None:
+            head = head.model_copy(update={"signature": signature_of(head, self._key)})
+        return RunFinal(head, entry)
 
     def _head(self, state: RunState, elapsed: float, length: int, digest: str) -> ProgressHead:
         snapshot = state.snapshot
@@ -220,27 +285,95 @@ def assemble(
         raise StoreError(f"run {run_id}: the stored progress head is invalid ({error})") from None
     if head.run_id != run_id:
         raise StoreError(f"the row of run {run_id} holds the progress of run {head.run_id}")
-    digest = genesis(run_id)
+    deltas = _deltas(run_id, entries, head.journal_length, head.journal_digest)
+    facts = sum(len(delta.facts) for delta in deltas)
+    if facts != head.fact_count:
+        raise StoreError(
+            f"run {run_id}: its journal holds {facts} facts, its head says {head.fact_count}"
+        )
+    return _record(head, deltas, status=status, interruption=interruption, version=version)
+
+
+def assemble_final(
+    head_text: str, entries: Sequence[str], *, run_id: str, version: int
+) -> RunRecord:
+    """The record of a finished run stored as rows, from its head and journal.
+
+    It is the record saved: its own signature and Merkle root verify as if it had been saved
+    whole.
+
+    Raises:
+        StoreError: The head is invalid or another run's, or the journal does not chain to
+            the head's digest, or holds another number of facts, rejections or decisions.
+    """
+    head = read_head(head_text, run_id)
+    deltas = _deltas(run_id, entries, head.journal_length, head.journal_digest)
+    record = head.record
+    facts = sorted((f for delta in deltas for f in delta.facts), key=lambda f: key_rank(f.key))
+    rejections = tuple(r for delta in deltas for r in delta.rejections)
+    decisions = tuple(d for delta in deltas for d in delta.decisions)
+    held = (len(facts), len(rejections), len(decisions))
+    said = (record.integrity.fact_count, head.rejections, head.decisions)
+    if held != said:
+        raise StoreError(
+            f"run {run_id}: its journal holds {held[0]} facts, {held[1]} rejections and "
+            f"{held[2]} decisions; its head says {said[0]}, {said[1]} and {said[2]}"
+        )
+    trace = record.trace.model_copy(update={"cycles": _cycles(deltas), "decisions": decisions})
+    return record.model_copy(
+        update={"facts": tuple(facts), "rejections": rejections, "trace": trace, "version": version}
+    )
+
+
+def read_head(head_text: str, run_id: str) -> RecordHead:
+    """The head of a finished run stored as rows, checked to be that run's.
+
+    Raises:
+        StoreError: The head is invalid or another run's.
+    """
+    try:
+        head = RecordHead.model_validate_json(head_text, context=STORED)
+    except ValidationError as error:
+        raise StoreError(f"run {run_id}: the stored record is invalid ({said(error)})") from None
+    if head.record.run_id != run_id:
+        raise StoreError(f"the row of run {run_id} holds the record of run {head.record.run_id}")
+    return head
+
+
+def said(error: ValidationError) -> str:
+    """A validation error in one line: how many errors, and where and what the first is."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "record"
+    return f"{error.error_count()} error(s); {where}: {first['msg']}"
+
+
+def _deltas(run_id: str, entries: Sequence[str], length: int, digest: str) -> list[CycleDelta]:
+    """The journal's entries, checked against the head's `length` and chained `digest`."""
+    running = genesis(run_id)
     deltas: list[CycleDelta] = []
     for index, entry in enumerate(entries):
-        digest = chain(digest, entry)
+        running = chain(running, entry)
         try:
             deltas.append(CycleDelta.model_validate_json(entry, context=STORED))
         except ValueError as error:
             raise StoreError(
                 f"run {run_id}: journal entry {index + 1} is invalid ({error})"
             ) from None
-    facts = sum(len(delta.facts) for delta in deltas)
-    if len(entries) != head.journal_length or digest != head.journal_digest:
+    if len(entries) != length or running != digest:
         raise StoreError(
             f"run {run_id}: its journal ({len(entries)} entries) does not match its head "
-            f"({head.journal_length} entries): an entry was changed, dropped or added"
+            f"({length} entries): an entry was changed, dropped or added"
         )
-    if facts != head.fact_count:
-        raise StoreError(
-            f"run {run_id}: its journal holds {facts} facts, its head says {head.fact_count}"
-        )
-    return _record(head, deltas, status=status, interruption=interruption, version=version)
+    return deltas
+
+
+def _cycles(deltas: Sequence[CycleDelta]) -> tuple[CycleTrace, ...]:
+    """The cycle traces of the entries in cycle order, each as its last entry has it."""
+    by_cycle: dict[int, CycleTrace] = {}
+    for delta in deltas:
+        for cycle in delta.cycles:
+            by_cycle[cycle.cycle] = cycle
+    return tuple(by_cycle[number] for number in sorted(by_cycle))
 
 
 def _record(
@@ -254,11 +387,7 @@ def _record(
     facts = sorted(
         (fact for delta in deltas for fact in delta.facts), key=lambda f: key_rank(f.key)
     )
-    by_cycle: dict[int, CycleTrace] = {}
-    for delta in deltas:
-        for cycle in delta.cycles:
-            by_cycle[cycle.cycle] = cycle
-    cycles = tuple(by_cycle[number] for number in sorted(by_cycle))
+    cycles = _cycles(deltas)
     checkpoint = _continuation_point(
         head,
         tuple(facts),

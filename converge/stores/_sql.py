@@ -19,11 +19,12 @@ from .._core._store import (
     SCHEMA_VERSION,
     Interruption,
     ProgressHead,
+    RecordHead,
     RunProgress,
     RunRecord,
     RunSummary,
 )
-from ._journal import assemble
+from ._journal import assemble, assemble_final, said
 
 __all__ = [
     "COLUMNS",
@@ -47,6 +48,7 @@ __all__ = [
     "UPGRADES",
     "UPSERT",
     "RunFilter",
+    "final_row",
     "gate_rows",
     "judge",
     "lease_until",
@@ -70,9 +72,9 @@ COLUMNS: Final = (
 _WRITTEN: Final = (
     "run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, name, status, "
     "lease_until, failures, record, checkpoint, formation, pending, parent_run_id, fork_cycle, "
-    "version"
+    "layout, version"
 )
-_VALUES: Final = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
+_VALUES: Final = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
 
 INSERT: Final = (
     f"INSERT INTO converge_runs ({_WRITTEN}) {_VALUES} "
@@ -88,7 +90,8 @@ UPSERT: Final = (
     "lease_until = excluded.lease_until, failures = excluded.failures, record = excluded.record, "
     "checkpoint = excluded.checkpoint, formation = excluded.formation, "
     "pending = excluded.pending, parent_run_id = excluded.parent_run_id, "
-    "fork_cycle = excluded.fork_cycle, version = converge_runs.version + 1 RETURNING version"
+    "fork_cycle = excluded.fork_cycle, layout = excluded.layout, "
+    "version = converge_runs.version + 1 RETURNING version"
 )
 """Insert or replace a run whatever its version (`expected_version=None`)."""
 
@@ -96,7 +99,7 @@ UPDATE: Final = (
     "UPDATE converge_runs SET run_id = ?, stop_reason = ?, detail = ?, cycles = ?, "
     "fact_count = ?, merkle_root = ?, saved_at = ?, name = ?, status = ?, lease_until = ?, "
     "failures = ?, record = ?, checkpoint = ?, formation = ?, pending = ?, parent_run_id = ?, "
-    "fork_cycle = ?, version = version + 1 "
+    "fork_cycle = ?, layout = ?, version = version + 1 "
     "WHERE run_id = ? AND version = ? RETURNING version"
 )
 """Replace a run only if it is still at the version the save was based on."""
@@ -132,6 +135,7 @@ UPGRADES: Final[dict[int, tuple[LiteralString, ...]]] = {
         "ALTER TABLE converge_runs ADD COLUMN parent_run_id TEXT",
         "ALTER TABLE converge_runs ADD COLUMN fork_cycle INTEGER",
     ),
+    5: ("ALTER TABLE converge_runs ADD COLUMN layout TEXT NOT NULL DEFAULT 'whole'",),
 }
 """Statements that take the schema from version `k` to `k + 1`, in place, losing nothing.
 
@@ -146,7 +150,8 @@ RUN_COLUMNS: Final = (
     "saved_at {time} NOT NULL, name TEXT, record TEXT NOT NULL, checkpoint TEXT, "
     "version INTEGER NOT NULL DEFAULT 1, status TEXT NOT NULL DEFAULT 'finished', "
     "lease_until TEXT, failures INTEGER NOT NULL DEFAULT 0, formation TEXT, "
-    "pending INTEGER NOT NULL DEFAULT 0, parent_run_id TEXT, fork_cycle INTEGER"
+    "pending INTEGER NOT NULL DEFAULT 0, parent_run_id TEXT, fork_cycle INTEGER, "
+    "layout TEXT NOT NULL DEFAULT 'whole'"
 )
 """The columns of a new `converge_runs` table (`{time}`: the backend's type for times)."""
 
@@ -199,7 +204,8 @@ JOURNAL_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS converge_journal (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
     "entry TEXT NOT NULL, PRIMARY KEY (run_id, seq))"
 )
-"""The journal of running runs: one entry per per-cycle save."""
+"""The journal of running runs, and the rows of finished runs stored as rows (`layout =
+'rows'`): one entry per per-cycle save, and the last one per run at its end."""
 
 
 @final
@@ -343,6 +349,7 @@ def to_row(record: RunRecord, saved_at: object) -> tuple[object, ...]:
         record.model_dump_json(),
         None,
         *_indexed(record),
+        "whole",
     )
 
 
@@ -378,6 +385,30 @@ def progress_row(progress: RunProgress, saved_at: object, lease: object) -> tupl
         0,
         None,
         None,
+        "rows",
+    )
+
+
+def final_row(head: RecordHead, saved_at: object) -> tuple[object, ...]:
+    """The values the end of a run stored as rows writes, in the same order as `to_row`."""
+    record = head.record
+    stop = record.stop_reason
+    return (
+        record.run_id,
+        "" if stop is None else stop.value,
+        record.detail,
+        record.cycles,
+        record.integrity.fact_count,
+        record.integrity.merkle_root,
+        saved_at,
+        record.name,
+        record.status.value,
+        None,
+        head.failures,
+        head.model_dump_json(),
+        None,
+        *_indexed(record),
+        "rows",
     )
 
 
@@ -435,10 +466,12 @@ def to_summary(row: Sequence[object], now: datetime) -> RunSummary:
 def stored_record(
     run_id: str, row: Sequence[object], entries: Sequence[str], now: datetime
 ) -> RunRecord:
-    """The record of a `(record, version, status, lease_until)` row and its journal entries."""
-    text, version, status, lease = row
+    """The record of a `(record, version, status, lease_until, layout)` row and its journal."""
+    text, version, status, lease, layout = row
     judged, interruption = judge(status, lease, now)
     if judged in (RunStatus.FINISHED, RunStatus.PAUSED):
+        if str(layout) == "rows":
+            return assemble_final(str(text), entries, run_id=run_id, version=int(str(version)))
         return record_from(run_id, str(text), int(str(version)))
     return assemble(
         str(text),
@@ -475,12 +508,7 @@ def record_from(run_id: str, text: str, version: int) -> RunRecord:
     try:
         record = RunRecord.model_validate_json(text, context=STORED)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "record"
-        raise StoreError(
-            f"run {run_id}: the stored record is invalid ({error.error_count()} error(s); "
-            f"{where}: {first['msg']})"
-        ) from None
+        raise StoreError(f"run {run_id}: the stored record is invalid ({said(error)})") from None
     if record.run_id != run_id:
         raise StoreError(f"the row of run {run_id} holds the record of run {record.run_id}")
     return record.model_copy(update={"version": version})

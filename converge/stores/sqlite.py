@@ -30,7 +30,14 @@ from .._core._checkpoint import Checkpoint
 from .._core._exceptions import RunNotFoundError, StoreError
 from .._core._live_text import LiveText
 from .._core._stop import RunStatus, StopReason
-from .._core._store import SCHEMA_VERSION, PendingGate, RunProgress, RunRecord, RunSummary
+from .._core._store import (
+    SCHEMA_VERSION,
+    PendingGate,
+    RunFinal,
+    RunProgress,
+    RunRecord,
+    RunSummary,
+)
 from ._db import (
     delete_run,
     list_gates,
@@ -38,6 +45,7 @@ from ._db import (
     load_record,
     prune_runs,
     renew_lease,
+    write_final,
     write_progress,
     write_record,
 )
@@ -326,6 +334,20 @@ class SqliteRunStore:
         return await self._transaction(
             lambda db: write_progress(db, progress, now, now.isoformat(), expected_version),
             run_id=progress.head.run_id,
+        )
+
+    async def save_final(self, final: RunFinal, /, *, expected_version: int) -> int:
+        """Save the end of a run stored as rows in one transaction; return its new version.
+
+        Raises:
+            StaleRecordError: The run is not at `expected_version`; nothing was saved.
+            StoreError: The store is read-only; nothing was saved.
+        """
+        run_id = final.head.record.run_id
+        self._writable(run_id)
+        saved_at = self._clock().isoformat()
+        return await self._transaction(
+            lambda db: write_final(db, final, saved_at, expected_version), run_id=run_id
         )
 
     async def renew_lease(self, run_id: str, /, *, version: int, lease_seconds: float) -> None:

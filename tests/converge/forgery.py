@@ -1,7 +1,8 @@
 """What an attacker with write access to a run store does to a stored record, for the tests.
 
-Each store keeps a finished or paused run's whole record as JSON in `converge_runs.record`;
-these helpers read and rewrite that column by hand (SQLite file or PostgreSQL URL), and
+Each store keeps a paused run's whole record as JSON in `converge_runs.record`, and a
+finished run's as a head there plus its journal rows; these helpers read a record (put
+together from its rows) and write it back whole by hand (SQLite file or PostgreSQL URL), and
 recompute digests, root and count by the public hashing rules (docs/concepts/integrity.md),
 without converge, as anyone could.
 """
@@ -12,8 +13,10 @@ import hashlib
 import json
 import sqlite3
 from contextlib import closing
+from typing import LiteralString
 
 from converge._core._canonical import merkle_root
+from converge.stores import assemble_final
 
 __all__ = ["Record", "rehash", "stored_json", "write_json"]
 
@@ -24,40 +27,46 @@ def _postgres(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://"))
 
 
-def stored_json(target: str, run_id: str) -> Record:
-    """The record of `run_id` as stored, parsed."""
+def _sql(target: str, statement: LiteralString, *values: object) -> list[tuple[object, ...]]:
+    """Run one statement behind the store's back (`?` placeholders); the rows it returns."""
     if _postgres(target):
         import psycopg
 
-        with psycopg.connect(target) as connection:
-            row = connection.execute(
-                "SELECT record FROM converge_runs WHERE run_id = %s", (run_id,)
-            ).fetchone()
-    else:
-        with closing(sqlite3.connect(target)) as connection, connection:
-            row = connection.execute(
-                "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-        connection.close()
-    assert row is not None, run_id
-    record: Record = json.loads(str(row[0]))
+        with psycopg.connect(target, autocommit=True) as connection:
+            cursor = connection.execute(statement.replace("?", "%s"), values)
+            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+    with closing(sqlite3.connect(target)) as connection, connection:
+        return [tuple(row) for row in connection.execute(statement, values).fetchall()]
+
+
+def stored_json(target: str, run_id: str) -> Record:
+    """The record of `run_id` as stored, parsed; a finished run stored as rows (its head
+    and its journal) is put together first, as an attacker would."""
+    rows = _sql(target, "SELECT record, layout, status FROM converge_runs WHERE run_id = ?", run_id)
+    assert rows, run_id
+    [(text, layout, status)] = rows
+    if layout == "rows" and status == "finished":
+        entries = _sql(
+            target, "SELECT entry FROM converge_journal WHERE run_id = ? ORDER BY seq", run_id
+        )
+        whole = assemble_final(str(text), [str(e) for (e,) in entries], run_id=run_id, version=1)
+        return json.loads(whole.model_dump_json())
+    record: Record = json.loads(str(text))
     return record
 
 
 def write_json(target: str, run_id: str, record: Record) -> None:
-    """Replace the stored record of `run_id` by `record` (nothing else in the row changes)."""
-    body = json.dumps(record)
-    if _postgres(target):
-        import psycopg
-
-        with psycopg.connect(target) as connection:
-            connection.execute(
-                "UPDATE converge_runs SET record = %s WHERE run_id = %s", (body, run_id)
-            )
-        return
-    with closing(sqlite3.connect(target)) as connection, connection:
-        connection.execute("UPDATE converge_runs SET record = ? WHERE run_id = ?", (body, run_id))
-    connection.close()
+    """Replace the stored record of `run_id` by `record`. A whole record (with `facts`) is
+    written as the run's whole record in place of any rows; a head, in place of the head."""
+    _sql(target, "UPDATE converge_runs SET record = ? WHERE run_id = ?", json.dumps(record), run_id)
+    if "facts" in record:
+        _sql(target, "UPDATE converge_runs SET layout = 'whole' WHERE run_id = ?", run_id)
+        _sql(
+            target,
+            "DELETE FROM converge_journal WHERE run_id IN (SELECT run_id FROM converge_runs "
+            "WHERE run_id = ? AND status IN ('finished', 'paused'))",
+            run_id,
+        )
 
 
 def _digest(fact: dict[str, object]) -> str:

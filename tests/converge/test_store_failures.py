@@ -96,11 +96,12 @@ def sql(kind: str, where: str, *statements: LiteralString) -> None:
 
 
 async def two_runs(store: RunStore) -> tuple[str, str]:
-    """A run that converged with a failed call, and a clean one; their ids."""
-    engine = Engine(store=store)
+    """A run that converged with a failed call, and a clean one; their ids. Both are saved
+    whole, as every schema before 6 kept a finished run."""
+    engine = Engine(store=store, durability="exit")
     engine.register_suggestor(Failing())
     failed = await engine.run(inputs=[SEED])
-    clean = await Engine(store=store).run(inputs=[SEED])
+    clean = await Engine(store=store, durability="exit").run(inputs=[SEED])
     assert failed.converged
     assert len(failed.failures) == 1
     assert clean.failures == ()
@@ -138,6 +139,7 @@ async def test_a_schema_3_store_is_upgraded_with_its_runs_failures_recounted(
         "ALTER TABLE converge_runs DROP COLUMN pending",
         "ALTER TABLE converge_runs DROP COLUMN parent_run_id",
         "ALTER TABLE converge_runs DROP COLUMN fork_cycle",
+        "ALTER TABLE converge_runs DROP COLUMN layout",
         "UPDATE converge_meta SET value = '3' WHERE key = 'schema_version'",
     )
 
@@ -156,4 +158,4 @@ async def test_a_schema_3_store_is_upgraded_with_its_runs_failures_recounted(
             (schema,) = connection.execute(
                 "SELECT value FROM converge_meta WHERE key = 'schema_version'"
             ).fetchone()
-        assert schema == str(SCHEMA_VERSION) == "5"
+        assert schema == str(SCHEMA_VERSION) == "6"

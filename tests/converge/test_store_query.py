@@ -363,7 +363,7 @@ async def test_a_schema_4_store_is_upgraded_and_indexed_from_its_records(tmp_pat
         (schema,) = upgraded.execute(
             "SELECT value FROM converge_meta WHERE key = 'schema_version'"
         ).fetchone()
-    assert schema == str(SCHEMA_VERSION) == "5"
+    assert schema == str(SCHEMA_VERSION) == "6"
 
 
 async def test_a_schema_4_store_read_only_is_refused_until_opened_for_writing(
@@ -380,7 +380,10 @@ async def test_a_store_of_a_newer_schema_is_refused_and_left_unchanged(tmp_path:
     await finished(store, unique())
     store.close()
     with closing(sqlite3.connect(path)) as connection:
-        connection.execute("UPDATE converge_meta SET value = '6' WHERE key = 'schema_version'")
+        connection.execute(
+            "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'",
+            (str(SCHEMA_VERSION + 1),),
+        )
         connection.execute("DROP TABLE converge_gates")
         connection.commit()
     for read_only in (False, True):
@@ -390,7 +393,7 @@ async def test_a_store_of_a_newer_schema_is_refused_and_left_unchanged(tmp_path:
         tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master")}
         (schema,) = connection.execute("SELECT value FROM converge_meta").fetchone()
     assert "converge_gates" not in tables  # the refused upgrade was rolled back
-    assert schema == "6"
+    assert schema == str(SCHEMA_VERSION + 1)
 
 
 async def test_a_postgres_store_of_schema_4_is_upgraded_in_place(tmp_path: Path) -> None:

@@ -4,10 +4,7 @@ Each test edits the store the way someone with write access to it would, then ch
 `review`, `report`, `resume` and `replay` refuse, or show exactly what resume applies.
 """
 
-import json
-import sqlite3
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -24,6 +21,7 @@ from converge import (
 )
 from converge._review import STALE
 from tests.cli_runs import cli, run_id_of
+from tests.converge.forgery import stored_json, write_json
 from tests.converge.hitl_formation import SIGNING_KEY, build_engine
 from tests.doubles import seed
 
@@ -36,21 +34,6 @@ def paused_run(store: str) -> str:
     code, out = cli("--store", store, "run", FORMATION)
     assert code == 6
     return run_id_of(out)
-
-
-def stored_json(store: str, run_id: str) -> dict[str, object]:
-    with closing(sqlite3.connect(store)) as connection, connection:
-        (text,) = connection.execute(
-            "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-    return json.loads(text)
-
-
-def write_json(store: str, run_id: str, record: dict[str, object]) -> None:
-    with closing(sqlite3.connect(store)) as connection, connection:
-        connection.execute(
-            "UPDATE converge_runs SET record = ? WHERE run_id = ?", (json.dumps(record), run_id)
-        )
 
 
 def forge_pending(record: dict[str, object], *, also_checkpoint: bool) -> None:

@@ -276,7 +276,7 @@ def test_kept_leaves_rewritten_as_well_are_past_the_process_and_replay_finds_the
     cannot tell (it is the engine's own state that changed), so the record is signed with
     the forged fact; replaying the recorded effects gives another root, and says so."""
     store = SqliteRunStore(str(tmp_path / "runs.db"))
-    engine = Engine(store=store, signing_key=KEY, record_effects=True)
+    engine = Engine(store=store, signing_key=KEY, record_effects=True, durability="exit")
     engine.register_suggestor(Rewriter("fields, digest and kept leaf"))
     result = engine.run_sync(inputs=[goal()])
     assert result.stop_reason is StopReason.CONVERGED
@@ -287,6 +287,22 @@ def test_kept_leaves_rewritten_as_well_are_past_the_process_and_replay_finds_the
     replayer.register_suggestor(Rewriter("fields"))
     with pytest.raises(ReplayError, match="gives root"):
         anyio.run(replayer.replay, loaded.trace)
+
+
+def test_kept_leaves_rewritten_after_a_cycle_was_saved_never_verify_from_its_rows(
+    tmp_path: Path,
+) -> None:
+    """Attack I against a run saved after every cycle: its journal kept the fact as it was
+    promoted, so the record signed over the forged one does not fit its rows, and the
+    store's record never verifies."""
+    store = SqliteRunStore(str(tmp_path / "runs.db"))
+    engine = Engine(store=store, signing_key=KEY)
+    engine.register_suggestor(Rewriter("fields, digest and kept leaf"))
+    result = engine.run_sync(inputs=[goal()])
+    assert result.stop_reason is StopReason.CONVERGED
+    loaded = anyio.run(store.load, result.run_id)
+    with pytest.raises(StoreError, match="bad signature"):
+        loaded.verify_signature(KEY)
 
 
 TAMPERING = """
