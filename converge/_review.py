@@ -26,7 +26,7 @@ from ._core._hitl import GateDecision
 from ._core._model import FrozenModel
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus, StopReason
-from ._core._store import RunRecord, RunStore, RunSummary
+from ._core._store import RecordHead, RunRecord, RunStore, RunSummary
 from ._formation import EngineOptions, Formation, load_formation
 
 __all__ = [
@@ -154,9 +154,10 @@ class SignatureCheck(FrozenModel, frozen=True):
         return self.state == "failed"
 
 
-def check_signature(record: RunRecord, key: bytes | None) -> SignatureCheck:
-    """Check `record`'s signature under `key`; every read command shows what this says."""
-    run_id = record.run_id
+def check_signature(record: RunRecord | RecordHead, key: bytes | None) -> SignatureCheck:
+    """Check `record`'s signature (or a stored head's) under `key`; every read command shows
+    what this says."""
+    run_id = record.run_id if isinstance(record, RunRecord) else record.record.run_id
     if key is None:
         return _unchecked(run_id)
     try:

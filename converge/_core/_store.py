@@ -538,11 +538,22 @@ class RowStore(RunStore, Protocol):
     """A store that keeps a finished run's journal as its rows (both built-in stores do).
 
     The engine ends a run saved after every cycle with `save_final` when its store has it,
-    and with `save` otherwise.
+    and with `save` otherwise; `converge show` and `verify` read such a run's head and a
+    page of its rows at a time.
     """
 
     async def save_final(self, final: RunFinal, /, *, expected_version: int) -> int:
         """Save a run's end atomically and return its new version: write `final.head` as
         the finished run's row, append `final.entry` to its journal, and keep the journal
         as its rows. `expected_version` works as for `save`."""
+        ...
+
+    async def load_head(self, run_id: str, /) -> RecordHead | None:
+        """The head of a finished run stored as rows; `None` for any other run."""
+        ...
+
+    async def journal(
+        self, run_id: str, /, *, after: int = 0, limit: int = 16
+    ) -> list[tuple[int, str]]:
+        """`(seq, entry)` of up to `limit` of the run's journal entries after `after`, in order."""
         ...

@@ -24,7 +24,7 @@ import anyio
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import StaleRecordError
-from .._core._store import RunFinal, RunProgress, RunRecord, RunStore, RunSummary
+from .._core._store import RecordHead, RunFinal, RunProgress, RunRecord, RunStore, RunSummary
 from ..stores._db import Db, write_final, write_progress, write_record
 
 if TYPE_CHECKING:
@@ -44,6 +44,12 @@ class _Transactional(Protocol):
     _clock: Callable[[], datetime]
 
     async def _transaction(self, work: Callable[[Db], T]) -> T: ...
+
+    async def load_head(self, run_id: str, /) -> RecordHead | None: ...
+
+    async def journal(
+        self, run_id: str, /, *, after: int = 0, limit: int = 16
+    ) -> list[tuple[int, str]]: ...
 
 
 Write = Callable[[Db], int]
@@ -109,6 +115,16 @@ class GroupedSaves:
     async def load(self, run_id: str, /) -> RunRecord:
         """`RunStore.load`."""
         return await self._store.load(run_id)
+
+    async def load_head(self, run_id: str, /) -> RecordHead | None:
+        """`RowStore.load_head`."""
+        return await self._writer.load_head(run_id)
+
+    async def journal(
+        self, run_id: str, /, *, after: int = 0, limit: int = 16
+    ) -> list[tuple[int, str]]:
+        """`RowStore.journal`."""
+        return await self._writer.journal(run_id, after=after, limit=limit)
 
     async def list_runs(self, *, limit: int = 50) -> Sequence[RunSummary]:
         """`RunStore.list_runs`."""

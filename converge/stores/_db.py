@@ -11,7 +11,15 @@ from typing import LiteralString, Protocol
 
 from .._core._exceptions import RunNotFoundError, StaleRecordError, StoreError
 from .._core._stop import RunStatus
-from .._core._store import PendingGate, RunFinal, RunProgress, RunRecord, RunSummary
+from .._core._store import (
+    PendingGate,
+    RecordHead,
+    RunFinal,
+    RunProgress,
+    RunRecord,
+    RunSummary,
+)
+from ._journal import read_head
 from ._sql import (
     COLUMNS,
     DROP_GATES,
@@ -39,8 +47,10 @@ from ._sql import (
 __all__ = [
     "Db",
     "delete_run",
+    "journal_page",
     "list_gates",
     "list_runs",
+    "load_head",
     "load_record",
     "prune_runs",
     "renew_lease",
@@ -154,6 +164,26 @@ def load_record(db: Db, run_id: str, now: datetime, where: str) -> RunRecord:
         rows = db.all("SELECT entry FROM converge_journal WHERE run_id = ? ORDER BY seq", (run_id,))
         entries = [str(entry) for (entry,) in rows]
     return stored_record(run_id, row, entries, now)
+
+
+def load_head(db: Db, run_id: str, where: str) -> RecordHead | None:
+    """The head of `run_id` when it is a finished run stored as rows, else `None`."""
+    row = db.one("SELECT record, layout, status FROM converge_runs WHERE run_id = ?", (run_id,))
+    if row is None:
+        raise RunNotFoundError(f"no run {run_id!r} in {where}")
+    text, layout, status = row
+    if str(layout) != "rows" or str(status) != "finished":
+        return None
+    return read_head(str(text), run_id)
+
+
+def journal_page(db: Db, run_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+    """`(seq, entry)` of the run's journal entries after `after`, in order, at most `limit`."""
+    rows = db.all(
+        "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (run_id, after, limit),
+    )
+    return [(int(str(seq)), str(entry)) for seq, entry in rows]
 
 
 def list_runs(

@@ -26,6 +26,7 @@ from .._core._stop import RunStatus, StopReason
 from .._core._store import (
     SCHEMA_VERSION,
     PendingGate,
+    RecordHead,
     RunFinal,
     RunProgress,
     RunRecord,
@@ -33,8 +34,10 @@ from .._core._store import (
 )
 from ._db import (
     delete_run,
+    journal_page,
     list_gates,
     list_runs,
+    load_head,
     load_record,
     prune_runs,
     renew_lease,
@@ -273,6 +276,34 @@ class PostgresRunStore:
             )
         except _NoTablesError:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
+
+    async def load_head(self, run_id: str, /) -> RecordHead | None:
+        """The head of a finished run stored as rows; `None` for any other run.
+
+        Raises:
+            RunNotFoundError: No run has this id.
+            StoreError: The stored head is invalid or belongs to another run.
+        """
+        try:
+            return await self._transaction(
+                lambda db: load_head(db, run_id, "the PostgreSQL store"), read=True
+            )
+        except _NoTablesError:
+            raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
+
+    async def journal(
+        self, run_id: str, /, *, after: int = 0, limit: int = 16
+    ) -> list[tuple[int, str]]:
+        """Up to `limit` of the run's journal entries after `after`, as `(seq, entry)`.
+
+        In order: the rows of a finished run stored as rows (none for an unknown run).
+        """
+        try:
+            return await self._transaction(
+                lambda db: journal_page(db, run_id, after, limit), read=True
+            )
+        except _NoTablesError:
+            return []
 
     async def list_runs(
         self,

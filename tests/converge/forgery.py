@@ -18,7 +18,7 @@ from typing import LiteralString
 from converge._core._canonical import merkle_root
 from converge.stores import assemble_final
 
-__all__ = ["Record", "rehash", "stored_json", "write_json"]
+__all__ = ["Record", "fact_digest", "rehash", "stored_json", "write_json"]
 
 Record = dict[str, object]
 
@@ -69,7 +69,8 @@ def write_json(target: str, run_id: str, record: Record) -> None:
         )
 
 
-def _digest(fact: dict[str, object]) -> str:
+def fact_digest(fact: dict[str, object]) -> str:
+    """A stored fact's leaf digest, from its fields, by the public rule."""
     body = {name: value for name, value in fact.items() if name != "digest"}
     text = json.dumps(
         body, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
@@ -88,7 +89,7 @@ def rehash(record: Record) -> None:
     digests: list[str] = []
     for fact in facts:  # pyright: ignore[reportUnknownVariableType]
         assert isinstance(fact, dict)
-        digest = _digest(fact)  # pyright: ignore[reportUnknownArgumentType]
+        digest = fact_digest(fact)  # pyright: ignore[reportUnknownArgumentType]
         fact["digest"] = digest
         digests.append(digest)
     integrity = record["integrity"]

@@ -20,6 +20,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import LiteralString, cast
 
+import anyio
 import pytest
 from durable_doubles import formation
 from test_durable import cancelled_run, chain_engine, sql
@@ -36,9 +37,12 @@ from converge import (
     StopReason,
     StoreError,
 )
+from converge._core._canonical import merkle_root
 from converge._core._store import SCHEMA_VERSION
 from converge.stores import CycleDelta, assemble_final
 from converge.stores._journal import chain, genesis
+from tests.cli_runs import cli
+from tests.converge.forgery import fact_digest
 
 pytestmark = pytest.mark.anyio
 
@@ -420,3 +424,97 @@ async def test_an_interrupted_run_of_today_ends_as_rows_with_every_fact(
     loaded = await store.load(run_id)
     loaded.verify_signature(KEY.encode())
     assert [f.id for f in loaded.facts] == [f.id for f in result.context.facts()]
+
+
+# -- `converge verify`, a page of rows at a time -------------------------------------------------
+
+
+async def verify_cli(target: Target, *args: str) -> tuple[int, str]:
+    """`converge --store TARGET verify ARGS`, from a thread of its own (it runs its own loop)."""
+    return await anyio.to_thread.run_sync(lambda: cli("--store", target[1], "verify", *args))
+
+
+def rechain(target: Target, run_id: str, change: Callable[[dict[str, object]], None]) -> None:
+    """Change each stored fact `change` takes, then chain every entry again and write the new
+    digest into the head, as an attacker without the key would."""
+    digest = genesis(run_id)
+    for seq, entry in entries(target, run_id):
+        document = json.loads(entry)
+        for fact in document["facts"]:
+            change(fact)
+        entry = json.dumps(document)
+        set_entry(target, run_id, seq, entry)
+        digest = chain(digest, entry)
+    head = json.loads(head_text(target, run_id))
+    head["journal_digest"] = digest
+    set_head(target, run_id, json.dumps(head))
+
+
+def _forge_step_1(fact: dict[str, object]) -> None:
+    if fact["id"] == "step-1":
+        fact["content"] = "forged"
+
+
+async def test_verify_checks_a_run_stored_as_rows_from_its_head_and_rows(
+    store: RunStore, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id, saved = await finished_as_rows(store, target)
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", KEY)
+    code, out = await verify_cli(target, run_id)
+    assert code == 0, out
+    assert out.startswith(
+        f"verified: run {run_id}, {saved.integrity.fact_count} facts, clock "
+        f"{saved.integrity.clock}, root {saved.integrity.merkle_root}; signature verified"
+    )
+    code, out = await verify_cli(target, run_id, "--json")
+    document = json.loads(out)
+    assert (code, document["verified"], document["signature_check"]["state"]) == (
+        0,
+        True,
+        "verified",
+    )
+
+
+async def test_verify_fails_a_run_whose_rows_were_changed(
+    store: RunStore, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id, _ = await finished_as_rows(store, target)
+    seq, entry = entries(target, run_id)[1]
+    set_entry(target, run_id, seq, entry.replace("step-0", "step-X", 1))
+    code, out = await verify_cli(target, run_id)
+    assert code == 7
+    assert out.startswith(f"FAILED: run {run_id}: entry 2: fact hypotheses/step-X: digest")
+    set_entry(target, run_id, seq, entry)
+    rechain(target, run_id, _forge_step_1)  # chained again: only the fact's own leaf tells
+    code, out = await verify_cli(target, run_id)
+    assert code == 7
+    assert "fact hypotheses/step-1: digest" in out
+    assert "does not match its fields" in out
+
+
+async def test_verify_fails_forged_rows_and_root_when_a_key_is_set(
+    store: RunStore, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Facts, leaves, root and chain all forged consistently: only the head's signature can
+    tell, and it does; without a key the run is said to be unauthenticated, never signed."""
+    run_id, _ = await finished_as_rows(store, target)
+
+    def forge(fact: dict[str, object]) -> None:
+        if fact["id"] == "step-1":
+            fact["content"] = "forged"
+            fact["digest"] = fact_digest(fact)
+
+    rechain(target, run_id, forge)
+    forged = await store.load(run_id)
+    head = json.loads(head_text(target, run_id))
+    root = merkle_root(bytes.fromhex(fact.digest) for fact in forged.facts)
+    head["record"]["integrity"]["merkle_root"] = root
+    head["record"]["trace"]["final_root"] = root
+    set_head(target, run_id, json.dumps(head))
+    code, out = await verify_cli(target, run_id)
+    assert code == 0  # without a key nothing is authenticated, and it says so
+    assert "not authenticated (no signing key is set)" in out
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", KEY)
+    code, out = await verify_cli(target, run_id)
+    assert code == 7
+    assert out.startswith(f"FAILED: run {run_id}: the stored head has a bad signature")

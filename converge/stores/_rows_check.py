@@ -1,0 +1,133 @@
+"""Checking a finished run stored as rows without holding it: a page of entries at a time.
+
+`RowsCheck` takes the run's `RecordHead`, then its journal entries in order, and keeps only
+what the end of the check needs: the chained digest, counts, each key's leaf digests (32
+bytes a fact) and a hash of each fact's reference. Every fact is rebuilt from its stored
+fields (`restore_fact`, the one verifying restore), so its leaf is computed again, never
+taken from the row; at the end the chain must be the head's, the counts the head's, and the
+leaves, in key order, must hash to the record's Merkle root. What it finds is what
+`RunRecord.restore_context` would find in the record put together whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from hashlib import blake2b
+from typing import final
+
+from pydantic import ValidationError
+
+from .._core._canonical import merkle_root
+from .._core._checkpoint import restore_fact
+from .._core._key import STORED, AnyKey, key_rank
+from .._core._store import RecordHead, RowStore
+from ._journal import CycleDelta, chain, genesis
+
+__all__ = ["RowsCheck", "rows_problem"]
+
+
+@final
+class RowsCheck:
+    """Feed it a finished run's entries in order (`add`), then ask what is wrong (`problem`).
+
+    Args:
+        head: The run's head, as stored.
+    """
+
+    __slots__ = (
+        "_decisions",
+        "_digest",
+        "_entries",
+        "_error",
+        "_head",
+        "_leaves",
+        "_rejections",
+        "_seen",
+    )
+
+    def __init__(self, head: RecordHead) -> None:
+        self._head = head
+        self._digest = genesis(head.record.run_id)
+        self._entries = 0
+        self._rejections = 0
+        self._decisions = 0
+        self._leaves: dict[AnyKey, list[bytes]] = {}
+        self._seen: set[bytes] = set()
+        self._error: str | None = None
+
+    @property
+    def facts(self) -> int:
+        """Facts checked so far."""
+        return len(self._seen)
+
+    def add(self, entries: Iterable[str]) -> None:
+        """Check the next entries, in order (after a problem, nothing more is looked at)."""
+        run_id = self._head.record.run_id
+        for entry in entries:
+            if self._error is not None:
+                return
+            self._entries += 1
+            self._digest = chain(self._digest, entry)
+            try:
+                delta = CycleDelta.model_validate_json(entry, context=STORED)
+            except ValidationError:
+                self._error = f"run {run_id}: journal entry {self._entries} is invalid"
+                return
+            self._rejections += len(delta.rejections)
+            self._decisions += len(delta.decisions)
+            for record in delta.facts:
+                try:
+                    fact = restore_fact(record)
+                except ValueError as error:
+                    self._error = f"run {run_id}: entry {self._entries}: {error}"
+                    return
+                ref = blake2b(f"{record.key.value}/{record.id}".encode(), digest_size=16).digest()
+                if ref in self._seen:
+                    self._error = f"run {run_id}: fact {fact.ref} is stored twice"
+                    return
+                self._seen.add(ref)
+                self._leaves.setdefault(record.key, []).append(fact.__dict__["digest"])
+
+    def problem(self) -> str | None:
+        """Why the entries fed so far are not the head's run; `None` when they are."""
+        if self._error is not None:
+            return self._error
+        head = self._head
+        record = head.record
+        run_id = record.run_id
+        if self._entries != head.journal_length or self._digest != head.journal_digest:
+            return (
+                f"run {run_id}: its journal ({self._entries} entries) does not match its head "
+                f"({head.journal_length} entries): an entry was changed, dropped or added"
+            )
+        held = (self.facts, self._rejections, self._decisions)
+        said = (record.integrity.fact_count, head.rejections, head.decisions)
+        if held != said:
+            return (
+                f"run {run_id}: its journal holds {held[0]} facts, {held[1]} rejections and "
+                f"{held[2]} decisions; its head says {said[0]}, {said[1]} and {said[2]}"
+            )
+        keys = sorted(self._leaves, key=key_rank)
+        root = merkle_root(leaf for key in keys for leaf in self._leaves[key])
+        if root != record.integrity.merkle_root:
+            return (
+                f"run {run_id}: its facts hash to {root}, not to the recorded Merkle root "
+                f"{record.integrity.merkle_root}"
+            )
+        final = record.trace.final_root
+        if final is not None and final != root:
+            return f"run {run_id}: its trace ends at root {final}, its integrity proof says {root}"
+        return None
+
+
+async def rows_problem(store: RowStore, head: RecordHead, *, page: int = 16) -> str | None:
+    """Why the rows of `head`'s run in `store` are not its run (`None`: they are).
+
+    They are read `page` entries at a time.
+    """
+    check = RowsCheck(head)
+    after = 0
+    while entries := await store.journal(head.record.run_id, after=after, limit=page):
+        check.add(entry for _, entry in entries)
+        after = entries[-1][0]
+    return check.problem()
