@@ -14,16 +14,19 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
 
 from .._core._escape import hidden_character, visible
 from .._core._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, ProposalRejected
+from .._core._invariant import Violation
 from .._core._key import AnyKey, key_named
 from .._core._shortfall import Shortfall, cycle_of
 from .._core._stop import StopReason
-from .._core._store import FactRecord, RunRecord
+from .._core._store import SHOWN_REJECTIONS, FactRecord, RecordHead, RunRecord
+from .._core._trace import Execution, Rejection
 from .._kernel._log import LOGGER_NAME, LogLine
 from .._kernel._verdict import verdict
 
@@ -183,15 +186,63 @@ class Progress:
                 self._gone = True
 
 
-SHOWN_REJECTIONS: Final = 10
-"""The summary lists at most this many rejections (`converge show` lists them all)."""
+@final
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    """What a summary shows of a run, from its record or from the head of a run stored as
+    rows (which holds the counts and the few lists a summary needs)."""
+
+    record: RunRecord
+    """Its outcome, detail, cycles, tokens, root, pending gates and human decisions."""
+    keys: Sequence[tuple[str, int]]
+    """How many facts each key has, in key order."""
+    facts: int
+    """How many facts."""
+    rejections: Sequence[Rejection]
+    """The rejections to list (the first `SHOWN_REJECTIONS` at least)."""
+    rejected: int
+    """How many rejections."""
+    failures: Sequence[tuple[int, Execution]]
+    """Calls that failed and were not made good, each with its cycle."""
+    invalid: Sequence[Rejection]
+    """Rejections of broken proposals."""
+    rolled_back: Sequence[Violation]
+    """Effects a structural invariant rolled back."""
+
+    @classmethod
+    def of(cls, source: RunRecord | RecordHead) -> _Summary:
+        if isinstance(source, RecordHead):
+            return cls(
+                source.record,
+                [(key.value, count) for key, count in source.keys],
+                source.record.integrity.fact_count,
+                source.shown_rejections,
+                source.rejections,
+                source.failures,
+                source.invalid,
+                source.rolled_back,
+            )
+        keys: dict[str, int] = {}
+        for fact in source.facts:
+            keys[fact.key.value] = keys.get(fact.key.value, 0) + 1
+        shortfall = Shortfall.of(source.trace, source.rejections)
+        return cls(
+            source,
+            list(keys.items()),
+            len(source.facts),
+            source.rejections,
+            len(source.rejections),
+            [(cycle_of(source.trace, f), f) for f in shortfall.failures],
+            shortfall.invalid,
+            shortfall.rolled_back,
+        )
 
 
-def summary_lines(record: RunRecord) -> list[str]:
-    """The end-of-run summary, its values made visible."""
-    by_key: dict[str, int] = {}
-    for fact in record.facts:
-        by_key[fact.key.value] = by_key.get(fact.key.value, 0) + 1
+def summary_lines(source: RunRecord | RecordHead) -> list[str]:
+    """The end-of-run summary of a record (or of a stored head), its values made visible."""
+    shown = _Summary.of(source)
+    record = shown.record
+    by_key = ", ".join(f"{key} {count}" for key, count in shown.keys)
     lines = [
         (
             f"stop reason  {record.outcome}"
@@ -200,9 +251,8 @@ def summary_lines(record: RunRecord) -> list[str]:
         )
         + f" ({visible(record.detail)})",
         f"cycles       {record.cycles}",
-        f"facts        {len(record.facts)}"
-        + (f" ({', '.join(f'{k} {n}' for k, n in by_key.items())})" if by_key else ""),
-        *rejection_lines(record),
+        f"facts        {shown.facts}" + (f" ({by_key})" if by_key else ""),
+        *_rejection_lines(shown),
         f"tokens       {record.tokens}",
         f"merkle root  {visible(record.integrity.merkle_root)}",
     ]
@@ -211,28 +261,31 @@ def summary_lines(record: RunRecord) -> list[str]:
         lines.extend(
             f"  {visible(gate.gate_id)}: {visible(gate.summary)}" for gate in record.pending
         )
-    return lines + failure_lines(record)
+    return lines + _failure_lines(shown)
 
 
 def rejection_lines(record: RunRecord) -> list[str]:
     """`rejections   N`, then each rejection with its reason (by the gate, then by a human;
     at most `SHOWN_REJECTIONS`), one line each."""
+    return _rejection_lines(_Summary.of(record))
+
+
+def _rejection_lines(shown: _Summary) -> list[str]:
     refused = [
         f"  {visible(r.proposal.ref)} from {visible(r.suggestor)} (cycle {r.cycle}): "
         f"{visible(r.reason)}"
-        for r in record.rejections
+        for r in shown.rejections[:SHOWN_REJECTIONS]
     ]
-    refused += [
+    by_human = [
         f"  {visible(d.gate_id)} rejected by {visible(d.by)}: "
         f"{visible(d.reason or 'no reason given')}"
-        for d in record.trace.decisions
+        for d in shown.record.trace.decisions
         if not d.approved
     ]
-    lines = [f"rejections   {len(refused)}", *refused[:SHOWN_REJECTIONS]]
-    if len(refused) > SHOWN_REJECTIONS:
-        lines.append(
-            f"  ... and {len(refused) - SHOWN_REJECTIONS} more (`converge show` lists them)"
-        )
+    count = shown.rejected + len(by_human)
+    lines = [f"rejections   {count}", *(refused + by_human)[:SHOWN_REJECTIONS]]
+    if count > SHOWN_REJECTIONS:
+        lines.append(f"  ... and {count - SHOWN_REJECTIONS} more (`converge show` lists them)")
     return lines
 
 
@@ -248,34 +301,34 @@ def decided(fact: FactRecord) -> str:
 
 def failure_lines(record: RunRecord) -> list[str]:
     """Each failure not made good, each invalid proposal and each rolled-back effect."""
-    shortfall = Shortfall.of(record.trace, record.rejections)
+    return _failure_lines(_Summary.of(record))
+
+
+def _failure_lines(shown: _Summary) -> list[str]:
     lines: list[str] = []
-    if shortfall.failures:
-        lines.append(
-            f"failures     {len(shortfall.failures)} call(s) failed and were not made good:"
-        )
+    if shown.failures:
+        lines.append(f"failures     {len(shown.failures)} call(s) failed and were not made good:")
         lines.extend(
-            f"  {visible(f.suggestor)} ({f.phase}, cycle {cycle_of(record.trace, f)}, "
+            f"  {visible(f.suggestor)} ({f.phase}, cycle {cycle}, "
             f"attempt {f.attempt}, {f.outcome}): {visible(f.error or 'no error text')}"
-            for f in shortfall.failures
+            for cycle, f in shown.failures
         )
-    if shortfall.invalid:
+    if shown.invalid:
         lines.append(
-            f"invalid      {len(shortfall.invalid)} proposal(s) were broken, not refused by "
-            "a policy:"
+            f"invalid      {len(shown.invalid)} proposal(s) were broken, not refused by a policy:"
         )
         lines.extend(
             f"  {visible(r.proposal.ref)} from {visible(r.suggestor)} (cycle {r.cycle}): "
             f"{visible(r.reason)}"
-            for r in shortfall.invalid
+            for r in shown.invalid
         )
-    if shortfall.rolled_back:
+    if shown.rolled_back:
         lines.append(
-            f"rolled back  {len(shortfall.rolled_back)} effect(s) broke a structural invariant:"
+            f"rolled back  {len(shown.rolled_back)} effect(s) broke a structural invariant:"
         )
         lines.extend(
             f"  {visible(v.invariant)} (cycle {v.cycle}): {visible(v.reason)}"
-            for v in shortfall.rolled_back
+            for v in shown.rolled_back
         )
     return lines
 

@@ -26,7 +26,7 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -41,8 +41,8 @@ from .._core._exceptions import ReplayError, RunNotFoundError, StoreError
 from .._core._key import STORED
 from .._core._result import ConvergeResult
 from .._core._stop import StopReason
-from .._core._store import RunRecord, RunStore
-from .._core._trace import RunTrace
+from .._core._store import RecordHead, RowStore, RunRecord, RunStore
+from .._core._trace import Rejection, RunTrace
 from .._formation import load_formation
 from .._kernel._fork import lineage_problem
 from .._review import (
@@ -53,6 +53,7 @@ from .._review import (
     paused_checkpoint,
     signing_key,
 )
+from ..stores._journal import CycleDelta
 from ..stores._rows_check import rows_problem
 from ._output import EXIT_CODES, VERIFY_FAILED, decided, program, summary_lines
 from ._store import open_store, report_path, store_argument
@@ -197,9 +198,29 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+SHOWN_FACTS: Final = 20
+"""How many of the first and of the last facts `show` prints of a large run stored as rows."""
+WHOLE_SHOW: Final = 1_000
+"""The most facts of a run stored as rows that `show` and `review` still read whole."""
+
+
+async def _large_head(args: argparse.Namespace, run_id: str) -> tuple[RowStore, RecordHead] | None:
+    """The store and head of `run_id` when it is a finished run stored as rows with more than
+    `WHOLE_SHOW` facts (read from its head alone); else `None`."""
+    store, _ = open_store(args.store, read_only=True)
+    head = await store.load_head(run_id)
+    if head is None or head.record.integrity.fact_count <= WHOLE_SHOW:
+        return None
+    return store, head
+
+
 async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     """`converge show`: the summary, every fact by key, then the rejections; the record's
-    signature and its facts checked first, and a warning when either fails."""
+    signature and its facts checked first, and a warning when either fails. Of a large run
+    stored as rows, the head and its first and last facts (`_show_head`)."""
+    large = None if args.json else await _large_head(args, args.run_id)
+    if large is not None:
+        return await _show_head(*large, out)
     _, record = await _load(args, args.run_id)
     check = check_signature(record, signing_key())
     _say(check, sys.stderr)
@@ -216,16 +237,27 @@ async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"run {visible(record.run_id)}{name}\n")
     out.write("\n".join(summary_lines(record)) + "\n")
     out.write(_signature_line(check) + "\n")
-    if record.lineage is not None:
-        lineage = record.lineage
+    _write_lineage(out, record)
+    if inconsistent is not None:
+        out.write(f"integrity    FAILED ({visible(inconsistent)})\n")
+    _write_facts(out, record.facts)
+    _write_rejections(out, record.rejections)
+    return 0
+
+
+def _write_lineage(out: TextIO, record: RunRecord) -> None:
+    lineage = record.lineage
+    if lineage is not None:
         out.write(
             f"forked from  {visible(lineage.parent_run_id)} at cycle {lineage.at_cycle} "
             f"(root {visible(lineage.parent_root[:12])}, {lineage.kind})\n"
         )
-    if inconsistent is not None:
-        out.write(f"integrity    FAILED ({visible(inconsistent)})\n")
+
+
+def _write_facts(out: TextIO, facts: Iterable[FactRecord]) -> None:
+    """Each fact in two lines, under its key's name whenever the key changes."""
     key = None
-    for fact in record.facts:
+    for fact in facts:
         if fact.key is not key:
             key = fact.key
             out.write(f"\n{key.value}:\n")
@@ -235,14 +267,74 @@ async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             f"    by {visible(fact.provenance)}, confidence {fact.confidence}, "
             f"cycle {promotion.cycle}, gate {visible(promotion.gate)}{decided(fact)}\n"
         )
-    if record.rejections:
+
+
+def _write_rejections(out: TextIO, rejections: Sequence[Rejection], more: int = 0) -> None:
+    if rejections:
         out.write("\nrejections:\n")
-        for rejection in record.rejections:
+        for rejection in rejections:
             out.write(
                 f"  {visible(rejection.proposal.ref)} from {visible(rejection.suggestor)} "
                 f"(cycle {rejection.cycle}): {visible(rejection.reason)}\n"
             )
+    if more:
+        out.write(f"  ... and {more} more (`converge show --json` lists them)\n")
+
+
+async def _show_head(store: RowStore, head: RecordHead, out: TextIO) -> int:
+    """`show` of a large run stored as rows: what its head says (its signature checked), the
+    first and last `SHOWN_FACTS` facts in promotion order, and the first rejections. The rows
+    are not checked here (`converge verify` checks them all, a page at a time)."""
+    record = head.record
+    check = check_signature(head, signing_key())
+    _say(check, sys.stderr)
+    run_id = visible(record.run_id)
+    name = f" ({visible(record.name)})" if record.name else ""
+    out.write(f"run {run_id}{name}\n")
+    out.write("\n".join(summary_lines(head)) + "\n")
+    out.write(_signature_line(check) + "\n")
+    _write_lineage(out, record)
+    out.write(
+        f"rows         {head.journal_length} journal entries, not read by show: "
+        f"`{visible(program())} verify {run_id}` checks every fact\n"
+    )
+    first, last = await _ends(store, head)
+    out.write(f"\nthe first {len(first)} facts, in promotion order:\n")
+    _write_facts(out, first)
+    out.write(f"\nthe last {len(last)} facts, in promotion order:\n")
+    _write_facts(out, last)
+    hidden = record.integrity.fact_count - len(first) - len(last)
+    out.write(f"\n... {hidden} facts not shown (`{visible(program())} export {run_id}`)\n")
+    _write_rejections(out, head.shown_rejections, head.rejections - len(head.shown_rejections))
     return 0
+
+
+async def _ends(store: RowStore, head: RecordHead) -> tuple[list[FactRecord], list[FactRecord]]:
+    """The first and the last `SHOWN_FACTS` facts of a run stored as rows, in promotion
+    order, from as few of its first and last entries as hold them."""
+    run_id = head.record.run_id
+
+    async def facts(after: int) -> list[FactRecord]:
+        [(_, entry)] = await store.journal(run_id, after=after, limit=1)
+        return list(CycleDelta.model_validate_json(entry, context=STORED).facts)
+
+    first: list[FactRecord] = []
+    seq = 0
+    while len(first) < SHOWN_FACTS and seq < head.journal_length:
+        first += await facts(seq)
+        seq += 1
+    last: list[FactRecord] = []
+    seq = head.journal_length
+    while len(last) < SHOWN_FACTS and seq > 0:
+        seq -= 1
+        last = await facts(seq) + last
+    first.sort(key=_clock)
+    last.sort(key=_clock)
+    return first[:SHOWN_FACTS], last[-SHOWN_FACTS:]
+
+
+def _clock(fact: FactRecord) -> int:
+    return fact.promotion.clock
 
 
 async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
@@ -254,10 +346,11 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     """
     if args.run_id is None:
         return await _inbox(args, out)
-    _, record = await _load(args, args.run_id)
+    large = await _large_head(args, args.run_id)  # finished: its head says all review needs
+    record = large[1].record if large is not None else await load_record(args, args.run_id)
     key = signing_key()
     pending = paused_checkpoint(record, args.run_id, key).pending if record.pending else ()
-    check = check_signature(record, key)
+    check = check_signature(record if large is None else large[1], key)
     _say(check, sys.stderr)
     gates = " ".join(gate.gate_id for gate in pending)
     where = store_argument(args.store)

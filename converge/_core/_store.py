@@ -33,10 +33,11 @@ from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult
 from ._signature import signature_matches, signature_of
 from ._stop import RunStatus, StopReason
-from ._trace import Continuation, Rejection, RunTrace
+from ._trace import Continuation, Execution, Rejection, RunTrace
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SHOWN_REJECTIONS",
     "PendingGate",
     "ProgressHead",
     "RecordHead",
@@ -51,6 +52,9 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 6
 """The version of the tables every backend writes; a store refuses any other."""
+
+SHOWN_REJECTIONS: Final = 10
+"""How many rejections a summary lists (`RecordHead.shown_rejections`)."""
 
 Interruption = Literal["cancelled", "lost"]
 """Why a run is `INTERRUPTED`: its caller cancelled it, or its process stopped saving."""
@@ -428,13 +432,20 @@ class RecordHead(FrozenModel, frozen=True):
     """
 
     record: RunRecord
-    """The record, its `facts`, `rejections`, `trace.cycles` and `trace.decisions` empty."""
-    failures: int = Field(ge=0)
-    """The record's `failure_count`."""
+    """The record, its `facts`, `rejections` and `trace.cycles` empty (its human decisions,
+    few, are kept; the entries hold them too)."""
+    keys: tuple[tuple[KeyField, int], ...]
+    """How many facts each key has, in key order."""
     rejections: int = Field(ge=0)
     """How many rejections the entries hold."""
-    decisions: int = Field(ge=0)
-    """How many human decisions the entries hold."""
+    shown_rejections: tuple[Rejection, ...] = ()
+    """The first `SHOWN_REJECTIONS` of them, for what reads the head alone."""
+    failures: tuple[tuple[int, Execution], ...] = ()
+    """Each call that failed and was not made good, with its cycle (`RunTrace.failures`)."""
+    rolled_back: tuple[Violation, ...] = ()
+    """Each structural violation that rolled an effect back (`RunTrace.rolled_back`)."""
+    invalid: tuple[Rejection, ...] = ()
+    """Each rejection of a broken proposal (`Shortfall.invalid`)."""
     journal_length: int = Field(ge=0)
     """How many journal entries the run has."""
     journal_digest: str
@@ -447,9 +458,14 @@ class RecordHead(FrozenModel, frozen=True):
         record = self.record
         if record.status is not RunStatus.FINISHED or record.checkpoint is not None:
             raise ValueError(f"run {record.run_id}: only a finished run is stored as rows")
-        if record.facts or record.rejections or record.trace.cycles or record.trace.decisions:
-            raise ValueError(f"run {record.run_id}: a head holds no facts, traces or decisions")
+        if record.facts or record.rejections or record.trace.cycles:
+            raise ValueError(f"run {record.run_id}: a head holds no facts, rejections or traces")
         return self
+
+    @property
+    def failure_count(self) -> int:
+        """The record's `failure_count`."""
+        return len(self.failures) + len(self.rolled_back)
 
     def verify_signature(self, key: bytes | None) -> None:
         """Refuse an unsigned or mis-signed head when there is a key (nothing without one).

@@ -24,9 +24,11 @@ from .._core._hitl import GateDecision
 from .._core._integrity import IntegrityProof
 from .._core._key import STORED, AnyKey, in_key_order, key_rank
 from .._core._model import FrozenModel, trusted
+from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
 from .._core._store import (
+    SHOWN_REJECTIONS,
     Interruption,
     ProgressHead,
     RecordHead,
@@ -44,6 +46,7 @@ __all__ = [
     "assemble_final",
     "chain",
     "genesis",
+    "mismatch",
     "read_head",
     "said",
 ]
@@ -213,12 +216,15 @@ class Journal:
         if any(delta.__dict__.values()):
             entry = delta.model_dump_json()
             length, digest = length + 1, chain(digest, entry)
-        empty = trace.model_copy(update={"cycles": (), "decisions": ()})
+        empty = trace.model_copy(update={"cycles": ()})
         head = RecordHead(
             record=record.model_copy(update={"facts": (), "rejections": (), "trace": empty}),
-            failures=record.failure_count,
+            keys=tuple((key, context.count(key)) for key in in_key_order(context.keys())),
             rejections=len(record.rejections),
-            decisions=len(trace.decisions),
+            shown_rejections=record.rejections[:SHOWN_REJECTIONS],
+            failures=tuple((cycle_of(trace, f), f) for f in trace.failures()),
+            rolled_back=trace.rolled_back(),
+            invalid=invalid_proposals(record.rejections),
             journal_length=length,
             journal_digest=digest,
         )
@@ -312,17 +318,33 @@ def assemble_final(
     facts = sorted((f for delta in deltas for f in delta.facts), key=lambda f: key_rank(f.key))
     rejections = tuple(r for delta in deltas for r in delta.rejections)
     decisions = tuple(d for delta in deltas for d in delta.decisions)
-    held = (len(facts), len(rejections), len(decisions))
-    said = (record.integrity.fact_count, head.rejections, head.decisions)
-    if held != said:
-        raise StoreError(
-            f"run {run_id}: its journal holds {held[0]} facts, {held[1]} rejections and "
-            f"{held[2]} decisions; its head says {said[0]}, {said[1]} and {said[2]}"
-        )
-    trace = record.trace.model_copy(update={"cycles": _cycles(deltas), "decisions": decisions})
+    problem = mismatch(head, len(facts), len(rejections), decisions)
+    if problem is not None:
+        raise StoreError(problem)
+    trace = record.trace.model_copy(update={"cycles": _cycles(deltas)})
     return record.model_copy(
         update={"facts": tuple(facts), "rejections": rejections, "trace": trace, "version": version}
     )
+
+
+def mismatch(
+    head: RecordHead, facts: int, rejections: int, decisions: Sequence[GateDecision]
+) -> str | None:
+    """Why a journal of `facts` facts, `rejections` rejections and `decisions` is not `head`'s.
+
+    `None` when it is.
+    """
+    record = head.record
+    said = (record.integrity.fact_count, head.rejections, len(record.trace.decisions))
+    held = (facts, rejections, len(decisions))
+    if held != said:
+        return (
+            f"run {record.run_id}: its journal holds {held[0]} facts, {held[1]} rejections "
+            f"and {held[2]} decisions; its head says {said[0]}, {said[1]} and {said[2]}"
+        )
+    if tuple(decisions) != record.trace.decisions:
+        return f"run {record.run_id}: its journal's human decisions differ from its head's"
+    return None
 
 
 def read_head(head_text: str, run_id: str) -> RecordHead:

@@ -1,11 +1,12 @@
 """Checking a finished run stored as rows without holding it: a page of entries at a time.
 
 `RowsCheck` takes the run's `RecordHead`, then its journal entries in order, and keeps only
-what the end of the check needs: the chained digest, counts, each key's leaf digests (32
-bytes a fact) and a hash of each fact's reference. Every fact is rebuilt from its stored
-fields (`restore_fact`, the one verifying restore), so its leaf is computed again, never
-taken from the row; at the end the chain must be the head's, the counts the head's, and the
-leaves, in key order, must hash to the record's Merkle root. What it finds is what
+what the end of the check needs: the chained digest, counts, the human decisions, each
+key's leaf digests (32 bytes a fact) and a hash of each fact's reference. Every fact is
+rebuilt from its stored fields (`restore_fact`, the one verifying restore), so its leaf is
+computed again, never taken from the row; at the end the chain must be the head's, the
+counts and decisions the head's, and the leaves, in key order, must hash to the record's
+Merkle root. What it finds is what
 `RunRecord.restore_context` would find in the record put together whole.
 """
 
@@ -19,9 +20,10 @@ from pydantic import ValidationError
 
 from .._core._canonical import merkle_root
 from .._core._checkpoint import restore_fact
+from .._core._hitl import GateDecision
 from .._core._key import STORED, AnyKey, key_rank
 from .._core._store import RecordHead, RowStore
-from ._journal import CycleDelta, chain, genesis
+from ._journal import CycleDelta, chain, genesis, mismatch
 
 __all__ = ["RowsCheck", "rows_problem"]
 
@@ -50,7 +52,7 @@ class RowsCheck:
         self._digest = genesis(head.record.run_id)
         self._entries = 0
         self._rejections = 0
-        self._decisions = 0
+        self._decisions: list[GateDecision] = []
         self._leaves: dict[AnyKey, list[bytes]] = {}
         self._seen: set[bytes] = set()
         self._error: str | None = None
@@ -74,7 +76,7 @@ class RowsCheck:
                 self._error = f"run {run_id}: journal entry {self._entries} is invalid"
                 return
             self._rejections += len(delta.rejections)
-            self._decisions += len(delta.decisions)
+            self._decisions.extend(delta.decisions)
             for record in delta.facts:
                 try:
                     fact = restore_fact(record)
@@ -100,13 +102,9 @@ class RowsCheck:
                 f"run {run_id}: its journal ({self._entries} entries) does not match its head "
                 f"({head.journal_length} entries): an entry was changed, dropped or added"
             )
-        held = (self.facts, self._rejections, self._decisions)
-        said = (record.integrity.fact_count, head.rejections, head.decisions)
-        if held != said:
-            return (
-                f"run {run_id}: its journal holds {held[0]} facts, {held[1]} rejections and "
-                f"{held[2]} decisions; its head says {said[0]}, {said[1]} and {said[2]}"
-            )
+        problem = mismatch(head, self.facts, self._rejections, self._decisions)
+        if problem is not None:
+            return problem
         keys = sorted(self._leaves, key=key_rank)
         root = merkle_root(leaf for key in keys for leaf in self._leaves[key])
         if root != record.integrity.merkle_root:

@@ -404,7 +404,7 @@ def final_row(head: RecordHead, saved_at: object) -> tuple[object, ...]:
         record.name,
         record.status.value,
         None,
-        head.failures,
+        head.failure_count,
         head.model_dump_json(),
         None,
         *_indexed(record),

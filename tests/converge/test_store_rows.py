@@ -244,7 +244,7 @@ async def test_a_head_edited_by_hand_never_verifies(store: RunStore, target: Tar
     run_id, _ = await finished_as_rows(store, target)
     head = json.loads(head_text(target, run_id))
     head["record"]["detail"] = "all good"
-    head["failures"] = 0
+    head["failures"] = []
     set_head(target, run_id, json.dumps(head))
     loaded = await store.load(run_id)
     assert loaded.detail == "all good"

@@ -1,0 +1,99 @@
+"""`show` and `review` of a large run stored as rows read its head and a few of its rows.
+
+A run of more than `WHOLE_SHOW` facts is shown from its head (its signature checked), with
+its first and last facts; `--json` still prints the whole record; a forged head warns.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from converge._cli._read import SHOWN_FACTS, WHOLE_SHOW
+from tests.cli_runs import cli, run_id_of
+
+FORMATION = str(Path(__file__).resolve().parents[2] / "benchmarks" / "scale_formation.py")
+FACTS = WHOLE_SHOW + 1_500
+KEY = "rows-cli-key"
+
+
+@pytest.fixture
+def large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """A store holding one signed run of `FACTS` facts (and its seed), stored as rows."""
+    monkeypatch.setenv("CONVERGE_W8_FACTS", str(FACTS))
+    monkeypatch.setenv("CONVERGE_SIGNING_KEY", KEY)
+    store = str(tmp_path / "runs.db")
+    code, out = cli("--store", store, "run", FORMATION)
+    assert code == 0, out
+    run_id = run_id_of(out)
+    with closing(sqlite3.connect(store)) as connection:
+        [(layout,)] = connection.execute(
+            "SELECT layout FROM converge_runs WHERE run_id = ?", (run_id,)
+        ).fetchall()
+    assert layout == "rows"
+    return store, run_id
+
+
+def test_show_of_a_large_run_stored_as_rows_prints_its_head_and_its_ends(
+    large: tuple[str, str],
+) -> None:
+    store, run_id = large
+    code, out = cli("--store", store, "show", run_id)
+    assert code == 0, out
+    assert f"facts        {FACTS + 1} (seeds 1, hypotheses {FACTS})" in out
+    assert "signature    verified" in out
+    assert "journal entries, not read by show" in out
+    assert f"the first {SHOWN_FACTS} facts, in promotion order:" in out
+    assert f"the last {SHOWN_FACTS} facts, in promotion order:" in out
+    first, last = out.index("  start: go"), out.index(f"  h-{FACTS - 1}: fact {FACTS - 1}")
+    assert first < out.index("  h-18: fact 18") < out.index(f"  h-{FACTS - 20}:") < last
+    assert "  h-19: fact 19\n" not in out  # the seed and h-0 to h-18 are the first 20
+    assert f"... {FACTS + 1 - 2 * SHOWN_FACTS} facts not shown" in out
+
+
+def test_show_json_of_a_large_run_is_still_the_whole_record(large: tuple[str, str]) -> None:
+    store, run_id = large
+    code, out = cli("--store", store, "show", run_id, "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert len(document["facts"]) == FACTS + 1
+    assert document["signature_check"]["state"] == "verified"
+
+
+def test_show_and_review_of_a_large_run_warn_when_its_head_was_forged(
+    large: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, run_id = large
+    with closing(sqlite3.connect(store)) as connection, connection:
+        [(text,)] = connection.execute(
+            "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        head = json.loads(text)
+        head["record"]["detail"] = "all good"
+        connection.execute(
+            "UPDATE converge_runs SET record = ? WHERE run_id = ?", (json.dumps(head), run_id)
+        )
+    capsys.readouterr()
+    code, out = cli("--store", store, "show", run_id)
+    assert code == 0
+    assert "signature    FAILED" in out
+    assert "stored head has a bad signature" in capsys.readouterr().err
+    code, out = cli("--store", store, "review", run_id)
+    assert code == 0
+    assert out == (
+        f"run {run_id} is not waiting for anyone (converged) "
+        "(not authenticated: its signature check failed)\n"
+    )
+    code, out = cli("--store", store, "verify", run_id)
+    assert code == 7
+    assert "stored head has a bad signature" in out
+
+
+def test_review_of_a_large_finished_run_reads_its_head(large: tuple[str, str]) -> None:
+    store, run_id = large
+    code, out = cli("--store", store, "review", run_id)
+    assert (code, out) == (0, f"run {run_id} is not waiting for anyone (converged)\n")
