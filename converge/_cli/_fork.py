@@ -155,9 +155,11 @@ async def _fork(args: argparse.Namespace, out: TextIO, *, cycle: int, replay: bo
     except ReplayError as error:
         print(f"error: {visible(str(error).strip())}; nothing was forked", file=sys.stderr)
         return VERIFY_FAILED
-    record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=key)
+    record = result.record or RunRecord.of(
+        result, name=formation.name, formation=locate(locator), key=key
+    )
     where = store_argument(args.store)
-    report = write_report(record, report_path(label, record.run_id), where)
+    report = write_report(record, report_path(label, record.run_id), where, built=True)
     if args.json:
         out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
         return exit_status(record, allow_failures=args.allow_failures)

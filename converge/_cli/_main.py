@@ -266,8 +266,11 @@ async def _finish(
     label: str,
 ) -> int:
     """Print the saved run's summary (or JSON) and write its report."""
-    record = RunRecord.of(result, name=formation.name, formation=locate(locator), key=signing_key())
-    report = write_report(record, report_path(label, result.run_id), store_argument(args.store))
+    record = result.record or RunRecord.of(
+        result, name=formation.name, formation=locate(locator), key=signing_key()
+    )
+    where = store_argument(args.store)
+    report = write_report(record, report_path(label, result.run_id), where, built=True)
     if args.json:
         out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
         return exit_status(record, allow_failures=args.allow_failures)

@@ -77,13 +77,17 @@ def json_document(value: object) -> str:
     return json_visible(json.dumps(value, indent=2, ensure_ascii=False)) + "\n"
 
 
-def write_report(record: RunRecord, path: Path, where: str) -> Path | None:
-    """Write the run's HTML report; `where` (`store_argument`) goes into its commands."""
+def write_report(record: RunRecord, path: Path, where: str, *, built: bool = False) -> Path | None:
+    """Write the run's HTML report; `where` (`store_argument`) goes into its commands.
+
+    `built`: `record` was just built by `RunRecord.of` from a live result, so its facts were
+    checked then (`render_built_report`); a stored record is checked as it is rendered.
+    """
     try:
         report = importlib.import_module("converge._report._render")
     except ImportError:
         return None
-    render: Callable[..., str] = report.render_report
+    render: Callable[..., str] = report.render_built_report if built else report.render_report
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(record, store_argument=where), encoding="utf-8")
     return path

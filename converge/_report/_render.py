@@ -17,6 +17,7 @@ from typing import Final
 
 from .._core._collector import paused_collector
 from .._core._escape import esc
+from .._core._stop import StopReason
 from .._core._store import RunRecord
 from .._version import __version__
 from ._assets import CSS, POLICY, SCRIPT
@@ -27,7 +28,7 @@ from ._parts import executions, section, table, violations
 from ._svg import format_ms, lineage_svg, short
 from ._timeline import timeline_svg
 
-__all__ = ["render_report", "report_body"]
+__all__ = ["render_built_report", "render_report", "report_body"]
 
 
 def _saved_by(record: RunRecord) -> str:
@@ -134,8 +135,14 @@ def _invariants(record: RunRecord) -> str:
     return section("invariants", "Invariants and conflicts", body, count=len(rows))
 
 
-def _integrity(record: RunRecord) -> str:
+def _integrity(record: RunRecord, built: bool) -> str:
     proof = record.integrity
+    if built:  # `RunRecord.of` checked each fact against its kept leaf as it built the record
+        verdict = (
+            '<span class="ok">✓ verified</span>: each fact was checked against the leaf the '
+            "engine kept for it as this record was built"
+        )
+        return _proof(record, "true", verdict)
     try:
         # The restore recomputes every digest from the stored fields and checks the order and
         # the root; `verify` on the facts it just built would only do that again.
@@ -155,6 +162,11 @@ def _integrity(record: RunRecord) -> str:
             if holds
             else '<span class="bad">✗ does not verify</span>: the facts do not match the proof'
         )
+    return _proof(record, status, verdict)
+
+
+def _proof(record: RunRecord, status: str, verdict: str) -> str:
+    proof = record.integrity
     final = record.trace.final_root or "—"
     body = (
         f'<dl class="proof"><dt>verification</dt><dd data-verified="{status}">{verdict}</dd>'
@@ -193,6 +205,7 @@ def report_body(
     gate_href: Callable[[str], str] | None = None,
     facts_href: Callable[[str, int], str] | None = None,
     timeline_extra: str = "",
+    built: bool = False,
 ) -> str:
     """The report's HTML inside `<main>`: header, navigation and every section.
 
@@ -208,6 +221,8 @@ def report_body(
         facts_href: When given, a key with facts left out of its table links to
             `facts_href(key, 1)`, the first page of all its facts.
         timeline_extra: HTML shown below the timeline (the console's "fork from this cycle").
+        built: `record` was just built by `RunRecord.of`, which checked each fact against
+            the leaf the engine kept for it: the integrity section does not restore them.
     """
     facts = fact_table(record, pinned_refs(record))
     anchors = facts.anchors
@@ -226,7 +241,7 @@ def report_body(
             _rejections(record),
             "" if paused else held,
             _invariants(record),
-            _integrity(record),
+            _integrity(record, built),
         ]
     )
 
@@ -249,8 +264,24 @@ def render_report(record: RunRecord, *, title: str | None = None, store_argument
         store_argument: Appended to the printed `converge review` and `converge resume`
             commands so they find the same store (`" --store PATH"`, shell-quoted).
     """
+    return _page(record, title, store_argument, built=False)
+
+
+def render_built_report(record: RunRecord, *, store_argument: str = "") -> str:
+    """`render_report` of a record `RunRecord.of` just built from a live result.
+
+    Its facts were each checked against the leaf the engine kept at their promotion as the
+    record was built, so the integrity section says so instead of restoring them again; a
+    record that ended on a violated invariant (a fact changed below the API ends so) is
+    restored and checked as any other.
+    """
+    built = record.stop_reason is not StopReason.INVARIANT_VIOLATED
+    return _page(record, None, store_argument, built=built)
+
+
+def _page(record: RunRecord, title: str | None, store_argument: str, *, built: bool) -> str:
     page_title = title if title is not None else f"converge run {record.run_id}"
-    body = report_body(record, title=title, store_argument=store_argument)
+    body = report_body(record, title=title, store_argument=store_argument, built=built)
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

@@ -236,4 +236,5 @@ class RunKeeper:
                 f"{type(error).__name__}: {error}",
                 result=result,
             ) from error
+        object.__setattr__(result, "_saved", record)  # once, before anyone else sees it
         return result

@@ -97,3 +97,19 @@ def test_review_of_a_large_finished_run_reads_its_head(large: tuple[str, str]) -
     store, run_id = large
     code, out = cli("--store", store, "review", run_id)
     assert (code, out) == (0, f"run {run_id} is not waiting for anyone (converged)\n")
+
+
+def test_the_report_of_a_run_says_how_its_facts_were_checked(
+    large: tuple[str, str], tmp_path: Path
+) -> None:
+    """`converge run` checked each fact as it built the record; `converge report` of the stored
+    run restores them all."""
+    store, run_id = large
+    [written] = (tmp_path / "reports").glob(f"{run_id}*.html")
+    assert 'data-verified="true"' in written.read_text(encoding="utf-8")
+    assert "each fact was checked against the leaf the engine kept" in written.read_text()
+    code, out = cli("--store", store, "report", run_id, "--output", str(tmp_path / "again.html"))
+    assert code == 0, out
+    again = (tmp_path / "again.html").read_text(encoding="utf-8")
+    assert 'data-verified="true"' in again
+    assert "the stored facts reproduce the root and clock" in again

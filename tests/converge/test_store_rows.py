@@ -518,3 +518,19 @@ async def test_verify_fails_forged_rows_and_root_when_a_key_is_set(
     code, out = await verify_cli(target, run_id)
     assert code == 7
     assert out.startswith(f"FAILED: run {run_id}: the stored head has a bad signature")
+
+
+# -- the record a run saved ------------------------------------------------------------------------
+
+
+async def test_the_result_holds_the_record_its_engine_saved(
+    store: RunStore, target: Target
+) -> None:
+    result = await chain_engine(store, signing_key=KEY)[0].run(inputs=INPUTS)
+    assert result.record is not None
+    assert (
+        result.record.model_dump_json() == RunRecord.of(result, key=KEY.encode()).model_dump_json()
+    )
+    assert (await store.load(result.run_id)).model_dump_json() == result.record.model_dump_json()
+    alone = await chain_engine(None, signing_key=KEY)[0].run(inputs=INPUTS)
+    assert alone.record is None  # nothing was saved
