@@ -26,7 +26,7 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -46,6 +46,7 @@ from .._core._trace import RunTrace
 from .._formation import load_formation
 from .._kernel._fork import lineage_problem
 from .._review import (
+    CheckedRun,
     SignatureCheck,
     check_listed,
     check_signature,
@@ -143,19 +144,8 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         search=args.search,
     )
     listed = await check_listed(store, summaries, key)
-    for run in listed:
-        if run.check.failed:
-            _say(run.check, sys.stderr)
-    if listed and key is None:
-        sys.stderr.write(
-            "note: these runs are not authenticated (no signing key is set); anyone with "
-            "write access to the store could have changed them\n"
-        )
-    forks: dict[str, int] = {}
-    for run in listed:
-        parent = run.summary.parent_run_id
-        if parent is not None:
-            forks[parent] = forks.get(parent, 0) + 1
+    _say_listed(listed, key)
+    forks = _forks_listed(listed)
     if args.json:
         documents: list[JsonValue] = [
             {
@@ -174,27 +164,55 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"no {'such ' if filtered else ''}runs in {visible(label)}\n")
         return 0
     for checked in listed:
-        run = checked.summary
-        mark = "  signature FAILED" if checked.check.failed else ""
-        if run.parent_run_id is not None:
-            mark += f"  fork of {visible(run.parent_run_id[:12])}@{run.fork_cycle}"
-        if run.run_id in forks:
-            count = forks[run.run_id]
-            mark += f"  {count} fork{'s' if count > 1 else ''} listed"
-        if run.pending:
-            mark += f"  {run.pending} gate{'s' if run.pending > 1 else ''} waiting"
-        reason = run.stop_reason.value if run.stop_reason else "-"
-        if run.failures:
-            reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
-        out.write(
-            f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {reason:<22} "
-            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
-            f"{mark}\n"
-        )
+        out.write(_run_line(checked, forks))
     if len(listed) == args.limit:
         sys.stderr.write(f"note: more may follow: --offset {args.offset + args.limit}\n")
     return 0
+
+
+def _say_listed(listed: Sequence[CheckedRun], key: bytes | None) -> None:
+    """Say on standard error which listed runs failed their check, and that none is
+    authenticated when no key is set."""
+    for run in listed:
+        if run.check.failed:
+            _say(run.check, sys.stderr)
+    if listed and key is None:
+        sys.stderr.write(
+            "note: these runs are not authenticated (no signing key is set); anyone with "
+            "write access to the store could have changed them\n"
+        )
+
+
+def _forks_listed(listed: Sequence[CheckedRun]) -> dict[str, int]:
+    """How many of the listed runs fork each run, by the id of the run they fork."""
+    forks: dict[str, int] = {}
+    for run in listed:
+        parent = run.summary.parent_run_id
+        if parent is not None:
+            forks[parent] = forks.get(parent, 0) + 1
+    return forks
+
+
+def _run_line(checked: CheckedRun, forks: Mapping[str, int]) -> str:
+    """The line of `converge runs` for one listed run; `forks` as `_forks_listed` counts."""
+    run = checked.summary
+    mark = "  signature FAILED" if checked.check.failed else ""
+    if run.parent_run_id is not None:
+        mark += f"  fork of {visible(run.parent_run_id[:12])}@{run.fork_cycle}"
+    if run.run_id in forks:
+        count = forks[run.run_id]
+        mark += f"  {count} fork{'s' if count > 1 else ''} listed"
+    if run.pending:
+        mark += f"  {run.pending} gate{'s' if run.pending > 1 else ''} waiting"
+    reason = run.stop_reason.value if run.stop_reason else "-"
+    if run.failures:
+        reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
+    return (
+        f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
+        f"{run.status.value:<11} {reason:<22} "
+        f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
+        f"{mark}\n"
+    )
 
 
 async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
