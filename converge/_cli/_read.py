@@ -448,6 +448,23 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """`converge verify`: check a run's facts against its integrity proof, and with a key
     its signature; status 7 when either fails."""
     record, check, error = await _checked(args, args.target)
+    error, parent_checked = await _lineage_checked(args, record, error)
+    if error is None:
+        _say(check, sys.stderr)
+    if args.json:
+        out.write(json_document(_verify_document(record, check, error, parent_checked)))
+    elif error is not None:
+        out.write(f"FAILED: {visible(error)}\n")
+    else:
+        out.write(_verified_text(record, check, parent_checked))
+    return 0 if error is None else VERIFY_FAILED
+
+
+async def _lineage_checked(
+    args: argparse.Namespace, record: RunRecord, error: str | None
+) -> tuple[str | None, bool]:
+    """`error`, or when it is `None` and the run is a fork, what fails in its lineage; and
+    whether the fork's parent was in the store to check the lineage against."""
     parent_checked = False
     if error is None and record.lineage is not None:
         parent = await _parent_of(args, record.lineage.parent_run_id)
@@ -456,53 +473,59 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         else:
             parent_checked = parent is not None
             error = lineage_problem(record, parent)
-    if error is None:
-        _say(check, sys.stderr)
+    return error, parent_checked
+
+
+def _verify_document(
+    record: RunRecord, check: SignatureCheck, error: str | None, parent_checked: bool
+) -> dict[str, JsonValue]:
+    """`verify --json`'s document (see the module docstring)."""
     proof = record.integrity
-    if args.json:
-        document: dict[str, JsonValue] = {
-            "verified": error is None,
-            "run_id": record.run_id,
-            "merkle_root": proof.merkle_root,
-            "clock": proof.clock,
-            "fact_count": proof.fact_count,
-            _SIGNATURE_CHECK: check.model_dump(),
+    document: dict[str, JsonValue] = {
+        "verified": error is None,
+        "run_id": record.run_id,
+        "merkle_root": proof.merkle_root,
+        "clock": proof.clock,
+        "fact_count": proof.fact_count,
+        _SIGNATURE_CHECK: check.model_dump(),
+    }
+    lineage = record.lineage
+    if lineage is not None:
+        document["lineage"] = {
+            "parent_run_id": lineage.parent_run_id,
+            "at_cycle": lineage.at_cycle,
+            "parent_root": lineage.parent_root,
+            "parent_checked": parent_checked,
         }
-        lineage = record.lineage
-        if lineage is not None:
-            document["lineage"] = {
-                "parent_run_id": lineage.parent_run_id,
-                "at_cycle": lineage.at_cycle,
-                "parent_root": lineage.parent_root,
-                "parent_checked": parent_checked,
-            }
-        if error is not None:
-            document["error"] = error
-        out.write(json_document(document))
-    elif error is not None:
-        out.write(f"FAILED: {visible(error)}\n")
-    else:
-        said = (
-            "not authenticated (no signing key is set)"
-            if check.state == "unchecked"
-            else "signature verified"
+    if error is not None:
+        document["error"] = error
+    return document
+
+
+def _verified_text(record: RunRecord, check: SignatureCheck, parent_checked: bool) -> str:
+    """What `verify` prints for a run that verified: the proof, and a fork's lineage."""
+    proof = record.integrity
+    said = (
+        "not authenticated (no signing key is set)"
+        if check.state == "unchecked"
+        else "signature verified"
+    )
+    text = (
+        f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
+        f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
+    )
+    lineage = record.lineage
+    if lineage is not None:
+        where = (
+            "the parent's record has that root there too"
+            if parent_checked
+            else "the parent is not in this store: checked against the fork alone"
         )
-        out.write(
-            f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
-            f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
+        text += (
+            f"lineage: forked from {visible(lineage.parent_run_id)} at cycle "
+            f"{lineage.at_cycle}, root {visible(lineage.parent_root)}; {where}\n"
         )
-        lineage = record.lineage
-        if lineage is not None:
-            where = (
-                "the parent's record has that root there too"
-                if parent_checked
-                else "the parent is not in this store: checked against the fork alone"
-            )
-            out.write(
-                f"lineage: forked from {visible(lineage.parent_run_id)} at cycle "
-                f"{lineage.at_cycle}, root {visible(lineage.parent_root)}; {where}\n"
-            )
-    return 0 if error is None else VERIFY_FAILED
+    return text
 
 
 async def _parent_of(args: argparse.Namespace, run_id: str) -> RunRecord | str | None:
