@@ -11,10 +11,9 @@ from ._core._budget import Budget
 from ._core._checkpoint import Checkpoint
 from ._core._context import ContextSnapshot
 from ._core._events import EngineEvent, Observer
-from ._core._exceptions import ConfigurationError, ForkError, InvalidResumeError, ReplayError
+from ._core._exceptions import ConfigurationError, InvalidResumeError, ReplayError
 from ._core._hitl import GateDecision, HitlPolicy, utc_now
 from ._core._invariant import Invariant
-from ._core._key import undeclared_names
 from ._core._proposal import ProposedFact
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus
@@ -26,14 +25,7 @@ from ._kernel._abort import reraise
 from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._kernel._config import RunConfig
 from ._kernel._executor import ErrorMode
-from ._kernel._fork import (
-    check_inputs,
-    fork_point,
-    fork_state,
-    replay_start,
-    replay_trace,
-    resolve_retractions,
-)
+from ._kernel._fork import checked_fork, fork_state, replay_start, replay_trace
 from ._kernel._gate import PromotionPolicy
 from ._kernel._merge import ConflictMode
 from ._kernel._pause import current_version, resume_state
@@ -443,18 +435,7 @@ class Engine:
                 replayed root is not the stored one.
         """
         record.verify_signature(self._config.signing_key)
-        point = fork_point(record, at_cycle)
-        given = checked_inputs(inputs)
-        check_inputs(given)
-        if isinstance(retract, str):
-            raise ConfigurationError("retract must be a sequence of fact references, not a str")
-        retracted = resolve_retractions(point, tuple(retract), cascade=cascade)
-        unknown = undeclared_names(fact.key for fact in point.facts)
-        if unknown:
-            raise ForkError(
-                f"run {record.run_id} names keys this process has not declared: {unknown}; "
-                "import the module that declares them (Key(name, payload=...)) first"
-            )
+        point, given, retracted = checked_fork(record, at_cycle, inputs, retract, cascade=cascade)
         checked_start(None, run_id)
         if replay:
             await self._replayed_to(record, at_cycle, point.root)

@@ -112,25 +112,18 @@ async def run_batch(
             `ProposedFact`, or the formation cannot be imported (here, before any task runs).
         TimeoutError: No worker joined the cluster within `worker_timeout` seconds.
     """
-    if runs_per_worker < 1:
-        raise ConfigurationError(f"runs_per_worker must be at least 1, got {runs_per_worker}")
-    if shard_size is not None and shard_size < 1:
-        raise ConfigurationError(f"shard_size must be at least 1, got {shard_size}")
+    _check_sizes(runs_per_worker, shard_size)
     locator = _loaded(formation)
     items = _items(inputs)
     batch = batch_id or uuid.uuid4().hex[:12]
-    size = shard_size or runs_per_worker
     workers = await _wait_for_workers(client, worker_timeout)
-    shards = _shards(items, size, workers, fixed=shard_size is not None)
+    shards = _shards(items, shard_size or runs_per_worker, workers, fixed=shard_size is not None)
     spec = ShardSpec(locator, store, batch, runs_per_worker, lease, durability)
     key = signing_key.encode() if isinstance(signing_key, str) else signing_key
     spec = replace(
         spec, rerun_changed=rerun_changed, max_losses=_allowed_failures(), signing_key=key
     )
-    outcomes = await _submit(client, spec, shards, progress)
-    runs = sorted((o for o in outcomes if isinstance(o, StoredRun)), key=lambda r: r.index)
-    failures = sorted((o for o in outcomes if isinstance(o, BatchFailure)), key=lambda f: f.index)
-    return BatchResult(batch_id=batch, runs=tuple(runs), failures=tuple(failures))
+    return _batch_result(batch, await _submit(client, spec, shards, progress))
 
 
 def run_batch_sync(
@@ -167,6 +160,21 @@ def run_batch_sync(
         worker_timeout=worker_timeout,
         signing_key=signing_key,
     )
+
+
+def _check_sizes(runs_per_worker: int, shard_size: int | None) -> None:
+    """Refuse a batch whose runs per worker, or runs per shard, are not positive."""
+    if runs_per_worker < 1:
+        raise ConfigurationError(f"runs_per_worker must be at least 1, got {runs_per_worker}")
+    if shard_size is not None and shard_size < 1:
+        raise ConfigurationError(f"shard_size must be at least 1, got {shard_size}")
+
+
+def _batch_result(batch: str, outcomes: Sequence[StoredRun | BatchFailure]) -> BatchResult:
+    """The batch's stored runs and failures, each in input order."""
+    runs = sorted((o for o in outcomes if isinstance(o, StoredRun)), key=lambda r: r.index)
+    failures = sorted((o for o in outcomes if isinstance(o, BatchFailure)), key=lambda f: f.index)
+    return BatchResult(batch_id=batch, runs=tuple(runs), failures=tuple(failures))
 
 
 def _loaded(formation: str) -> str:

@@ -551,7 +551,12 @@ def _cycle(value: str) -> int:
 
 def _forking(commands: Commands) -> None:
     """`fork` and `diff`: branch a stored run at a cycle, compare two runs."""
+    _fork(commands)
+    _diff(commands)
 
+
+def _fork(commands: Commands) -> None:
+    """`fork`: a new run from a stored run's context at a cycle, with facts changed there."""
     fork = _command(
         commands,
         "fork",
@@ -600,6 +605,10 @@ def _forking(commands: Commands) -> None:
     )
     fork.add_argument("--formation", help=_FORMATION_HELP)
     _run_options(fork, "the fork's record")
+
+
+def _diff(commands: Commands) -> None:
+    """`diff`: two stored runs compared fact by fact."""
     diff = _command(
         commands,
         "diff",

@@ -26,7 +26,7 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -46,6 +46,7 @@ from .._core._trace import Rejection, RunTrace
 from .._formation import load_formation
 from .._kernel._fork import lineage_problem
 from .._review import (
+    CheckedRun,
     SignatureCheck,
     check_listed,
     check_signature,
@@ -148,19 +149,8 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         search=args.search,
     )
     listed = await check_listed(store, summaries, key)
-    for run in listed:
-        if run.check.failed:
-            _say(run.check, sys.stderr)
-    if listed and key is None:
-        sys.stderr.write(
-            "note: these runs are not authenticated (no signing key is set); anyone with "
-            "write access to the store could have changed them\n"
-        )
-    forks: dict[str, int] = {}
-    for run in listed:
-        parent = run.summary.parent_run_id
-        if parent is not None:
-            forks[parent] = forks.get(parent, 0) + 1
+    _say_listed(listed, key)
+    forks = _forks_listed(listed)
     if args.json:
         documents: list[JsonValue] = [
             {
@@ -179,27 +169,55 @@ async def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"no {'such ' if filtered else ''}runs in {visible(label)}\n")
         return 0
     for checked in listed:
-        run = checked.summary
-        mark = "  signature FAILED" if checked.check.failed else ""
-        if run.parent_run_id is not None:
-            mark += f"  fork of {visible(run.parent_run_id[:12])}@{run.fork_cycle}"
-        if run.run_id in forks:
-            count = forks[run.run_id]
-            mark += f"  {count} fork{'s' if count > 1 else ''} listed"
-        if run.pending:
-            mark += f"  {run.pending} gate{'s' if run.pending > 1 else ''} waiting"
-        reason = run.stop_reason.value if run.stop_reason else "-"
-        if run.failures:
-            reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
-        out.write(
-            f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
-            f"{run.status.value:<11} {reason:<22} "
-            f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
-            f"{mark}\n"
-        )
+        out.write(_run_line(checked, forks))
     if len(listed) == args.limit:
         sys.stderr.write(f"note: more may follow: --offset {args.offset + args.limit}\n")
     return 0
+
+
+def _say_listed(listed: Sequence[CheckedRun], key: bytes | None) -> None:
+    """Say on standard error which listed runs failed their check, and that none is
+    authenticated when no key is set."""
+    for run in listed:
+        if run.check.failed:
+            _say(run.check, sys.stderr)
+    if listed and key is None:
+        sys.stderr.write(
+            "note: these runs are not authenticated (no signing key is set); anyone with "
+            "write access to the store could have changed them\n"
+        )
+
+
+def _forks_listed(listed: Sequence[CheckedRun]) -> dict[str, int]:
+    """How many of the listed runs fork each run, by the id of the run they fork."""
+    forks: dict[str, int] = {}
+    for run in listed:
+        parent = run.summary.parent_run_id
+        if parent is not None:
+            forks[parent] = forks.get(parent, 0) + 1
+    return forks
+
+
+def _run_line(checked: CheckedRun, forks: Mapping[str, int]) -> str:
+    """The line of `converge runs` for one listed run; `forks` as `_forks_listed` counts."""
+    run = checked.summary
+    mark = "  signature FAILED" if checked.check.failed else ""
+    if run.parent_run_id is not None:
+        mark += f"  fork of {visible(run.parent_run_id[:12])}@{run.fork_cycle}"
+    if run.run_id in forks:
+        count = forks[run.run_id]
+        mark += f"  {count} fork{'s' if count > 1 else ''} listed"
+    if run.pending:
+        mark += f"  {run.pending} gate{'s' if run.pending > 1 else ''} waiting"
+    reason = run.stop_reason.value if run.stop_reason else "-"
+    if run.failures:
+        reason += f", {run.failures} failure{'s' if run.failures > 1 else ''}"
+    return (
+        f"{visible(run.run_id)}  {run.saved_at.isoformat(timespec='seconds')}  "
+        f"{run.status.value:<11} {reason:<22} "
+        f"{run.cycles:>3} cycles {run.fact_count:>5} facts  {visible(run.name or '')}"
+        f"{mark}\n"
+    )
 
 
 SHOWN_FACTS: Final = 20
@@ -527,6 +545,23 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     """`converge verify`: check a run's facts against its integrity proof, and with a key
     its signature; status 7 when either fails."""
     record, check, error = await _checked(args, args.target)
+    error, parent_checked = await _lineage_checked(args, record, error)
+    if error is None:
+        _say(check, sys.stderr)
+    if args.json:
+        out.write(json_document(_verify_document(record, check, error, parent_checked)))
+    elif error is not None:
+        out.write(f"FAILED: {visible(error)}\n")
+    else:
+        out.write(_verified_text(record, check, parent_checked))
+    return 0 if error is None else VERIFY_FAILED
+
+
+async def _lineage_checked(
+    args: argparse.Namespace, record: RunRecord, error: str | None
+) -> tuple[str | None, bool]:
+    """`error`, or when it is `None` and the run is a fork, what fails in its lineage; and
+    whether the fork's parent was in the store to check the lineage against."""
     parent_checked = False
     if error is None and record.lineage is not None:
         parent = await _parent_of(args, record.lineage.parent_run_id)
@@ -535,53 +570,59 @@ async def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         else:
             parent_checked = parent is not None
             error = lineage_problem(record, parent)
-    if error is None:
-        _say(check, sys.stderr)
+    return error, parent_checked
+
+
+def _verify_document(
+    record: RunRecord, check: SignatureCheck, error: str | None, parent_checked: bool
+) -> dict[str, JsonValue]:
+    """`verify --json`'s document (see the module docstring)."""
     proof = record.integrity
-    if args.json:
-        document: dict[str, JsonValue] = {
-            "verified": error is None,
-            "run_id": record.run_id,
-            "merkle_root": proof.merkle_root,
-            "clock": proof.clock,
-            "fact_count": proof.fact_count,
-            _SIGNATURE_CHECK: check.model_dump(),
+    document: dict[str, JsonValue] = {
+        "verified": error is None,
+        "run_id": record.run_id,
+        "merkle_root": proof.merkle_root,
+        "clock": proof.clock,
+        "fact_count": proof.fact_count,
+        _SIGNATURE_CHECK: check.model_dump(),
+    }
+    lineage = record.lineage
+    if lineage is not None:
+        document["lineage"] = {
+            "parent_run_id": lineage.parent_run_id,
+            "at_cycle": lineage.at_cycle,
+            "parent_root": lineage.parent_root,
+            "parent_checked": parent_checked,
         }
-        lineage = record.lineage
-        if lineage is not None:
-            document["lineage"] = {
-                "parent_run_id": lineage.parent_run_id,
-                "at_cycle": lineage.at_cycle,
-                "parent_root": lineage.parent_root,
-                "parent_checked": parent_checked,
-            }
-        if error is not None:
-            document["error"] = error
-        out.write(json_document(document))
-    elif error is not None:
-        out.write(f"FAILED: {visible(error)}\n")
-    else:
-        said = (
-            "not authenticated (no signing key is set)"
-            if check.state == "unchecked"
-            else "signature verified"
+    if error is not None:
+        document["error"] = error
+    return document
+
+
+def _verified_text(record: RunRecord, check: SignatureCheck, parent_checked: bool) -> str:
+    """What `verify` prints for a run that verified: the proof, and a fork's lineage."""
+    proof = record.integrity
+    said = (
+        "not authenticated (no signing key is set)"
+        if check.state == "unchecked"
+        else "signature verified"
+    )
+    text = (
+        f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
+        f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
+    )
+    lineage = record.lineage
+    if lineage is not None:
+        where = (
+            "the parent's record has that root there too"
+            if parent_checked
+            else "the parent is not in this store: checked against the fork alone"
         )
-        out.write(
-            f"verified: run {visible(record.run_id)}, {proof.fact_count} facts, "
-            f"clock {proof.clock}, root {visible(proof.merkle_root)}; {said}\n"
+        text += (
+            f"lineage: forked from {visible(lineage.parent_run_id)} at cycle "
+            f"{lineage.at_cycle}, root {visible(lineage.parent_root)}; {where}\n"
         )
-        lineage = record.lineage
-        if lineage is not None:
-            where = (
-                "the parent's record has that root there too"
-                if parent_checked
-                else "the parent is not in this store: checked against the fork alone"
-            )
-            out.write(
-                f"lineage: forked from {visible(lineage.parent_run_id)} at cycle "
-                f"{lineage.at_cycle}, root {visible(lineage.parent_root)}; {where}\n"
-            )
-    return 0 if error is None else VERIFY_FAILED
+    return text
 
 
 async def _parent_of(args: argparse.Namespace, run_id: str) -> RunRecord | str | None:

@@ -314,7 +314,7 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
     own: Mapping[str, object] = effect.__dict__
     try:
         proposals, tokens, unknown, refused, metadata = _EFFECT_FIELDS(own)
-    except KeyError:  # a field left out (model_construct): said below
+    except KeyError:  # a field left out (model_construct): `_checked_fields` says which
         pass
     else:
         # what nearly every effect is, as validation leaves it, with no refusal and no
@@ -329,6 +329,15 @@ def checked_effect(effect: object, name: str) -> AgentEffect | str:
             and metadata is None
         ):
             return effect
+    return _checked_fields(effect, own, name)
+
+
+def _checked_fields(effect: AgentEffect, own: Mapping[str, object], name: str) -> AgentEffect | str:
+    """`checked_effect` off its fast path: each field of `own` (the `__dict__` of `effect`)
+    checked on its own, a missing one read as absent, so that the refusal names every field
+    that is wrong; when none is, `effect` itself, or a valid copy if its refusals or metadata
+    needed making valid or `tokens_unknown` was left out.
+    """
     proposals = own.get("proposals")
     tokens = own.get("tokens")
     unknown = own.get("tokens_unknown", False)

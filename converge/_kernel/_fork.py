@@ -21,18 +21,20 @@ from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 from .._core._canonical import EMPTY_ROOT, merkle_root, payload_json
 from .._core._checkpoint import FactRecord, ForkKind, Lineage, restore_fact, restore_snapshot
 from .._core._context import ContextSnapshot
-from .._core._exceptions import ForkError
+from .._core._exceptions import ConfigurationError, ForkError
 from .._core._hitl import GateRequest
-from .._core._key import AnyKey, ContextKey, Key, declared, key_rank
+from .._core._key import AnyKey, ContextKey, Key, declared, key_rank, undeclared_names
 from .._core._proposal import ProposedFact
 from .._core._stop import RunStatus
 from .._core._store import RunRecord
 from .._core._trace import RunTrace
+from ._arguments import checked_inputs
 from ._state import RunState
 
 __all__ = [
     "ForkPoint",
     "check_inputs",
+    "checked_fork",
     "fork_point",
     "fork_state",
     "lineage_problem",
@@ -179,6 +181,38 @@ def _dirty_at(record: RunRecord, cycle: int, facts: Sequence[FactRecord]) -> fro
     if gained or cycle > 0:
         return gained
     return frozenset(fact.key for fact in facts)
+
+
+def checked_fork(
+    record: RunRecord,
+    cycle: int,
+    inputs: Iterable[ProposedFact],
+    retract: Iterable[str],
+    *,
+    cascade: bool,
+) -> tuple[ForkPoint, tuple[ProposedFact, ...], tuple[FactRecord, ...]]:
+    """What a fork of `record` at the end of `cycle` starts from, all checked before
+    anything runs: the point (`fork_point`), its inputs (`check_inputs`) and the facts it
+    retracts (`resolve_retractions`), each refused in that order.
+
+    Raises:
+        ConfigurationError: An input is not a `ProposedFact`, or `retract` is a `str`.
+        ForkError: As `fork_point`, `check_inputs` and `resolve_retractions` raise it, or a
+            kept fact's key is not declared in this process.
+    """
+    point = fork_point(record, cycle)
+    given = checked_inputs(inputs)
+    check_inputs(given)
+    if isinstance(retract, str):
+        raise ConfigurationError("retract must be a sequence of fact references, not a str")
+    retracted = resolve_retractions(point, tuple(retract), cascade=cascade)
+    unknown = undeclared_names(fact.key for fact in point.facts)
+    if unknown:
+        raise ForkError(
+            f"run {record.run_id} names keys this process has not declared: {unknown}; "
+            "import the module that declares them (Key(name, payload=...)) first"
+        )
+    return point, given, retracted
 
 
 def resolve_retractions(

@@ -7,29 +7,18 @@ from pathlib import Path
 
 import anyio
 import pytest
-from action_forger import Forger
+from action_forger import action_engine, forged, outcome, staged
 
 from converge import (
     ContextKey,
     ConvergeResult,
     Engine,
     GateDecision,
-    HitlPolicy,
     ProposedFact,
     RunStore,
     SqliteRunStore,
 )
-from converge_suggestors import (
-    ACTION_RESULTS,
-    ACTIONS,
-    ActionOutcome,
-    ActionRunner,
-    ChatResponse,
-    LlmSuggestor,
-    ScriptedChatProvider,
-    Tool,
-    ToolCall,
-)
+from converge_suggestors import ACTION_RESULTS, ACTIONS, ActionRunner, Tool, ToolCall
 from converge_suggestors._tool import arguments_digest
 
 sent: list[tuple[str, str, str]] = []
@@ -42,7 +31,6 @@ def send_email(to: str, body: str, *, idempotency_key: str) -> dict[str, str]:
 
 
 EMAIL = Tool(send_email, kind="action")
-HITL = HitlPolicy(gated_keys=frozenset({ACTIONS}))
 SEED = ProposedFact(key=ContextKey.SEEDS, id="q", content="Storm coming", provenance="input")
 CALL = '{"to": "ops@example.com", "body": "Storm: close the roof", "reason": "storm seed"}'
 
@@ -52,44 +40,17 @@ def _clear() -> None:
     sent.clear()
 
 
-def engine(
-    *, record: bool = False, runner: ActionRunner | None = None, store: RunStore | None = None
-) -> Engine:
-    provider = ScriptedChatProvider(
-        [
-            ChatResponse(
-                content="",
-                tool_calls=(ToolCall(id="c1", name="send_email", arguments=CALL),),
-            ),
-            '{"proposals": []}',
-        ]
+def engine(*, record: bool = False, store: RunStore | None = None) -> Engine:
+    call = ToolCall(id="c1", name="send_email", arguments=CALL)
+    return action_engine(
+        call, ActionRunner(tools=[EMAIL]), tools=[EMAIL], record=record, store=store
     )
-    built = Engine(hitl=HITL, record_effects=record, store=store)
-    built.register_suggestor(
-        LlmSuggestor(
-            "planner",
-            provider,
-            dependencies=[ContextKey.SEEDS],
-            target=ContextKey.HYPOTHESES,
-            instructions="Plan.",
-            tools=[EMAIL],
-        )
-    )
-    built.register_suggestor(runner or ActionRunner(tools=[EMAIL]))
-    return built
 
 
 def paused_and_gate(built: Engine) -> tuple[ConvergeResult, str]:
-    paused = built.run_sync(inputs=[SEED])
-    assert paused.stop_reason == "awaiting_human"
+    paused, gate = staged(built, SEED)
     assert sent == []  # nothing runs before approval
-    [gate] = paused.pending
-    return paused, gate.gate_id
-
-
-def outcome(result: ConvergeResult) -> ActionOutcome:
-    [fact] = result.context.get(ACTION_RESULTS)
-    return ACTION_RESULTS.of(fact)
+    return paused, gate
 
 
 def test_an_approved_action_runs_once_after_approval_and_its_result_cites_it() -> None:
@@ -136,10 +97,8 @@ def test_replay_of_a_run_with_an_action_never_calls_the_tool_again() -> None:
 
 
 def run_forged(payload: dict[str, object], *, require_approval: bool) -> ConvergeResult:
-    built = Engine()
-    built.register_suggestor(Forger(payload))
-    built.register_suggestor(ActionRunner(tools=[EMAIL], require_approval=require_approval))
-    return built.run_sync(inputs=[SEED])
+    runner = ActionRunner(tools=[EMAIL], require_approval=require_approval)
+    return forged(payload, runner).run_sync(inputs=[SEED])
 
 
 def request(arguments: dict[str, object], **changes: object) -> dict[str, object]:
@@ -193,16 +152,14 @@ def test_an_action_whose_tool_raises_is_recorded_as_failed_not_done() -> None:
         """Fails."""
         raise ConnectionError("smtp refused")
 
-    built = Engine()
     payload = {
         "tool": "flaky",
         "arguments": {"to": "a"},
         "arguments_sha256": arguments_digest({"to": "a"}),
         "reason": "r",
     }
-    built.register_suggestor(Forger(payload))
-    built.register_suggestor(
-        ActionRunner(tools=[Tool(flaky, kind="action")], require_approval=False)
+    built = forged(
+        payload, ActionRunner(tools=[Tool(flaky, kind="action")], require_approval=False)
     )
     result = built.run_sync(inputs=[SEED])
     failed = outcome(result)
@@ -216,17 +173,14 @@ async def test_an_action_that_hangs_is_recorded_as_timed_out_with_its_effect_unk
         await anyio.sleep(60)
         return "late"
 
-    built = Engine()
     payload = {
         "tool": "slow",
         "arguments": {"to": "a"},
         "arguments_sha256": arguments_digest({"to": "a"}),
         "reason": "r",
     }
-    built.register_suggestor(Forger(payload))
-    built.register_suggestor(
-        ActionRunner(tools=[Tool(slow, kind="action", timeout=0.2)], require_approval=False)
-    )
+    runner = ActionRunner(tools=[Tool(slow, kind="action", timeout=0.2)], require_approval=False)
+    built = forged(payload, runner)
     result = await built.run(inputs=[SEED])
     late = outcome(result)
     assert late.status == "timed_out"
@@ -236,12 +190,8 @@ async def test_an_action_that_hangs_is_recorded_as_timed_out_with_its_effect_unk
 def test_the_idempotency_key_differs_between_namespaces_and_actions() -> None:
     keys = set[str]()
     for namespace in ("", "tenant-a"):
-        payload = request(ARGS)
-        built = Engine()
-        built.register_suggestor(Forger(payload))
-        built.register_suggestor(
-            ActionRunner(tools=[EMAIL], require_approval=False, namespace=namespace)
-        )
+        runner = ActionRunner(tools=[EMAIL], require_approval=False, namespace=namespace)
+        built = forged(request(ARGS), runner)
         keys.add(outcome(built.run_sync(inputs=[SEED])).idempotency_key)
     assert len(keys) == 2
     assert {key for _, _, key in sent} == keys

@@ -13,33 +13,15 @@ from pathlib import Path
 
 import anyio
 import pytest
-from action_forger import Forger
+from action_forger import action_engine, forged, outcome, staged
 
-from converge import (
-    ContextKey,
-    ConvergeResult,
-    Engine,
-    GateDecision,
-    HitlPolicy,
-    ProposedFact,
-)
-from converge_suggestors import (
-    ACTION_RESULTS,
-    ACTIONS,
-    ActionOutcome,
-    ActionRunner,
-    ChatResponse,
-    LlmSuggestor,
-    McpServer,
-    ScriptedChatProvider,
-    ToolCall,
-)
+from converge import ContextKey, ConvergeResult, Engine, GateDecision, ProposedFact
+from converge_suggestors import ACTION_RESULTS, ActionRunner, McpServer, ToolCall
 from converge_suggestors._tool import arguments_digest
 
 pytest.importorskip("mcp")
 
 SERVER = str(Path(__file__).resolve().parent / "mcp_server.py")
-HITL = HitlPolicy(gated_keys=frozenset({ACTIONS}))
 SEED = ProposedFact(key=ContextKey.SEEDS, id="q", content="Invoice 17 is due", provenance="input")
 CALL = '{"to": "acme", "amount": 1200, "reason": "invoice 17 is due"}'
 
@@ -62,41 +44,14 @@ def ledger(tmp_path: Path) -> list[dict[str, object]]:
 
 
 def engine(server: McpServer) -> Engine:
-    provider = ScriptedChatProvider(
-        [
-            ChatResponse(
-                content="", tool_calls=(ToolCall(id="c1", name="transfer", arguments=CALL),)
-            ),
-            '{"proposals": []}',
-        ]
-    )
-    built = Engine(hitl=HITL)
-    built.register_suggestor(
-        LlmSuggestor(
-            "clerk",
-            provider,
-            dependencies=[ContextKey.SEEDS],
-            target=ContextKey.HYPOTHESES,
-            instructions="Pay what is due.",
-            mcp_servers=[server],
-        )
-    )
-    built.register_suggestor(ActionRunner(mcp_servers=[server]))
-    return built
+    call = ToolCall(id="c1", name="transfer", arguments=CALL)
+    return action_engine(call, ActionRunner(mcp_servers=[server]), mcp_servers=[server])
 
 
 def paused_and_gate(built: Engine, tmp_path: Path) -> tuple[ConvergeResult, str]:
-    paused = built.run_sync(inputs=[SEED])
-    assert paused.stop_reason == "awaiting_human"
+    paused, gate = staged(built, SEED)
     assert ledger(tmp_path) == []  # staged, not run
-    [gate] = paused.pending
-    assert gate.proposal.key == ACTIONS
-    return paused, gate.gate_id
-
-
-def outcome(result: ConvergeResult) -> ActionOutcome:
-    [fact] = result.context.get(ACTION_RESULTS)
-    return ACTION_RESULTS.of(fact)
+    return paused, gate
 
 
 def test_the_model_is_offered_an_mcp_action_with_a_reason_and_without_the_key(
@@ -179,10 +134,8 @@ def test_an_mcp_action_whose_arguments_changed_is_refused_never_sent(
         "arguments_sha256": arguments_digest(json.loads(json.dumps(APPROVED))),
         "reason": "forged",
     }
-    built = Engine()
-    built.register_suggestor(Forger(payload))
-    built.register_suggestor(ActionRunner(mcp_servers=[bank(tmp_path)], require_approval=False))
-    result = built.run_sync(inputs=[SEED])
+    runner = ActionRunner(mcp_servers=[bank(tmp_path)], require_approval=False)
+    result = forged(payload, runner).run_sync(inputs=[SEED])
     refused = outcome(result)
     assert (refused.status, refused.error) == ("refused", problem)
     assert ledger(tmp_path) == []
