@@ -26,7 +26,7 @@ from ._core._hitl import GateDecision
 from ._core._model import FrozenModel
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus, StopReason
-from ._core._store import RecordHead, RunRecord, RunStore, RunSummary
+from ._core._store import RecordHead, RowStore, RunRecord, RunStore, RunSummary
 from ._formation import EngineOptions, Formation, load_formation
 
 __all__ = [
@@ -199,8 +199,8 @@ async def check_listed(
     Without a key, every run is shown as listed and `"unchecked"`; nothing is loaded. With
     one, each run's record is loaded and its signature checked (`check_signature`), and the
     line shows what that record says, not the store's own columns (which no signature
-    covers); a record that cannot be loaded fails, and its line is the listing. Each row
-    holds its whole record today, so this loads every listed record.
+    covers); a record that cannot be loaded fails, and its line is the listing. Of a
+    finished run stored as rows, only the head is read and checked.
     """
     checked: list[CheckedRun] = []
     for run in runs:
@@ -208,7 +208,8 @@ async def check_listed(
             checked.append(CheckedRun(summary=run, check=_unchecked(run.run_id)))
             continue
         try:
-            record = await store.load(run.run_id)
+            head = await store.load_head(run.run_id) if isinstance(store, RowStore) else None
+            record = head if head is not None else await store.load(run.run_id)
         except StoreError as error:
             failed = SignatureCheck(run_id=run.run_id, state="failed", message=str(error).strip())
             checked.append(CheckedRun(summary=run, check=failed))
@@ -218,8 +219,11 @@ async def check_listed(
     return tuple(checked)
 
 
-def _shown(run: RunSummary, record: RunRecord) -> RunSummary:
-    """The line of `run` as its loaded `record` says (when it was saved: the listing's)."""
+def _shown(run: RunSummary, record: RunRecord | RecordHead) -> RunSummary:
+    """The line of `run` as its loaded `record` (or head) says (when it was saved: the
+    listing's)."""
+    if isinstance(record, RecordHead):
+        return record.summary(run.saved_at)
     if record.stop_reason is not None:
         return record.summary(run.saved_at)
     return run.model_copy(  # a running run's line says where it is, not its root

@@ -467,6 +467,10 @@ class RecordHead(FrozenModel, frozen=True):
         """The record's `failure_count`."""
         return len(self.failures) + len(self.rolled_back)
 
+    def summary(self, saved_at: datetime) -> RunSummary:
+        """The record as one line (`RunRecord.summary`), from the head alone."""
+        return self.record.summary(saved_at).model_copy(update={"failures": self.failure_count})
+
     def verify_signature(self, key: bytes | None) -> None:
         """Refuse an unsigned or mis-signed head when there is a key (nothing without one).
 

@@ -113,3 +113,29 @@ def test_the_report_of_a_run_says_how_its_facts_were_checked(
     again = (tmp_path / "again.html").read_text(encoding="utf-8")
     assert 'data-verified="true"' in again
     assert "the stored facts reproduce the root and clock" in again
+
+
+def test_runs_checks_the_head_of_a_run_stored_as_rows(
+    large: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, run_id = large
+    code, out = cli("--store", store, "runs")
+    assert code == 0
+    [line] = [line for line in out.splitlines() if line.startswith(run_id)]
+    assert f"{FACTS + 1} facts" in line
+    assert "signature FAILED" not in line
+    with closing(sqlite3.connect(store)) as connection, connection:
+        [(text,)] = connection.execute(
+            "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        head = json.loads(text)
+        head["record"]["cycles"] = 1
+        connection.execute(
+            "UPDATE converge_runs SET record = ? WHERE run_id = ?", (json.dumps(head), run_id)
+        )
+    capsys.readouterr()
+    code, out = cli("--store", store, "runs")
+    [line] = [line for line in out.splitlines() if line.startswith(run_id)]
+    assert "signature FAILED" in line
+    assert "  1 cycles" in line  # what the head says is shown, flagged
+    assert "stored head has a bad signature" in capsys.readouterr().err
