@@ -333,6 +333,12 @@ def to_row(record: RunRecord, saved_at: object) -> tuple[object, ...]:
 
     The `checkpoint` column (schema 1 and 2) is left empty: the record holds the checkpoint.
     """
+    return _row(record, saved_at, record.failure_count, record.model_dump_json(), "whole")
+
+
+def _row(
+    record: RunRecord, saved_at: object, failures: int, text: str, layout: str
+) -> tuple[object, ...]:
     stop = record.stop_reason
     return (
         record.run_id,
@@ -345,11 +351,11 @@ def to_row(record: RunRecord, saved_at: object) -> tuple[object, ...]:
         record.name,
         record.status.value,
         None,
-        record.failure_count,
-        record.model_dump_json(),
+        failures,
+        text,
         None,
         *_indexed(record),
-        "whole",
+        layout,
     )
 
 
@@ -391,25 +397,7 @@ def progress_row(progress: RunProgress, saved_at: object, lease: object) -> tupl
 
 def final_row(head: RecordHead, saved_at: object) -> tuple[object, ...]:
     """The values the end of a run stored as rows writes, in the same order as `to_row`."""
-    record = head.record
-    stop = record.stop_reason
-    return (
-        record.run_id,
-        "" if stop is None else stop.value,
-        record.detail,
-        record.cycles,
-        record.integrity.fact_count,
-        record.integrity.merkle_root,
-        saved_at,
-        record.name,
-        record.status.value,
-        None,
-        head.failure_count,
-        head.model_dump_json(),
-        None,
-        *_indexed(record),
-        "rows",
-    )
+    return _row(head.record, saved_at, head.failure_count, head.model_dump_json(), "rows")
 
 
 def judge(status: object, lease: object, now: datetime) -> tuple[RunStatus, Interruption | None]:
