@@ -71,7 +71,15 @@ from ._core._store import (
 )
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._tokens import TokenSink, TokenStreamed, token_sink
-from ._core._trace import Continuation, CycleTrace, Execution, Outcome, Rejection, RunTrace
+from ._core._trace import (
+    Continuation,
+    CycleTrace,
+    Execution,
+    Outcome,
+    Rejection,
+    RunTimes,
+    RunTrace,
+)
 from ._engine import Engine
 from ._formation import EngineOptions, Formation
 from ._isolation._suggestor import IsolatedSuggestor, WorkerPool, isolated
@@ -163,6 +171,7 @@ __all__ = [
     "RunStatus",
     "RunStore",
     "RunSummary",
+    "RunTimes",
     "RunTrace",
     "SqliteRunStore",
     "StaleRecordError",

@@ -33,7 +33,7 @@ from ._proposal import ProposedFact
 from ._result import Conflict, ConvergeResult
 from ._signature import signature_matches, signature_of
 from ._stop import RunStatus, StopReason
-from ._trace import Continuation, Execution, Rejection, RunTrace
+from ._trace import Continuation, Execution, Rejection, RunTimes, RunTrace
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -446,6 +446,8 @@ class RecordHead(FrozenModel, frozen=True):
     """Each structural violation that rolled an effect back (`RunTrace.rolled_back`)."""
     invalid: tuple[Rejection, ...] = ()
     """Each rejection of a broken proposal (`Shortfall.invalid`)."""
+    times: RunTimes = RunTimes()
+    """When the run started and ended, and how long it ran (`RunTrace.times`)."""
     journal_length: int = Field(ge=0)
     """How many journal entries the run has."""
     journal_digest: str
@@ -466,6 +468,12 @@ class RecordHead(FrozenModel, frozen=True):
     def failure_count(self) -> int:
         """The record's `failure_count`."""
         return len(self.failures) + len(self.rolled_back)
+
+    @property
+    def shortfall(self) -> bool:
+        """Whether the run fell short (`Shortfall`): failed calls not made good, invalid
+        proposals or rolled-back effects."""
+        return bool(self.failures or self.rolled_back or self.invalid)
 
     def summary(self, saved_at: datetime) -> RunSummary:
         """The record as one line (`RunRecord.summary`), from the head alone."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, final
 
 from pydantic import Field, JsonValue
@@ -115,6 +115,19 @@ class Continuation(FrozenModel, frozen=True):
 
 
 @final
+class RunTimes(FrozenModel, frozen=True):
+    """When a run started and ended (UTC wall clock), and how long it ran (its own time);
+    `None` for what an older record did not keep."""
+
+    started: datetime | None = None
+    """When its first cycle started."""
+    ended: datetime | None = None
+    """When its last cycle's slowest call ended."""
+    seconds: float | None = None
+    """Its own time, to the end of its last cycle's slowest call."""
+
+
+@final
 class RunTrace(FrozenModel, frozen=True):
     """The JSON-serialisable record of a run."""
 
@@ -151,6 +164,20 @@ class RunTrace(FrozenModel, frozen=True):
                 last.pop(execution.suggestor_id, None)  # keep the order of the last calls
                 last[execution.suggestor_id] = execution
         return tuple(execution for execution in last.values() if execution.outcome != "ok")
+
+    def times(self) -> RunTimes:
+        """The run's times, from its cycles."""
+        cycles = self.cycles
+        if not cycles:
+            return RunTimes()
+        first, last = cycles[0], cycles[-1]
+        slowest = max((execution.duration_ms for execution in last.executions), default=0.0)
+        started = last.started_at
+        return RunTimes(
+            started=first.started_at,
+            ended=None if started is None else started + timedelta(milliseconds=slowest),
+            seconds=None if last.at_seconds is None else last.at_seconds + slowest / 1000,
+        )
 
     def rolled_back(self) -> tuple[Violation, ...]:
         """Structural violations: each rolled back a suggestor's effect (or the inputs)."""

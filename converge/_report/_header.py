@@ -14,7 +14,7 @@ from typing import Final
 from .._core._escape import esc
 from .._core._shortfall import Shortfall
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RunRecord
+from .._core._store import RecordHead, RunRecord
 from ._parts import (
     count_stat,
     executions,
@@ -32,10 +32,15 @@ SUMMARY_FACT_LIMIT: Final = 10
 """The summary lists at most this many of the facts the last promoting cycle promoted."""
 
 
-def badge_class(record: RunRecord) -> str:
+def badge_class(source: RunRecord | RecordHead) -> str:
     """`converged_with_failures` when `converge run` would exit with its failures status (9),
-    else the run's outcome (`converged`, `awaiting_human`, a budget, ...)."""
-    if record.stop_reason is StopReason.CONVERGED and Shortfall.of(record.trace, record.rejections):
+    else the run's outcome (`converged`, `awaiting_human`, a budget, ...); of a record or
+    of the head of a run stored as rows."""
+    if isinstance(source, RecordHead):
+        record, short = source.record, source.shortfall
+    else:
+        record, short = source, bool(Shortfall.of(source.trace, source.rejections))
+    if record.stop_reason is StopReason.CONVERGED and short:
         return "converged_with_failures"
     return record.outcome
 

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 from .._core._escape import esc
 from .._core._invariant import Violation
 from .._core._store import RunRecord
-from .._core._trace import Execution
+from .._core._trace import Execution, RunTimes
 from ._svg import format_ms
-from ._timeline import longest_ms
 
 __all__ = [
     "RunTimes",
@@ -107,25 +105,9 @@ def executions(record: RunRecord) -> list[tuple[int, Execution]]:
     return [(cycle.cycle, e) for cycle in record.trace.cycles for e in cycle.executions]
 
 
-@dataclass(frozen=True)
-class RunTimes:
-    """When a run started and ended (UTC wall clock), and how long it ran (its own time)."""
-
-    started: datetime | None
-    ended: datetime | None
-    seconds: float | None
-
-
 def run_times(record: RunRecord) -> RunTimes:
     """The run's times from its cycles; `None` for what an older record did not keep."""
-    cycles = record.trace.cycles
-    if not cycles:
-        return RunTimes(None, None, None)
-    first, last = cycles[0], cycles[-1]
-    slowest = longest_ms(last)
-    ended = None if last.started_at is None else last.started_at + timedelta(milliseconds=slowest)
-    seconds = None if last.at_seconds is None else last.at_seconds + slowest / 1000
-    return RunTimes(first.started_at, ended, seconds)
+    return record.trace.times()
 
 
 def format_time(moment: datetime | None) -> str:

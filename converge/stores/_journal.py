@@ -225,6 +225,7 @@ class Journal:
             failures=tuple((cycle_of(trace, f), f) for f in trace.failures()),
             rolled_back=trace.rolled_back(),
             invalid=invalid_proposals(record.rejections),
+            times=trace.times(),
             journal_length=length,
             journal_digest=digest,
         )

@@ -34,7 +34,7 @@ from .._core._events import EngineEvent
 from .._core._exceptions import ConvergeError, RunNotFoundError
 from .._core._hitl import GateDecision
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RunRecord, RunStore, RunSummary
+from .._core._store import RowStore, RunRecord, RunStore, RunSummary
 from .._formation import EngineOptions, Formation, command_timeout
 from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
 from ..stores import PostgresRunStore, SqliteRunStore
@@ -150,7 +150,10 @@ class _Console:
             if not filters.keeps(summary):
                 continue
             try:
-                record = await store.load(summary.run_id)
+                head = (
+                    await store.load_head(summary.run_id) if isinstance(store, RowStore) else None
+                )
+                record = head if head is not None else await store.load(summary.run_id)
             except Exception as error:  # one unreadable row must not hide the others
                 listed.append(Listed(summary, None, f"unreadable: {error_text(error)}"))
                 continue

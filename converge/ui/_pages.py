@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from .._core._escape import esc
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RunRecord, RunSummary
+from .._core._store import RecordHead, RunRecord, RunSummary
 from .._report._header import badge_class
 from .._report._parts import RunTimes, format_seconds, format_time, run_times
 from .._report._render import report_body
@@ -47,7 +47,7 @@ _STATUS_CLASS: Final = {
 }
 
 
-def _status(run: RunSummary, record: RunRecord | None) -> str:
+def _status(run: RunSummary, record: RunRecord | RecordHead | None) -> str:
     """The status badge: how a finished run ended, or where the others stand.
 
     Green only for a run that converged without failures.
@@ -86,7 +86,8 @@ class Listed:
     """One run of the list: its summary, record (or why not), and its signature check."""
 
     summary: RunSummary
-    record: RunRecord | None
+    record: RunRecord | RecordHead | None
+    """The record, or the head of a finished run stored as rows (all the list needs)."""
     problem: str = ""
     check: SignatureCheck | None = None
 
@@ -113,8 +114,11 @@ def _filters(filters: Filters) -> str:
 def _run_row(listed: Listed) -> str:
     run = listed.summary
     record = listed.record
-    times = run_times(record) if record is not None else RunTimes(None, None, None)
-    pending = len(record.pending) if record is not None else 0
+    if isinstance(record, RecordHead):
+        times, pending = record.times, 0  # a finished run waits on nobody
+    else:
+        times = run_times(record) if record is not None else RunTimes()
+        pending = len(record.pending) if record is not None else 0
     stop = run.stop_reason.value.replace("_", " ") if run.stop_reason else "—"
     problem = f'<br><span class="bad">{esc(listed.problem)}</span>' if listed.problem else ""
     if listed.check is not None and listed.check.failed:

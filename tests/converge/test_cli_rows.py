@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from converge._cli._read import SHOWN_FACTS, WHOLE_SHOW
+from converge.ui import Reviewers
 from tests.cli_runs import cli, run_id_of
+from tests.converge.test_ui_console import client_for
 
 FORMATION = str(Path(__file__).resolve().parents[2] / "benchmarks" / "scale_formation.py")
 FACTS = WHOLE_SHOW + 1_500
@@ -139,3 +141,17 @@ def test_runs_checks_the_head_of_a_run_stored_as_rows(
     assert "signature FAILED" in line
     assert "  1 cycles" in line  # what the head says is shown, flagged
     assert "stored head has a bad signature" in capsys.readouterr().err
+
+
+def test_the_console_lists_a_large_run_stored_as_rows_from_its_head(
+    large: tuple[str, str],
+) -> None:
+    store, run_id = large
+    reviewers, token = Reviewers.single("ana")
+    with client_for(store, reviewers, token=token) as client:
+        listing = client.get("/").text
+    [row] = [row for row in listing.split('<tr data-run="')[1:] if row.startswith(run_id)]
+    assert 'data-outcome="converged">converged</span>' in row
+    assert f'<td class="num">{FACTS + 1}</td>' in row
+    assert "UTC</td>" in row  # its start, from the head's times
+    assert 'data-signature="failed"' not in row
