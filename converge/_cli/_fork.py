@@ -155,7 +155,7 @@ async def _fork(args: argparse.Namespace, out: TextIO, *, cycle: int, replay: bo
     except ReplayError as error:
         print(f"error: {visible(str(error).strip())}; nothing was forked", file=sys.stderr)
         return VERIFY_FAILED
-    record = result.record or RunRecord.of(
+    record = RunRecord.saved(result) or RunRecord.of(
         result, name=formation.name, formation=locate(locator), key=key
     )
     where = store_argument(args.store)

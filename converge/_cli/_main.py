@@ -266,7 +266,7 @@ async def _finish(
     label: str,
 ) -> int:
     """Print the saved run's summary (or JSON) and write its report."""
-    record = result.record or RunRecord.of(
+    record = RunRecord.saved(result) or RunRecord.of(
         result, name=formation.name, formation=locate(locator), key=signing_key()
     )
     where = store_argument(args.store)

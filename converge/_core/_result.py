@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, final
+from typing import final
 
 from ._checkpoint import Checkpoint, Lineage
 from ._context import ContextSnapshot
@@ -18,9 +18,6 @@ from ._proposal import ProposedFact
 from ._shortfall import Shortfall, invalid_proposals
 from ._stop import StopReason
 from ._trace import Execution, Rejection, RunTrace
-
-if TYPE_CHECKING:
-    from ._store import RunRecord
 
 __all__ = [
     "AwaitingHumanError",
@@ -169,17 +166,9 @@ class ConvergeResult:
     """What `Engine.resume` needs, for `StopReason.AWAITING_HUMAN`."""
     lineage: Lineage | None = None
     """Where a forked run branched off its parent (`Engine.fork`); `None` for any other."""
-    _saved: RunRecord | None = None
-    """The record the engine saved of this run (set once, by the engine, after the save)."""
-
-    @property
-    def record(self) -> RunRecord | None:
-        """The record the engine saved of this run, when it has a store; `None` otherwise.
-
-        It is the record the store holds, built once when the run stopped:
-        `RunRecord.of(result)` builds a record of any result, and checks the facts again.
-        """
-        return self._saved
+    _saved: object = None
+    """The record the engine saved of this run (set once, by the engine, after the save;
+    `RunRecord.saved` reads it)."""
 
     @property
     def integrity(self) -> IntegrityProof:

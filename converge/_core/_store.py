@@ -327,6 +327,16 @@ class RunRecord(FrozenModel, frozen=True):
         )
         return record if key is None else record.signed(key)
 
+    @classmethod
+    def saved(cls, result: ConvergeResult) -> RunRecord | None:
+        """The record the engine saved of `result`'s run, when it has a store; else `None`.
+
+        It is the record the store holds, built once as the run stopped; `of` builds a
+        record of any result, checking every fact again.
+        """
+        saved = result._saved  # pyright: ignore[reportPrivateUsage]
+        return saved if isinstance(saved, RunRecord) else None
+
     @property
     def outcome(self) -> str:
         """The stop reason's value, or the status's while the run has none (`"running"`)."""

@@ -87,6 +87,7 @@ def test_lease_keeper_keeps_a_run_whose_step_blocks_its_event_loop(tmp_path: Pat
         out, err = owner.communicate(timeout=60)
     finally:
         owner.kill()
+        owner.communicate()  # its pipes closed, whatever failed above
     assert owner.returncode == 0, out + err
 
     async def read() -> tuple[RunStatus, int]:

@@ -527,10 +527,9 @@ async def test_the_result_holds_the_record_its_engine_saved(
     store: RunStore, target: Target
 ) -> None:
     result = await chain_engine(store, signing_key=KEY)[0].run(inputs=INPUTS)
-    assert result.record is not None
-    assert (
-        result.record.model_dump_json() == RunRecord.of(result, key=KEY.encode()).model_dump_json()
-    )
-    assert (await store.load(result.run_id)).model_dump_json() == result.record.model_dump_json()
+    saved = RunRecord.saved(result)
+    assert saved is not None
+    assert saved.model_dump_json() == RunRecord.of(result, key=KEY.encode()).model_dump_json()
+    assert (await store.load(result.run_id)).model_dump_json() == saved.model_dump_json()
     alone = await chain_engine(None, signing_key=KEY)[0].run(inputs=INPUTS)
-    assert alone.record is None  # nothing was saved
+    assert RunRecord.saved(alone) is None  # nothing was saved
