@@ -30,6 +30,7 @@ from converge import (
     GateDecision,
     RecordHead,
     RowStore,
+    RunFinal,
     RunRecord,
     RunStatus,
     RunStore,
@@ -533,3 +534,62 @@ async def test_the_result_holds_the_record_its_engine_saved(
     assert (await store.load(result.run_id)).model_dump_json() == saved.model_dump_json()
     alone = await chain_engine(None, signing_key=KEY)[0].run(inputs=INPUTS)
     assert RunRecord.saved(alone) is None  # nothing was saved
+
+
+# -- an end that fails half-way --------------------------------------------------------------------
+
+
+async def test_an_end_that_fails_after_its_head_is_written_leaves_the_run_as_it_was(
+    store: RunStore, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fails between the head and the last entry: the transaction rolls back, the
+    run stays as its last cycle saved it, and it can be continued to its end as rows."""
+    from converge.stores import _db, postgres, sqlite
+
+    real = _db.write_final
+
+    class HalfDisk:
+        def __init__(self, db: _db.Db) -> None:
+            self.db = db
+
+        def one(
+            self, statement: LiteralString, values: tuple[object, ...], /
+        ) -> tuple[object, ...] | None:
+            return self.db.one(statement, values)
+
+        def all(
+            self, statement: LiteralString, values: tuple[object, ...], /
+        ) -> list[tuple[object, ...]]:
+            return self.db.all(statement, values)
+
+        def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
+            if statement.startswith("INSERT INTO converge_journal"):
+                raise OSError("disk full")
+            self.db.run(statement, values)
+
+    def failing(db: _db.Db, final: RunFinal, saved_at: object, expected: int) -> int:
+        return real(HalfDisk(db), final, saved_at, expected)
+
+    for module in (sqlite, postgres):
+        monkeypatch.setattr(module, "write_final", failing)
+    engine = chain_engine(store, signing_key=KEY, lease=0.5)[0]
+    with pytest.raises(StoreError, match="could not be saved: OSError: disk full") as raised:
+        await engine.run(inputs=INPUTS)
+    result = raised.value.result
+    assert result is not None
+    assert result.converged
+    run_id = result.run_id
+    [(text,)] = sql(target, "SELECT record FROM converge_runs WHERE run_id = ?", run_id)
+    assert "journal_digest" in str(text)
+    assert '"record"' not in str(text)
+    kept = await store.load(run_id)
+    assert kept.status in (RunStatus.RUNNING, RunStatus.INTERRUPTED)
+    assert {f.id for f in kept.facts} <= {f.id for f in result.context.facts()}
+    monkeypatch.undo()
+    await anyio.sleep(0.6)  # its lease runs out: the run is lost, and may be continued
+    again = await chain_engine(store, signing_key=KEY)[0].resume_run(run_id)
+    assert again.converged
+    assert layout(target, run_id) == "rows"
+    loaded = await store.load(run_id)
+    loaded.verify_signature(KEY.encode())
+    assert [f.id for f in loaded.facts] == [f.id for f in result.context.facts()]
