@@ -19,7 +19,7 @@ from typing import final
 from pydantic import ValidationError
 
 from .._core._canonical import merkle_root
-from .._core._checkpoint import restore_fact
+from .._core._checkpoint import FactRecord, restore_fact
 from .._core._hitl import GateDecision
 from .._core._key import STORED, AnyKey, key_rank
 from .._core._store import RecordHead, RowStore
@@ -62,19 +62,23 @@ class RowsCheck:
         """Facts checked so far."""
         return len(self._seen)
 
-    def add(self, entries: Iterable[str]) -> None:
-        """Check the next entries, in order (after a problem, nothing more is looked at)."""
+    def add(self, entries: Iterable[str]) -> list[FactRecord]:
+        """Check the next entries, in order; their facts, each checked against its fields.
+
+        After a problem, nothing more is looked at (and nothing more is returned).
+        """
         run_id = self._head.record.run_id
+        checked: list[FactRecord] = []
         for entry in entries:
             if self._error is not None:
-                return
+                return checked
             self._entries += 1
             self._digest = chain(self._digest, entry)
             try:
                 delta = CycleDelta.model_validate_json(entry, context=STORED)
             except ValidationError:
                 self._error = f"run {run_id}: journal entry {self._entries} is invalid"
-                return
+                return checked
             self._rejections += len(delta.rejections)
             self._decisions.extend(delta.decisions)
             for record in delta.facts:
@@ -82,13 +86,15 @@ class RowsCheck:
                     fact = restore_fact(record)
                 except ValueError as error:
                     self._error = f"run {run_id}: entry {self._entries}: {error}"
-                    return
+                    return checked
                 ref = blake2b(f"{record.key.value}/{record.id}".encode(), digest_size=16).digest()
                 if ref in self._seen:
                     self._error = f"run {run_id}: fact {fact.ref} is stored twice"
-                    return
+                    return checked
                 self._seen.add(ref)
                 self._leaves.setdefault(record.key, []).append(fact.__dict__["digest"])
+                checked.append(record)
+        return checked
 
     def problem(self) -> str | None:
         """Why the entries fed so far are not the head's run; `None` when they are."""

@@ -6,13 +6,18 @@ its first and last facts; `--json` still prints the whole record; a forged head 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+import anyio
 import pytest
 
+from converge import SqliteRunStore
+from converge._cli._export import CSV_COLUMNS
 from converge._cli._read import SHOWN_FACTS, WHOLE_SHOW
 from converge.ui import Reviewers
 from tests.cli_runs import cli, run_id_of
@@ -155,3 +160,41 @@ def test_the_console_lists_a_large_run_stored_as_rows_from_its_head(
     assert f'<td class="num">{FACTS + 1}</td>' in row
     assert "UTC</td>" in row  # its start, from the head's times
     assert 'data-signature="failed"' not in row
+
+
+def test_export_of_a_run_stored_as_rows_writes_what_the_whole_record_holds(
+    large: tuple[str, str], tmp_path: Path
+) -> None:
+    store, run_id = large
+    record = anyio.run(SqliteRunStore(store, read_only=True).load, run_id)
+    code, out = cli("--store", store, "export", run_id, "--format", "jsonl")
+    assert code == 0
+    assert out.splitlines() == [fact.model_dump_json() for fact in record.facts]
+    target = tmp_path / "facts.csv"
+    code, out = cli("--store", store, "export", run_id, "--format", "csv", "-o", str(target))
+    assert (code, out) == (0, f"{FACTS + 1} fact(s) exported to {target}\n")
+    rows = list(csv.reader(io.StringIO(target.read_text(encoding="utf-8"))))
+    assert rows[0] == list(CSV_COLUMNS)
+    assert [row[1] for row in rows[1:]] == [fact.id for fact in record.facts]
+
+
+def test_export_of_a_run_whose_rows_were_changed_writes_nothing(
+    large: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, run_id = large
+    with closing(sqlite3.connect(store)) as connection, connection:
+        [(seq, entry)] = connection.execute(
+            "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND entry LIKE ?",
+            (run_id, f'%"content":"fact {FACTS - 1}"%'),
+        ).fetchall()
+        connection.execute(
+            "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?",
+            (entry.replace(f'"content":"fact {FACTS - 1}"', '"content":"forged"'), run_id, seq),
+        )
+    target = tmp_path / "facts.jsonl"
+    capsys.readouterr()
+    code, out = cli("--store", store, "export", run_id, "-o", str(target))
+    assert (code, out) == (7, "")
+    assert "error: not exported: " in capsys.readouterr().err
+    assert not target.exists()
+    assert list(tmp_path.glob(".facts.jsonl.*")) == []
