@@ -33,7 +33,7 @@ from typing import Final, TextIO
 import anyio
 from pydantic import JsonValue, ValidationError
 
-from .._core._checkpoint import FactRecord
+from .._core._checkpoint import FactRecord, restore_fact
 from .._core._collector import paused_collector
 from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
@@ -314,13 +314,20 @@ async def _show_head(store: RowStore, head: RecordHead, out: TextIO) -> int:
     name = f" ({visible(record.name)})" if record.name else ""
     out.write(f"run {run_id}{name}\n")
     out.write("\n".join(summary_lines(head)) + "\n")
-    out.write(_signature_line(check) + "\n")
+    signature = _signature_line(check)
+    if not check.failed and check.state == "verified":
+        signature += " (the head's; the rows below are not: `verify` checks them)"
+    out.write(signature + "\n")
     _write_lineage(out, record)
     out.write(
         f"rows         {head.journal_length} journal entries, not read by show: "
         f"`{visible(program())} verify {run_id}` checks every fact\n"
     )
     first, last = await _ends(store, head)
+    broken = _broken(record.run_id, [*first, *last])
+    if broken is not None:
+        sys.stderr.write(f"warning: {visible(broken)}\n")
+        out.write(f"integrity    FAILED ({visible(broken)})\n")
     out.write(f"\nthe first {len(first)} facts, in promotion order:\n")
     _write_facts(out, first)
     out.write(f"\nthe last {len(last)} facts, in promotion order:\n")
@@ -329,6 +336,16 @@ async def _show_head(store: RowStore, head: RecordHead, out: TextIO) -> int:
     out.write(f"\n... {hidden} facts not shown (`{visible(program())} export {run_id}`)\n")
     _write_rejections(out, head.shown_rejections, head.rejections - len(head.shown_rejections))
     return 0
+
+
+def _broken(run_id: str, facts: Iterable[FactRecord]) -> str | None:
+    """Why one of `facts` does not match its own digest (`None`: each does)."""
+    for fact in facts:
+        try:
+            restore_fact(fact)
+        except ValueError as error:
+            return f"run {run_id}: {error}"
+    return None
 
 
 async def _ends(store: RowStore, head: RecordHead) -> tuple[list[FactRecord], list[FactRecord]]:

@@ -198,3 +198,26 @@ def test_export_of_a_run_whose_rows_were_changed_writes_nothing(
     assert "error: not exported: " in capsys.readouterr().err
     assert not target.exists()
     assert list(tmp_path.glob(".facts.jsonl.*")) == []
+
+
+def test_show_of_a_large_run_checks_the_facts_it_shows(
+    large: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The head is signed, the rows are not read: a fact shown that no longer matches its own
+    digest is said to fail, never shown as if verified."""
+    store, run_id = large
+    with closing(sqlite3.connect(store)) as connection, connection:
+        [(seq, entry)] = connection.execute(
+            "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND entry LIKE ?",
+            (run_id, f'%"content":"fact {FACTS - 1}"%'),
+        ).fetchall()
+        connection.execute(
+            "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?",
+            (entry.replace(f'"content":"fact {FACTS - 1}"', '"content":"forged"'), run_id, seq),
+        )
+    capsys.readouterr()
+    code, out = cli("--store", store, "show", run_id)
+    assert code == 0
+    assert "signature    verified (the head's; the rows below are not: `verify` checks them)" in out
+    assert f"integrity    FAILED (run {run_id}: fact hypotheses/h-{FACTS - 1}: digest" in out
+    assert "does not match its fields" in capsys.readouterr().err
