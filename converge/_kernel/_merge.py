@@ -207,8 +207,8 @@ class Merger:
                     continue
                 self._clock += 1
                 promoted.append(fact)
-                leaves.append(fact.__dict__["digest"])  # the seal's own
-                own = verdict.__dict__  # read once: a model's attributes are slower
+                own = fact.__dict__  # read once: a model's attributes are slower to load
+                leaves.append(own["digest"])  # the seal's own
                 overlay[own["key"], own["id"]] = fact
             elif verdict is RESTATED:
                 continue
