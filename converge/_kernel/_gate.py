@@ -174,7 +174,13 @@ def _id_reason(policy: PromotionPolicy, key: AnyKey, ident: str, gate: GateKind)
 
 
 def _intact(fields: Mapping[str, Any]) -> bool:
-    """Whether a proposal's fields are as validation leaves them (the gate's fast path)."""
+    """Whether a proposal's fields (its `__dict__`) are as validation leaves them, for the
+    gate to read without validating them again (its fast path)."""
+    # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
+    # differently (a valid id to the checks, another to the seal): validated again, once.
+    container = type(fields)  # through a name: pyright would narrow `fields` to unknown values
+    if container is not dict:
+        return False
     try:
         key = fields["key"]
         ident = fields["id"]
@@ -238,21 +244,9 @@ def _shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _intact_fields(proposal: ProposedFact) -> dict[str, Any] | None:
-    """The fields of `proposal` (of exactly `ProposedFact`: the caller checks) when they are
-    as validation left them (`_intact`), for the gate to read without validating them
-    again; else `None`."""
-    # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
-    # differently (a valid id to the checks, another to the seal): validated again, once.
-    own = proposal.__dict__  # typeshed says a mapping proxy; it is a dict, or a subclass
-    if type(own) is dict and _intact(own):  # pyright: ignore[reportUnnecessaryComparison]
-        return own
-    return None
-
-
 def admit(proposal: object) -> ProposedFact | str:
     """`proposal` as validation left it, or validated again; or why it does not validate."""
-    if type(proposal) is ProposedFact and _intact_fields(proposal) is not None:
+    if type(proposal) is ProposedFact and _intact(proposal.__dict__):
         return proposal
     return _validated(proposal)
 
@@ -530,7 +524,7 @@ class Gate:
         """
         try:
             # the fields read once, for every check below
-            if type(proposal) is ProposedFact and (own := _intact_fields(proposal)) is not None:
+            if type(proposal) is ProposedFact and _intact(own := proposal.__dict__):
                 admitted = proposal
             else:
                 validated = _validated(proposal)
