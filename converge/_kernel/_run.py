@@ -214,7 +214,7 @@ class RunLoop:
             merger = self._merger(snapshot, cycle)
         conflict: Conflict | None = None
         for reg, effect in batch.effects:
-            conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
+            conflict = merger.merge_stamped(reg.stamp, reg.writes, effect.proposals)
             if effect.refused:
                 merger.refuse(reg.name, effect.refused)
             if conflict is not None:
