@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from datetime import datetime
 from typing import Literal, final, overload
 
@@ -240,12 +240,19 @@ class Engine:
         saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
 
         async def run_and_save() -> ConvergeResult:
-            async with relaying(self._keeper.store, state.run_id, config) as relayed:
+            async with self._relaying(state.run_id, config) as relayed:
                 loop = RunLoop(relayed, view, state, saver, check_facts=self._facts_leave())
                 result = await loop.start()
             return await self._keeper.save(result, 0, saver)
 
         return await reraise(with_lease(saver, run_and_save))
+
+    def _relaying(self, run_id: str, config: RunConfig) -> AbstractAsyncContextManager[RunConfig]:
+        """The run's `config`, relaying its tokens to the store while in the block
+        (`stores._relay.relaying`); without a store, `config` as it is, and no relay to set
+        up or check for (1 % of a W4 run's instructions)."""
+        store = self._keeper.store
+        return nullcontext(config) if store is None else relaying(store, run_id, config)
 
     def _facts_leave(self) -> bool:
         """Whether a run's facts leave this process (saved or signed), so the run ends with
@@ -372,7 +379,7 @@ class Engine:
         saver = self._keeper.saver(state.run_id, view.fingerprint, expected)
 
         async def resume_and_save() -> ConvergeResult:
-            async with relaying(self._keeper.store, state.run_id, self._config) as relayed:
+            async with self._relaying(state.run_id, self._config) as relayed:
                 loop = RunLoop(relayed, view, state, saver, check_facts=self._facts_leave())
                 result = await loop.resume(checkpoint.pending, chosen)
             return await self._keeper.save(result, expected, saver)

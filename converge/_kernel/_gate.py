@@ -174,7 +174,13 @@ def _id_reason(policy: PromotionPolicy, key: AnyKey, ident: str, gate: GateKind)
 
 
 def _intact(fields: Mapping[str, Any]) -> bool:
-    """Whether a proposal's fields are as validation leaves them (the gate's fast path)."""
+    """Whether a proposal's fields (its `__dict__`) are as validation leaves them, for the
+    gate to read without validating them again (its fast path)."""
+    # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
+    # differently (a valid id to the checks, another to the seal): validated again, once.
+    container = type(fields)  # through a name: pyright would narrow `fields` to unknown values
+    if container is not dict:
+        return False
     try:
         key = fields["key"]
         ident = fields["id"]
@@ -240,12 +246,13 @@ def _shown(value: object, limit: int = 60) -> str:
 
 def admit(proposal: object) -> ProposedFact | str:
     """`proposal` as validation left it, or validated again; or why it does not validate."""
-    # A `__dict__` replaced by a `dict` subclass could answer each of the gate's reads
-    # differently (a valid id to the checks, another to the seal): validated again, once.
-    if type(proposal) is ProposedFact:
-        own = proposal.__dict__  # typeshed says a mapping proxy; it is a dict, or a subclass
-        if type(own) is dict and _intact(own):  # pyright: ignore[reportUnnecessaryComparison]
-            return proposal
+    if type(proposal) is ProposedFact and _intact(proposal.__dict__):
+        return proposal
+    return _validated(proposal)
+
+
+def _validated(proposal: object) -> ProposedFact | str:
+    """`admit`'s slow path: a copy of `proposal` validated, or why it does not validate."""
     if not isinstance(proposal, ProposedFact):
         return f"invalid proposal: not a ProposedFact but a {type(proposal).__name__}"
     fields = {name: value for name, value in proposal.__dict__.items() if name in _FIELDS}
@@ -447,8 +454,14 @@ class Gate:
     def check(self, proposal: ProposedFact, writes: Collection[AnyKey] | None) -> str | None:
         """Why the gate refuses an admitted `proposal` from a suggestor allowed `writes`: the
         first check it fails, in the documented order, or `None`."""
+        return self._check(proposal, proposal.__dict__, writes)
+
+    def _check(
+        self, proposal: ProposedFact, own: Mapping[str, Any], writes: Collection[AnyKey] | None
+    ) -> str | None:
+        """`check`, with the proposal's fields (`own`, its `__dict__`) read by the caller: a
+        model's `__dict__` costs as much to load as any of its attributes (hot-path rules)."""
         max_provenance, max_id, max_content = self._limits
-        own = proposal.__dict__  # read once: a model's attributes are slower to load
         key: AnyKey = own["key"]
         ident: str = own["id"]
         content: str = own["content"]
@@ -510,13 +523,17 @@ class Gate:
         cannot be hashed) is the proposal's rejection, with the error as its reason.
         """
         try:
-            admitted = admit(proposal)
-            if isinstance(admitted, str):
-                return Reject(stand_in(proposal), admitted)
-            reason = self.check(admitted, writes)
+            # the fields read once, for every check below
+            if type(proposal) is ProposedFact and _intact(own := proposal.__dict__):
+                admitted = proposal
+            else:
+                validated = _validated(proposal)
+                if isinstance(validated, str):
+                    return Reject(stand_in(proposal), validated)
+                admitted, own = validated, validated.__dict__
+            reason = self._check(admitted, own, writes)
             if reason is not None:
                 return Reject(admitted, reason)
-            own = admitted.__dict__  # read once: a model's attributes are slower
             key: AnyKey = own["key"]
             ident: str = own["id"]
             # a slot's tuple only when something was merged this cycle (a lookup in the

@@ -153,6 +153,15 @@ class Merger:
         approved_by: str | None = None,
     ) -> Conflict | None:
         """Merge one suggestor's proposals; return the conflict that stops the run, if any."""
+        stamp = self.gate.stamp(suggestor, suggestor_id, approved_by)
+        return self.merge_stamped(stamp, writes, proposals)
+
+    def merge_stamped(
+        self, stamp: Stamp, writes: frozenset[AnyKey] | None, proposals: Iterable[ProposedFact]
+    ) -> Conflict | None:
+        """`merge`, with the suggestor's stamp for this merger's gate made already (the
+        engine's is kept on each `Registration`)."""
+        suggestor = stamp.suggestor
         try:
             proposals = tuple(proposals)
         except Exception as error:  # an effect built without validation
@@ -162,7 +171,6 @@ class Merger:
         # with structural invariants, this effect is checked on top of the earlier ones
         before = self.snapshot() if self._structural else None
         mark = (len(self.promoted), len(self.held), self._clock)
-        stamp = self.gate.stamp(suggestor, suggestor_id, approved_by)
         conflict = self._apply_each(proposals, stamp, writes)
         if conflict is not None:
             self._roll_back(*mark)
@@ -207,8 +215,8 @@ class Merger:
                     continue
                 self._clock += 1
                 promoted.append(fact)
-                leaves.append(fact.__dict__["digest"])  # the seal's own
-                own = verdict.__dict__  # read once: a model's attributes are slower
+                own = fact.__dict__  # read once: a model's attributes are slower to load
+                leaves.append(own["digest"])  # the seal's own
                 overlay[own["key"], own["id"]] = fact
             elif verdict is RESTATED:
                 continue

@@ -2,7 +2,8 @@
 
 `Engine` builds a `RunLoop` per run, resume or replay from its configuration and a frozen view
 of its registrations, so registering more suggestors never disturbs a run in progress. There
-is one cycle (`RunLoop._cycle`); an `EffectSource` feeds it, live (`_live.LiveEffects`) or
+is one cycle: `RunLoop._cycles` awaits what it needs, and `RunLoop._merged` merges what
+came back without awaiting. An `EffectSource` feeds it, live (`_live.LiveEffects`) or
 recorded (`_replay.RecordedEffects`). Only this module changes a `RunState`; `_pause` turns
 one into a checkpoint and back. Everything the loop has to say goes through `RunEvents`.
 """
@@ -164,36 +165,41 @@ class RunLoop:
         return result
 
     async def _cycles(self, source: EffectSource) -> ConvergeResult:
+        """Run cycles until one stops the run. What a cycle awaits (the save, the events,
+        the suggestors' calls) is here; merging what they returned is `_merged`, which
+        never awaits: one coroutine a cycle, not one for the loop and one for the cycle."""
         state = self._state
         saver = self._saver
+        events = self.events
         while True:
             if saver is not None:
                 await saver.saved(state, self._stopwatch.elapsed())
                 # The save is shielded: a cancellation that came meanwhile is raised here,
                 # even if no suggestor of the next cycle ever awaits.
                 await anyio.lowlevel.checkpoint_if_cancelled()
-            if self.events.pending:
-                await self.events.flush()
-            state.cycle += 1
-            result = await self._cycle(source, state.cycle)
+            if events.pending:
+                await events.flush()
+            state.cycle = cycle = state.cycle + 1
+            self._cycle_start = perf_counter()
+            end = source.end(cycle)
+            if end is not None:
+                state.cycle = end.cycle
+                if end.reason is None:
+                    return self._fixed_point()
+                return self._finish(end.reason, end.detail)
+            if events.debug:
+                events.cycle_started(cycle, state.dirty)
+                await events.flush()
+            batch = await source.produce(cycle, state.dirty, state.snapshot)
+            result = self._merged(source, cycle, batch)
             if result is not None:
                 return result
 
-    async def _cycle(self, source: EffectSource, cycle: int) -> ConvergeResult | None:
-        """Run one cycle; the result when the run stops here, `None` to go on."""
+    def _merged(self, source: EffectSource, cycle: int, batch: Batch) -> ConvergeResult | None:
+        """Merge and record one cycle's `batch`, produced against the state's snapshot for
+        its dirty keys; the result when the run stops here, `None` to go on."""
         state = self._state
-        self._cycle_start = perf_counter()
-        end = source.end(cycle)
-        if end is not None:
-            state.cycle = end.cycle
-            if end.reason is None:
-                return self._fixed_point()
-            return self._finish(end.reason, end.detail)
         dirty, snapshot = state.dirty, state.snapshot
-        if self.events.debug:
-            self.events.cycle_started(cycle, dirty)
-            await self.events.flush()
-        batch = await source.produce(cycle, dirty, snapshot)
         if not batch.eligible:
             self._record(cycle, dirty, batch, None)
             return self._quiet(source, cycle)
@@ -208,7 +214,7 @@ class RunLoop:
             merger = self._merger(snapshot, cycle)
         conflict: Conflict | None = None
         for reg, effect in batch.effects:
-            conflict = merger.merge(reg.name, int(reg.id), reg.writes, effect.proposals)
+            conflict = merger.merge_stamped(reg.stamp, reg.writes, effect.proposals)
             if effect.refused:
                 merger.refuse(reg.name, effect.refused)
             if conflict is not None:
@@ -331,7 +337,7 @@ class RunLoop:
         mode: ConflictMode | None = None,
     ) -> Merger:
         """A new merger: the engine's is kept for the next cycles, which begin it again
-        while the human-rejected slots stay the same (`_cycle`); the inputs and the humans'
+        while the human-rejected slots stay the same (`_merged`); the inputs and the humans'
         decisions get their own."""
         config = self._config
         merger = Merger(

@@ -18,7 +18,8 @@ from converge import (
 )
 from converge._kernel._gate import Gate
 from converge._kernel._merge import ConflictMode, Merger
-from tests.doubles import NoForbiddenContent, fact
+from converge._kernel._registry import Registry
+from tests.doubles import NoForbiddenContent, ProposesOnce, fact
 
 H = ContextKey.HYPOTHESES
 S = ContextKey.SEEDS
@@ -233,6 +234,27 @@ def test_the_gate_stamps_its_kind_and_approver() -> None:
     record = promoted.promotion
     assert (record.cycle, record.gate, record.approved_by, record.clock) == (4, "human", "ceo", 9)
     assert gate.check(fact(H, "x", " "), None) == "content is blank"
+
+
+def test_a_registrations_stamp_promotes_as_the_engine_gates_own_does() -> None:
+    """`Registration.stamp`, made once at registration, is what the engine's gate would make
+    for it: the same record and leaf for the same proposal (the run merges with it)."""
+    registry = Registry()
+    registry.add(ProposesOnce("first", ()), None)
+    registry.add(ProposesOnce("second", ()), None)
+    [_, reg] = registry.view().registrations
+    stamp = reg.stamp
+    own = Gate(PromotionPolicy(), kind="engine").stamp("second", 1)
+    assert (stamp.suggestor, stamp.suggestor_id, stamp.gate, stamp.approved_by) == (
+        "second",
+        1,
+        "engine",
+        None,
+    )
+    assert type(stamp.suggestor_id) is int  # not the `SuggestorId` subclass: the record's type
+    by_registration = merger().merge_stamped(stamp, None, [fact(H, "x")])
+    assert by_registration is None
+    assert stamp.promote(fact(H, "x"), 3, 7).digest == own.promote(fact(H, "x"), 3, 7).digest
 
 
 def test_a_merger_begun_again_leaves_what_the_last_cycle_recorded_to_its_readers() -> None:

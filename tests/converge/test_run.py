@@ -1,4 +1,5 @@
-"""The one cycle (`RunLoop._cycle`), driven by a scripted `EffectSource` instead of suggestors."""
+"""The one cycle (`RunLoop._cycles` and `_merged`), driven by a scripted `EffectSource`
+instead of suggestors."""
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
