@@ -45,6 +45,20 @@ def large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     return store, run_id
 
 
+def forge_last_fact(store: str, run_id: str) -> None:
+    """Change the content of the run's last fact in its row, as a store writer could (its
+    digest, the chain and the head left as they were)."""
+    with closing(sqlite3.connect(store)) as connection, connection:
+        [(seq, entry)] = connection.execute(
+            "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND entry LIKE ?",
+            (run_id, f'%"content":"fact {FACTS - 1}"%'),
+        ).fetchall()
+        connection.execute(
+            "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?",
+            (entry.replace(f'"content":"fact {FACTS - 1}"', '"content":"forged"'), run_id, seq),
+        )
+
+
 def test_show_of_a_large_run_stored_as_rows_prints_its_head_and_its_ends(
     large: tuple[str, str],
 ) -> None:
@@ -182,15 +196,7 @@ def test_export_of_a_run_whose_rows_were_changed_writes_nothing(
     large: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store, run_id = large
-    with closing(sqlite3.connect(store)) as connection, connection:
-        [(seq, entry)] = connection.execute(
-            "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND entry LIKE ?",
-            (run_id, f'%"content":"fact {FACTS - 1}"%'),
-        ).fetchall()
-        connection.execute(
-            "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?",
-            (entry.replace(f'"content":"fact {FACTS - 1}"', '"content":"forged"'), run_id, seq),
-        )
+    forge_last_fact(store, run_id)
     target = tmp_path / "facts.jsonl"
     capsys.readouterr()
     code, out = cli("--store", store, "export", run_id, "-o", str(target))
@@ -206,15 +212,7 @@ def test_show_of_a_large_run_checks_the_facts_it_shows(
     """The head is signed, the rows are not read: a fact shown that no longer matches its own
     digest is said to fail, never shown as if verified."""
     store, run_id = large
-    with closing(sqlite3.connect(store)) as connection, connection:
-        [(seq, entry)] = connection.execute(
-            "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND entry LIKE ?",
-            (run_id, f'%"content":"fact {FACTS - 1}"%'),
-        ).fetchall()
-        connection.execute(
-            "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?",
-            (entry.replace(f'"content":"fact {FACTS - 1}"', '"content":"forged"'), run_id, seq),
-        )
+    forge_last_fact(store, run_id)
     capsys.readouterr()
     code, out = cli("--store", store, "show", run_id)
     assert code == 0
