@@ -7,8 +7,8 @@ import os
 import sqlite3
 import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import closing
+from collections.abc import Generator, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import anyio
@@ -51,6 +51,24 @@ def postgres_or_skip() -> str:
         "PostgreSQL store tests need a server: set DATABASE_URL=postgresql://... "
         "(`bash .ci/run` starts one on 127.0.0.1)"
     )
+
+
+@contextmanager
+def scoped_postgres(prefix: str) -> Generator[str]:
+    """A fresh PostgreSQL schema of its own, as a URL whose connections use it; dropped at
+    the end (skips without a server)."""
+    import psycopg
+    from psycopg import sql
+
+    dsn = postgres_or_skip()
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield f"{dsn}{'&' if '?' in dsn else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from hitl_formation import SIGNING_KEY, build_engine
-from test_store import postgres_or_skip
+from test_store import postgres_or_skip, scoped_postgres
 
 from converge import (
     Engine,
@@ -399,14 +399,8 @@ async def test_a_store_of_a_newer_schema_is_refused_and_left_unchanged(tmp_path:
 async def test_a_postgres_store_of_schema_4_is_upgraded_in_place(tmp_path: Path) -> None:
     """The v4 fixture's rows, written into a fresh PostgreSQL schema 4, come back indexed."""
     import psycopg
-    from psycopg import sql
 
-    dsn = postgres_or_skip()
-    schema = f"v4_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    scoped = f"{dsn}{'&' if '?' in dsn else '?'}options=-csearch_path%3D{schema}"
-    try:
+    with scoped_postgres("v4") as scoped:
         with closing(sqlite3.connect(V4_FIXTURE)) as fixture:
             rows = fixture.execute(
                 "SELECT run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, "
@@ -439,6 +433,3 @@ async def test_a_postgres_store_of_schema_4_is_upgraded_in_place(tmp_path: Path)
         fork = await store.load(V4_FORK)
         fork.verify_signature(SIGNING_KEY.encode())
         store.close()
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

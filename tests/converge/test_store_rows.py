@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import uuid
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -24,7 +23,7 @@ import anyio
 import pytest
 from durable_doubles import formation
 from test_durable import cancelled_run, chain_engine, sql
-from test_store import open_store, postgres_or_skip
+from test_store import open_store, postgres_or_skip, scoped_postgres
 
 from converge import (
     GateDecision,
@@ -350,16 +349,10 @@ async def test_a_schema_5_store_is_upgraded_in_place(tmp_path: Path) -> None:
 async def test_a_postgres_store_of_schema_5_is_upgraded_in_place() -> None:
     """The v5 fixture's tables, copied into a fresh PostgreSQL schema, upgraded and used."""
     import psycopg
-    from psycopg import sql as pg
 
     from converge import PostgresRunStore
 
-    dsn = postgres_or_skip()
-    schema = f"v5_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(pg.SQL("CREATE SCHEMA {}").format(pg.Identifier(schema)))
-    scoped = f"{dsn}{'&' if '?' in dsn else '?'}options=-csearch_path%3D{schema}"
-    try:
+    with scoped_postgres("v5") as scoped:
         with closing(sqlite3.connect(V5_FIXTURE)) as fixture:
             runs = fixture.execute(
                 "SELECT run_id, stop_reason, detail, cycles, fact_count, merkle_root, saved_at, "
@@ -410,9 +403,6 @@ async def test_a_postgres_store_of_schema_5_is_upgraded_in_place() -> None:
             ("postgres", scoped),
         )
         store.close()
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(pg.SQL("DROP SCHEMA {} CASCADE").format(pg.Identifier(schema)))
 
 
 async def test_an_interrupted_run_of_today_ends_as_rows_with_every_fact(
