@@ -203,12 +203,13 @@ async def check_listed(
     finished run stored as rows, only the head is read and checked.
     """
     checked: list[CheckedRun] = []
+    rows = isinstance(store, RowStore)  # a runtime protocol check: once, not once a run
     for run in runs:
         if key is None:
             checked.append(CheckedRun(summary=run, check=_unchecked(run.run_id)))
             continue
         try:
-            head = await store.load_head(run.run_id) if isinstance(store, RowStore) else None
+            head = await store.load_head(run.run_id) if rows else None
             record = head if head is not None else await store.load(run.run_id)
         except StoreError as error:
             failed = SignatureCheck(run_id=run.run_id, state="failed", message=str(error).strip())

@@ -140,19 +140,25 @@ class _Spools:
         self._folder = folder
         self._form = form
         self._files: dict[AnyKey, TextIO] = {}
+        self._writers: dict[AnyKey, Callable[[FactRecord], object]] = {}
 
     def add(self, facts: Iterable[FactRecord]) -> None:
         for fact in facts:
-            spool = self._files.get(fact.key)
-            if spool is None:
-                name = os.path.join(self._folder, str(len(self._files)))
-                spool = self._files[fact.key] = open(  # closed by `close`
-                    name, "w+", encoding="utf-8", newline=""
-                )
-            if self._form == "csv":
-                csv.writer(spool, lineterminator="\n").writerow(_csv_row(fact))
-            else:
-                spool.write(json_visible(fact.model_dump_json()) + "\n")
+            write = self._writers.get(fact.key)
+            if write is None:
+                write = self._writers[fact.key] = self._open(fact.key)
+            write(fact)
+
+    def _open(self, key: AnyKey) -> Callable[[FactRecord], object]:
+        """A new spool for `key`'s facts, and what writes one fact into it."""
+        name = os.path.join(self._folder, str(len(self._files)))
+        spool = self._files[key] = open(
+            name, "w+", encoding="utf-8", newline=""
+        )  # closed by `close`
+        if self._form == "csv":
+            writer = csv.writer(spool, lineterminator="\n")
+            return lambda fact: writer.writerow(_csv_row(fact))
+        return lambda fact: spool.write(json_visible(fact.model_dump_json()) + "\n")
 
     def write(self, out: TextIO, count: int) -> int:
         """Write the header (CSV) and every key's facts, in key order; `count`."""

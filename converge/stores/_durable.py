@@ -153,8 +153,7 @@ class CycleSaver:
         """
         async with self._lock:
             store, version = self._store, self._version
-            final = self._journal.final(record, context) if isinstance(store, RowStore) else None
-            if isinstance(store, RowStore) and final is not None:
+            if isinstance(store, RowStore) and (final := self._journal.final(record, context)):
                 self._version = await store.save_final(final, expected_version=version)
             else:
                 self._version = await store.save(record, expected_version=version)

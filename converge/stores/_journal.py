@@ -49,6 +49,7 @@ __all__ = [
     "mismatch",
     "read_head",
     "said",
+    "unchained",
 ]
 
 
@@ -382,12 +383,23 @@ def _deltas(run_id: str, entries: Sequence[str], length: int, digest: str) -> li
             raise StoreError(
                 f"run {run_id}: journal entry {index + 1} is invalid ({error})"
             ) from None
-    if len(entries) != length or running != digest:
-        raise StoreError(
-            f"run {run_id}: its journal ({len(entries)} entries) does not match its head "
-            f"({length} entries): an entry was changed, dropped or added"
-        )
+    problem = unchained(run_id, (len(entries), running), (length, digest))
+    if problem is not None:
+        raise StoreError(problem)
     return deltas
+
+
+def unchained(run_id: str, read: tuple[int, str], head: tuple[int, str]) -> str | None:
+    """Why a journal read as `read` (entries, digest) is not the one `head` commits to.
+
+    `head` is the head's length and digest; `None` when they are the same.
+    """
+    if read == head:
+        return None
+    return (
+        f"run {run_id}: its journal ({read[0]} entries) does not match its head "
+        f"({head[0]} entries): an entry was changed, dropped or added"
+    )
 
 
 def _cycles(deltas: Sequence[CycleDelta]) -> tuple[CycleTrace, ...]:

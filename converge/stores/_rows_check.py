@@ -23,7 +23,7 @@ from .._core._checkpoint import FactRecord, restore_fact
 from .._core._hitl import GateDecision
 from .._core._key import STORED, AnyKey, key_rank
 from .._core._store import RecordHead, RowStore
-from ._journal import CycleDelta, chain, genesis, mismatch
+from ._journal import CycleDelta, chain, genesis, mismatch, unchained
 
 __all__ = ["RowsCheck", "rows_problem"]
 
@@ -103,12 +103,9 @@ class RowsCheck:
         head = self._head
         record = head.record
         run_id = record.run_id
-        if self._entries != head.journal_length or self._digest != head.journal_digest:
-            return (
-                f"run {run_id}: its journal ({self._entries} entries) does not match its head "
-                f"({head.journal_length} entries): an entry was changed, dropped or added"
-            )
-        problem = mismatch(head, self.facts, self._rejections, self._decisions)
+        problem = unchained(
+            run_id, (self._entries, self._digest), (head.journal_length, head.journal_digest)
+        ) or mismatch(head, self.facts, self._rejections, self._decisions)
         if problem is not None:
             return problem
         keys = sorted(self._leaves, key=key_rank)

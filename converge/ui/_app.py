@@ -146,13 +146,12 @@ class _Console:
         store = self.settings.store
         key = signing_key()
         listed: list[Listed] = []
+        rows = isinstance(store, RowStore)  # a runtime protocol check: once, not once a run
         for summary in await _selected(store, filters, self.settings.limit):
             if not filters.keeps(summary):
                 continue
             try:
-                head = (
-                    await store.load_head(summary.run_id) if isinstance(store, RowStore) else None
-                )
+                head = await store.load_head(summary.run_id) if rows else None
                 record = head if head is not None else await store.load(summary.run_id)
             except Exception as error:  # one unreadable row must not hide the others
                 listed.append(Listed(summary, None, f"unreadable: {error_text(error)}"))
