@@ -16,15 +16,22 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, final
 
-import structlog
-from structlog.typing import FilteringBoundLogger
-
 from .._core._escape import visible
 
 if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
     from .._core._events import EngineEvent
 
-__all__ = ["EVENT_LEVELS", "LOGGER_NAME", "EventLog", "LogLine", "get_logger", "run_logger"]
+__all__ = [
+    "EVENT_LEVELS",
+    "LOGGER_NAME",
+    "EventLog",
+    "LogLine",
+    "get_logger",
+    "run_logger",
+    "warn",
+]
 
 LOGGER_NAME: Final = "converge"
 _stdlib_logger: Final = logging.getLogger(LOGGER_NAME)
@@ -93,12 +100,31 @@ def _handled_elsewhere(record: logging.LogRecord, own: logging.Handler) -> bool:
 _stdlib_logger.addHandler(_LastResort())
 
 
+def _configured() -> bool:
+    """Whether the application configured structlog (which it must have imported to).
+
+    structlog is imported on the first line logged, not with converge: its import (with
+    the `rich` it may pull in) costs a command that reads the store about 50 ms.
+    """
+    structlog = sys.modules.get("structlog")
+    return structlog is not None and bool(structlog.is_configured())
+
+
 def run_logger(**bindings: object) -> FilteringBoundLogger:
     """A logger bound to `bindings`, following the application's configuration."""
-    if structlog.is_configured():
+    if _configured():
+        import structlog
+
         logger: FilteringBoundLogger = structlog.get_logger(LOGGER_NAME)
         return logger.bind(**bindings)
     return _stdlib_bound(_stdlib_level(), bindings)
+
+
+def warn(logger: str, event: str, **fields: object) -> None:
+    """Log the warning `event` with `fields` on structlog's logger `logger`."""
+    import structlog
+
+    structlog.get_logger(logger).warning(event, **fields)
 
 
 def _stdlib_level() -> int:
@@ -124,6 +150,8 @@ _STANDARD_LEVELS: Final = (
 
 def _stdlib_bound(level: int, bindings: dict[str, object]) -> FilteringBoundLogger:
     """A structlog logger over the standard-library `"converge"` logger, from `level` on."""
+    import structlog
+
     wrapped: FilteringBoundLogger = structlog.wrap_logger(
         _stdlib_logger,
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -196,7 +224,7 @@ class EventLog:
         self._level = 0
         self.threshold: int
         """The lowest level written; events below it need not be built for the log."""
-        if structlog.is_configured():
+        if _configured():
             self._log = run_logger(**bindings)
             self.threshold = _threshold(self._log)
         else:

@@ -17,13 +17,13 @@ from time import monotonic
 from typing import TYPE_CHECKING, Final, Literal, TypeVar, final
 
 import anyio
-import structlog
 
 from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
 from .._core._result import ConvergeResult
 from .._core._stop import RunStatus
 from .._core._store import RowStore, RunRecord, RunStore
+from .._kernel._log import warn
 from ._journal import Journal
 from ._lease import LEASES
 
@@ -39,8 +39,6 @@ DEFAULT_LEASE: Final = 30.0
 """Seconds a running run counts as alive without a save or a renewal."""
 
 T = TypeVar("T")
-
-_log = structlog.get_logger("converge.durable")
 
 
 @final
@@ -87,7 +85,8 @@ class CycleSaver:
         try:
             await self._save(state, elapsed, RunStatus.INTERRUPTED)
         except Exception as error:
-            _log.warning(
+            warn(
+                "converge.durable",
                 "interrupted run not saved",
                 run_id=state.run_id,
                 error=f"{type(error).__name__}: {error}",

@@ -22,13 +22,12 @@ from time import monotonic
 from typing import Final, Protocol, final
 
 import anyio
-import structlog
 
 from .._core._exceptions import StaleRecordError
+from .._kernel._log import warn
 
 __all__ = ["LEASES", "LeaseKeeper", "Leased"]
 
-_log = structlog.get_logger("converge.durable")
 
 _LONGEST_TICK: Final = 1.0
 """The longest the keeper sleeps between two looks at its runs."""
@@ -139,8 +138,11 @@ class LeaseKeeper:
                 self.release(run)  # the run's next save says so
         except Exception as error:
             failed.append(run)
-            _log.warning(
-                "lease not renewed", run_id=run.run_id, error=f"{type(error).__name__}: {error}"
+            warn(
+                "converge.durable",
+                "lease not renewed",
+                run_id=run.run_id,
+                error=f"{type(error).__name__}: {error}",
             )
 
 

@@ -18,16 +18,14 @@ from dataclasses import replace
 from typing import final
 
 import anyio
-import structlog
 
 from .._core._events import CycleFinished, EngineEvent, SuggestorFailed, SuggestorFinished
 from .._core._live_text import LIVE_CHARS, RELAY_INTERVAL, LiveText, TokenRelay
 from .._core._tokens import TokenSink, token_sink, tokens_to
 from .._kernel._config import RunConfig
+from .._kernel._log import warn
 
 __all__ = ["Relay", "relaying"]
-
-_log = structlog.get_logger("converge.relay")
 
 
 @final
@@ -126,7 +124,8 @@ class Relay:
             await write
         except Exception as error:  # the relay is for watching: the run goes on without it
             self._broken = True
-            _log.warning(
+            warn(
+                "converge.relay",
                 "token_relay_failed",
                 run_id=self._run_id,
                 store=type(self._store).__name__,

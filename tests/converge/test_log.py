@@ -221,3 +221,18 @@ def test_the_log_keeps_the_level_it_was_made_with(caplog: pytest.LogCaptureFixtu
         log.write(RunStarted(run_id="r", cycle=0, suggestors=1, inputs=0, facts=0))
     messages = [record.getMessage() for record in caplog.records if record.name == "converge"]
     assert messages == ["kept"]  # run_started is INFO, below the level the log was made with
+
+
+def test_structlog_is_imported_on_the_first_line_logged_not_with_converge() -> None:
+    """A command that reads the store never logs: it need not pay for structlog's import."""
+    code = (
+        "import sys, converge, converge.cli\n"
+        "before = 'structlog' in sys.modules\n"
+        "converge.get_logger(run_id='r').warning('x')\n"
+        "print(before, 'structlog' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]
+    assert "warning: x run_id=r" in done.stderr  # unconfigured: the last-resort line
