@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
 
 from .._core._escape import hidden_character, visible
-from .._core._events import CycleFinished, CycleStarted, EngineEvent, FactPromoted, ProposalRejected
+from .._core._events import CycleFinished, EngineEvent
 from .._core._invariant import Violation
-from .._core._key import AnyKey, key_named
 from .._core._shortfall import Shortfall, cycle_of
 from .._core._stop import StopReason
 from .._core._store import SHOWN_REJECTIONS, FactRecord, RecordHead, RunRecord
@@ -127,10 +126,6 @@ def program(argv0: str | None = None) -> str:
     return "converge"
 
 
-def _counts(keys: dict[AnyKey, int]) -> str:
-    return ", ".join(f"{key.value} {count}" for key, count in keys.items() if count) or "none"
-
-
 @contextlib.contextmanager
 def engine_warnings(err: TextIO) -> Generator[None]:
     """Print the engine's warnings (failed calls, scheduled retries) on `err` meanwhile."""
@@ -151,39 +146,36 @@ def engine_warnings(err: TextIO) -> Generator[None]:
 
 @final
 class Progress:
-    """An observer printing one line per cycle: eligible, facts per key, rejections, elapsed."""
+    """An observer printing one line per cycle: eligible, facts per key, rejections, elapsed.
+
+    It receives `cycle_finished` alone: nothing is built for it per fact or per call.
+    """
+
+    event_types: Final = frozenset({"cycle_finished"})
 
     def __init__(self, out: TextIO, clock: Callable[[], float] = time.perf_counter) -> None:
         self._out = out
         self._clock = clock
         self._started = clock()
-        self._cycle_added: dict[AnyKey, int] = {}
-        self._rejected = 0
         self._gone = False
 
     def on_event(self, event: EngineEvent, /) -> None:
-        """Track promotions and rejections; print at the end of each cycle."""
-        if isinstance(event, CycleStarted):
-            self._cycle_added = {}
-            self._rejected = 0
-        elif isinstance(event, FactPromoted):
-            key = key_named(event.ref.partition("/")[0])
-            self._cycle_added[key] = self._cycle_added.get(key, 0) + 1
-        elif isinstance(event, ProposalRejected):
-            self._rejected += 1
-        elif isinstance(event, CycleFinished) and not self._gone:
-            elapsed = (self._clock() - self._started) * 1000.0
-            held = f", {event.held} held" if event.held else ""
-            try:
-                self._out.write(
-                    f"  cycle {event.cycle:>3}: {event.eligible} eligible, "
-                    f"+{event.promoted} facts ({_counts(self._cycle_added)}), "
-                    f"{event.rejected} rejected{held}; {event.facts} facts in all; "
-                    f"{elapsed:.0f} ms\n"
-                )
-                self._out.flush()
-            except BrokenPipeError:  # the reader went away: the run goes on, quietly
-                self._gone = True
+        """Print the cycle's line when it finishes."""
+        if not isinstance(event, CycleFinished) or self._gone:
+            return
+        elapsed = (self._clock() - self._started) * 1000.0
+        held = f", {event.held} held" if event.held else ""
+        gained = ", ".join(f"{key.value} {count}" for key, count in event.by_key) or "none"
+        try:
+            self._out.write(
+                f"  cycle {event.cycle:>3}: {event.eligible} eligible, "
+                f"+{event.promoted} facts ({gained}), "
+                f"{event.rejected} rejected{held}; {event.facts} facts in all; "
+                f"{elapsed:.0f} ms\n"
+            )
+            self._out.flush()
+        except BrokenPipeError:  # the reader went away: the run goes on, quietly
+            self._gone = True
 
 
 @final

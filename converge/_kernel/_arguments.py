@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .._core._context import ContextSnapshot
-from .._core._events import Observer
+from .._core._events import Observer, wanted
 from .._core._exceptions import ConfigurationError
 from .._core._proposal import ProposedFact
 from .._core._text import identity_problem
@@ -36,6 +36,12 @@ def check_settings(
             raise ConfigurationError(
                 f"observers[{index}] ({type(observer).__name__}) has no on_event method"
             )
+        try:
+            wanted(observer)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"observers[{index}] ({type(observer).__name__}): {error}"
+            ) from None
     if max_concurrency is not None and max_concurrency < 1:
         raise ConfigurationError(f"max_concurrency must be at least 1, got {max_concurrency}")
     if suggestor_timeout is not None and not suggestor_timeout > 0:

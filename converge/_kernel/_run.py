@@ -426,7 +426,7 @@ class RunLoop:
             events.merged(cycle, promoted, rejected, held, violations)
             facts = len(self._state.snapshot)
             events.cycle_finished(
-                cycle, len(batch.eligible), len(promoted), len(rejected), len(held), facts
+                cycle, len(batch.eligible), promoted, len(rejected), len(held), facts
             )
         if rejected and events.warn:
             events.invalid(cycle, rejected)

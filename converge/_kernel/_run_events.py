@@ -11,11 +11,13 @@ time is up is cut off, logged as `observer_timed_out`, and hears nothing more of
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final, final
 
 from .._core._context import ContextSnapshot
 from .._core._events import (
+    EVENT_TYPES,
     CycleFinished,
     CycleStarted,
     EngineEvent,
@@ -31,6 +33,7 @@ from .._core._events import (
     SuggestorFailed,
     SuggestorFinished,
     deliver,
+    wanted,
 )
 from .._core._fact import Fact
 from .._core._hitl import GateRequest
@@ -40,9 +43,17 @@ from .._core._key import AnyKey, in_key_order
 from .._core._shortfall import invalid
 from .._core._stop import StopReason
 from .._core._trace import Execution, Rejection
-from ._log import EventLog
+from ._log import EVENT_LEVELS, EventLog
 
 __all__ = ["FINAL_GRACE", "RunEvents"]
+
+_LEVELS: Final = {
+    **EVENT_LEVELS,
+    "fact_promoted": logging.DEBUG,
+    "proposal_rejected": logging.DEBUG,
+    "suggestor_finished": logging.DEBUG,
+}
+"""The level of each event type: where the log has one, else debug (observers only)."""
 
 FINAL_GRACE: Final = 1.0
 """Seconds the last delivery of a run (with `run_finished`) gets at least, even when the run's
@@ -60,29 +71,46 @@ class RunEvents:
         "_observers",
         "_remaining",
         "_run_id",
+        "calls",
         "debug",
+        "facts",
         "info",
         "pending",
+        "rejected",
         "warn",
     )
 
     def __init__(self, run_id: str, observers: tuple[Observer, ...], log: EventLog) -> None:
         self._run_id = run_id
-        self._observers = observers
         self._log = log
         self.pending: list[EngineEvent] = []
         """The events waiting for the observers (`flush` delivers them); read, never changed,
         outside this class."""
         self._remaining: Callable[[], float | None] | None = None
         self._finished = False
+        self._listen(tuple((observer, wanted(observer)) for observer in observers))
+
+    def _listen(self, observers: tuple[tuple[Observer, frozenset[str] | None], ...]) -> None:
+        """Who hears what: each observer with the event types it wants (`None`: all)."""
+        self._observers = observers
         self._observed = bool(observers)
-        threshold = log.threshold
-        self.debug = self._observed or threshold <= logging.DEBUG
+        types: set[str] = set()
+        for _, wants in observers:
+            types |= EVENT_TYPES if wants is None else wants
+        lowest = min((_LEVELS[kind] for kind in types), default=logging.CRITICAL + 10)
+        lowest = min(lowest, self._log.threshold)
+        self.debug = lowest <= logging.DEBUG
         """Whether anyone wants debug-level events (per cycle, per fact)."""
-        self.info = self._observed or threshold <= logging.INFO
+        self.info = lowest <= logging.INFO
         """Whether anyone wants info-level events (run and gate milestones)."""
-        self.warn = self._observed or threshold <= logging.WARNING
+        self.warn = lowest <= logging.WARNING
         """Whether anyone wants warning-level events (failures, violations)."""
+        self.facts = "fact_promoted" in types
+        """Whether an observer wants an event per promoted fact (never logged)."""
+        self.rejected = "proposal_rejected" in types
+        """Whether an observer wants an event per rejection (never logged)."""
+        self.calls = "suggestor_finished" in types
+        """Whether an observer wants an event per successful call (never logged)."""
 
     def _emit(self, event: EngineEvent) -> None:
         if self._observed:
@@ -106,8 +134,7 @@ class RunEvents:
         cut = await deliver(self._observers, events, self._failed, timeout)
         if cut is not None:
             observer, event = cut
-            self._observers = tuple(kept for kept in self._observers if kept is not observer)
-            self._observed = bool(self._observers)
+            self._listen(tuple(kept for kept in self._observers if kept[0] is not observer))
             self._log.warning(
                 "observer_timed_out",
                 observer=type(observer).__name__,
@@ -180,10 +207,10 @@ class RunEvents:
     def executions(self, cycle: int, executions: Sequence[Execution]) -> None:
         if not self.warn:
             return
-        debug = self.debug
+        calls = self.calls
         for execution in executions:
             if execution.outcome == "ok":
-                if not debug:
+                if not calls:
                     continue
                 self._emit(
                     SuggestorFinished(
@@ -222,8 +249,10 @@ class RunEvents:
         if not self.warn:
             return
         run_id = self._run_id
-        if not self.debug:
-            promoted = rejected = ()
+        if not self.facts:
+            promoted = ()
+        if not self.rejected:
+            rejected = ()
         if not self.info:
             held = ()
         for fact in promoted:
@@ -271,18 +300,26 @@ class RunEvents:
             )
 
     def cycle_finished(
-        self, cycle: int, eligible: int, promoted: int, rejected: int, held: int, facts: int
+        self,
+        cycle: int,
+        eligible: int,
+        promoted: Sequence[Fact],
+        rejected: int,
+        held: int,
+        facts: int,
     ) -> None:
         if self.debug:
+            gained = Counter(fact.key for fact in promoted)
             self._emit(
                 CycleFinished(
                     run_id=self._run_id,
                     cycle=cycle,
                     eligible=eligible,
-                    promoted=promoted,
+                    promoted=len(promoted),
                     rejected=rejected,
                     held=held,
                     facts=facts,
+                    by_key=tuple((key, gained[key]) for key in in_key_order(gained)),
                 )
             )
 

@@ -13,6 +13,7 @@ from converge import (
     Context,
     ContextKey,
     ConvergeResult,
+    CycleFinished,
     Engine,
     EngineEvent,
     FactPromoted,
@@ -159,6 +160,61 @@ async def test_async_observers_are_awaited() -> None:
 def test_an_observer_without_on_event_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"observers\[0\] \(object\) has no on_event"):
         Engine(observers=[object()])  # pyright: ignore[reportArgumentType]
+
+
+class Chosen(Recorder):
+    """A recorder of the event types it names."""
+
+    def __init__(self, *types: str) -> None:
+        super().__init__()
+        self.event_types = frozenset(types)
+
+
+async def test_an_observer_receives_only_the_event_types_it_names() -> None:
+    chosen, every = Chosen("cycle_finished", "run_finished"), Recorder()
+    await hello(chosen, every).run()
+    assert set(chosen.types) == {"cycle_finished", "run_finished"}
+    assert chosen.types == [kind for kind in every.types if kind in chosen.event_types]
+    assert "fact_promoted" in every.types
+
+
+async def test_events_nobody_receives_are_not_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    import converge._kernel._run_events as run_events
+
+    built: list[str] = []
+
+    def counting(**fields: object) -> FactPromoted:
+        built.append(str(fields["ref"]))
+        return FactPromoted.model_validate(fields)
+
+    monkeypatch.setattr(run_events, "FactPromoted", counting)
+    chosen = Chosen("cycle_finished")
+    await hello(chosen).run()
+    assert built == []  # per-fact events: built for an observer that names them only
+    finished = [event for event in chosen.events if isinstance(event, CycleFinished)]
+    assert [event.by_key for event in finished] == [
+        ((ContextKey.SEEDS, 1),),
+        ((ContextKey.HYPOTHESES, 1),),
+        (),
+    ]
+    await hello(Chosen("fact_promoted")).run()
+    assert built == ["seeds/s1", "hypotheses/h1"]
+
+
+@pytest.mark.parametrize(
+    ("types", "said"),
+    [
+        (frozenset({"fact_promotd"}), "unknown event type(s) 'fact_promotd'; known: cycle_"),
+        ("cycle_finished", "event_types must be a set of event types, not str"),
+        (3, "event_types must be a set of event types, not int"),
+    ],
+)
+def test_an_observer_naming_no_real_event_type_is_refused(types: object, said: str) -> None:
+    chosen = Chosen()
+    chosen.event_types = types  # type: ignore[assignment]
+    with pytest.raises(ConfigurationError, match=r"observers\[1\] \(Chosen\): ") as raised:
+        Engine(observers=[Recorder(), chosen])
+    assert said in str(raised.value)
 
 
 async def test_events_round_trip_through_json() -> None:
