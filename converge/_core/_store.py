@@ -48,6 +48,7 @@ __all__ = [
     "RunStore",
     "RunSummary",
     "failure_count",
+    "record_of",
 ]
 
 SCHEMA_VERSION: Final = 6
@@ -300,32 +301,7 @@ class RunRecord(FrozenModel, frozen=True):
         `integrity` check (with no pending gate), and its facts do not verify.
         """
         facts, problem = fact_records(result.context)
-        stop_reason, detail, trace = result.stop_reason, result.detail, result.trace
-        if problem is not None:
-            key = None  # never signed as if it were what the engine promoted
-            detail = ended_on(problem)
-            if stop_reason is not StopReason.INVARIANT_VIOLATED or result.detail != detail:
-                stop_reason = StopReason.INVARIANT_VIOLATED
-                trace = trace.model_copy(update={"stop_reason": stop_reason, "detail": detail})
-        record = cls(
-            name=name,
-            formation=formation,
-            run_id=result.run_id,
-            stop_reason=stop_reason,
-            detail=detail,
-            cycles=result.cycles,
-            tokens=result.tokens,
-            integrity=result.integrity,
-            trace=trace,
-            facts=facts,
-            rejections=result.rejections,
-            pending=() if problem is not None else result.pending,
-            checkpoint=None if problem is not None else result.checkpoint,
-            conflict=result.conflict,
-            lineage=result.lineage,
-            converge_version=__version__,
-        )
-        return record if key is None else record.signed(key)
+        return record_of(result, facts, problem, name=name, formation=formation, key=key)
 
     @classmethod
     def saved(cls, result: ConvergeResult) -> RunRecord | None:
@@ -595,3 +571,42 @@ class RowStore(RunStore, Protocol):
     ) -> list[tuple[int, str]]:
         """`(seq, entry)` of up to `limit` of the run's journal entries after `after`, in order."""
         ...
+
+
+def record_of(
+    result: ConvergeResult,
+    facts: tuple[FactRecord, ...],
+    problem: str | None,
+    *,
+    name: str | None = None,
+    formation: str | None = None,
+    key: bytes | None = None,
+) -> RunRecord:
+    """`RunRecord.of(result)`, with the records of its facts (`fact_records`'s) given: what
+    they found changed below the API, if anything, is `problem`."""
+    stop_reason, detail, trace = result.stop_reason, result.detail, result.trace
+    if problem is not None:
+        key = None  # never signed as if it were what the engine promoted
+        detail = ended_on(problem)
+        if stop_reason is not StopReason.INVARIANT_VIOLATED or result.detail != detail:
+            stop_reason = StopReason.INVARIANT_VIOLATED
+            trace = trace.model_copy(update={"stop_reason": stop_reason, "detail": detail})
+    record = RunRecord(
+        name=name,
+        formation=formation,
+        run_id=result.run_id,
+        stop_reason=stop_reason,
+        detail=detail,
+        cycles=result.cycles,
+        tokens=result.tokens,
+        integrity=result.integrity,
+        trace=trace,
+        facts=facts,
+        rejections=result.rejections,
+        pending=() if problem is not None else result.pending,
+        checkpoint=None if problem is not None else result.checkpoint,
+        conflict=result.conflict,
+        lineage=result.lineage,
+        converge_version=__version__,
+    )
+    return record if key is None else record.signed(key)

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar, final
 
 import anyio
 
+from .._core._checkpoint import FactRecord
 from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
 from .._core._result import ConvergeResult
-from .._core._stop import RunStatus
-from .._core._store import RowStore, RunRecord, RunStore
+from .._core._stop import RunStatus, StopReason
+from .._core._store import RowStore, RunRecord, RunStore, record_of
 from .._kernel._log import warn
 from ._journal import Journal
 from ._lease import LEASES
@@ -119,6 +120,15 @@ class CycleSaver:
                 self._journal.commit(progress)
                 self._version = version
                 self._fresh_at = monotonic()
+
+    def records(self, result: ConvergeResult) -> tuple[FactRecord, ...] | None:
+        """The facts of the record `result`'s run ends with as rows (`Journal.records`).
+
+        `None` when it is stored whole: paused, or ended on a violated invariant.
+        """
+        if result.checkpoint is not None or result.stop_reason is StopReason.INVARIANT_VIOLATED:
+            return None
+        return self._journal.records(result.context)
 
     @property
     def run_id(self) -> str:
@@ -218,7 +228,11 @@ class RunKeeper:
         if store is None:
             return result
         name, formation = self._label
-        record = RunRecord.of(result, name=name, formation=formation, key=self._key)
+        facts = None if saver is None else saver.records(result)
+        if facts is None:
+            record = RunRecord.of(result, name=name, formation=formation, key=self._key)
+        else:  # the run ends as rows: its facts as the journal recorded and checked them
+            record = record_of(result, facts, None, name=name, formation=formation, key=self._key)
         try:
             with anyio.CancelScope(shield=True):
                 if saver is None:

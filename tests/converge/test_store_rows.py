@@ -415,6 +415,8 @@ async def test_an_interrupted_run_of_today_ends_as_rows_with_every_fact(
     loaded = await store.load(run_id)
     loaded.verify_signature(KEY.encode())
     assert [f.id for f in loaded.facts] == [f.id for f in result.context.facts()]
+    # built from the journal's facts, restarted with every fact: as `of` builds it
+    assert loaded.model_dump_json() == RunRecord.of(result, key=KEY.encode()).model_dump_json()
 
 
 # -- `converge verify`, a page of rows at a time -------------------------------------------------
@@ -583,3 +585,5 @@ async def test_an_end_that_fails_after_its_head_is_written_leaves_the_run_as_it_
     loaded = await store.load(run_id)
     loaded.verify_signature(KEY.encode())
     assert [f.id for f in loaded.facts] == [f.id for f in result.context.facts()]
+    # built from the journal's facts, restarted with every fact: as `of` builds it
+    assert loaded.model_dump_json() == RunRecord.of(again, key=KEY.encode()).model_dump_json()

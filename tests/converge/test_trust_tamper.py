@@ -293,16 +293,23 @@ def test_kept_leaves_rewritten_after_a_cycle_was_saved_never_verify_from_its_row
     tmp_path: Path,
 ) -> None:
     """Attack I against a run saved after every cycle: its journal kept the fact as it was
-    promoted, so the record signed over the forged one does not fit its rows, and the
-    store's record never verifies."""
+    promoted, and the record is built from the journal, so the store holds that fact, not
+    the forged one; the root the process computed over the forged leaf does not fit it,
+    and the store's record never verifies."""
     store = SqliteRunStore(str(tmp_path / "runs.db"))
     engine = Engine(store=store, signing_key=KEY)
     engine.register_suggestor(Rewriter("fields, digest and kept leaf"))
     result = engine.run_sync(inputs=[goal()])
     assert result.stop_reason is StopReason.CONVERGED
+    forged = result.context.find(SEEDS, "goal")
+    assert forged is not None
+    assert forged.content == "Cut costs."
     loaded = anyio.run(store.load, result.run_id)
-    with pytest.raises(StoreError, match="bad signature"):
-        loaded.verify_signature(KEY)
+    [stored] = [fact for fact in loaded.facts if fact.id == "goal"]
+    assert stored.content == goal().content  # as promoted
+    restore_fact(stored)  # the fact fits its own digest
+    with pytest.raises(StoreError, match="not to the recorded Merkle root"):
+        loaded.restore_context()  # the root was computed over the forged leaf
 
 
 TAMPERING = """
