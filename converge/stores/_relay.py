@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import final
+from typing import Final, final
 
 import anyio
 
@@ -44,6 +44,11 @@ class Relay:
         "_texts",
         "_written",
     )
+
+    event_types: Final = frozenset(
+        {"run_started", "cycle_started", "suggestor_finished", "suggestor_failed", "cycle_finished"}
+    )
+    """What it follows: never an event per fact, which a run would build for it alone."""
 
     def __init__(
         self,

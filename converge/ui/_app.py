@@ -92,6 +92,8 @@ class ConsoleSettings:
 class _Claim:
     """An observer that says when a resumed run has claimed its record (its first event)."""
 
+    event_types: Final = frozenset({"run_started"})
+
     def __init__(self, claimed: Callable[[], None]) -> None:
         self._claimed = claimed
 
