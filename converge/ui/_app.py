@@ -6,7 +6,9 @@ Every POST must also carry the reviewer's CSRF token. Every page that shows a re
 its signature and says what it found; the console imports the formation a record names only
 when its signature verified (or with `trust_unsigned`). Decisions go through
 `resume_stored`, the path `converge resume` takes, so a run decided here and one decided on
-the command line race under the same rules: one wins, the other is told who decided.
+the command line race under the same rules: one wins, the other is told who decided. The
+run page, fact pages and event stream of a large finished run stored as rows read its head
+and the rows they show (`_head_page`), never the whole record.
 """
 
 from __future__ import annotations
