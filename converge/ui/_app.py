@@ -194,6 +194,8 @@ class _Console:
             record = await store.load(run_id)
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
+        except StoreError as error:  # an unreadable record: say why, show nothing of it
+            return self._say(request, "Cannot read this run", error_text(error), 500)
         if rest == () and get:
             return await self._run_page(request, record)
         if rest == ("facts",) and get:

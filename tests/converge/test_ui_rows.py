@@ -233,6 +233,19 @@ def test_an_edited_head_reads_as_a_failed_signature_never_verified(target: Targe
         assert 'data-signature="verified"' not in html
 
 
+def test_a_head_that_is_no_head_is_a_clear_error_page(target: Target) -> None:
+    run_id, _ = run_of(target, FACTS)
+    set_head(target, run_id, '{"record": "forged"}')
+    store = counting(target)
+    with console(store) as client:
+        pages = [client.get(path) for path in (f"/runs/{run_id}", facts_path(run_id, "seeds", 1))]
+    for page in pages:
+        assert page.status_code == 500
+        assert "Cannot read this run" in page.text
+        assert f"run {run_id}: the stored record is invalid" in page.text
+        assert "data-signature" not in page.text
+
+
 def test_an_edited_row_reads_as_a_failure_on_the_pages_that_show_it(target: Target) -> None:
     run_id, _ = run_of(target, FACTS)
     last = f"fact {FACTS - 1}"
