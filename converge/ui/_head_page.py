@@ -143,7 +143,7 @@ def head_page(
     )
     hidden = record.integrity.fact_count - len(shown.first) - len(shown.last)
     facts = (
-        rows_note(problem)
+        ("" if problem is not None else rows_note(None))  # a failure is said at the top
         + f'<p class="note" data-count="facts-left-out" data-value="{hidden}">{hidden} of the '
         f"run&#x27;s {record.integrity.fact_count} facts are not shown here: page through "
         "each key&#x27;s facts below, or export them all with <code>converge export "
@@ -185,4 +185,7 @@ def head_page(
         "version": str(record.version),
         "layout": "rows",
     }
-    return page(title, family + body, viewer=viewer, banner=head_banner(check), data=data)
+    unverified = rows_note(problem) if problem is not None else ""
+    return page(
+        title, family + body, viewer=viewer, banner=head_banner(check) + unverified, data=data
+    )
