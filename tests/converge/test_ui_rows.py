@@ -10,6 +10,7 @@ and, with DATABASE_URL set, on PostgreSQL.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
@@ -196,6 +197,20 @@ def test_the_pages_of_a_large_run_read_its_head_and_rows_never_the_whole_record(
         assert 'data-signed="head"' in response.text
     assert listed(seeds.text) == ["seeds/start"]
     assert f'id="fact-{1 + 6 * PER_PAGE}"' in pages[7].text  # the run's own row numbers
+
+
+def test_a_page_that_followed_the_run_is_told_it_changed_from_the_head(target: Target) -> None:
+    """A page that showed the run running (or at any version) reloads once it is finished."""
+    run_id, record = run_of(target, FACTS)
+    store = counting(target)
+    with console(store) as client:
+        running = client.get(f"/runs/{run_id}/events?seen=3&clock=40&running=1").text
+        paused = client.get(f"/runs/{run_id}/events?seen=3").text
+    assert store.loads == 0
+    data = {"version": None, "status": "finished", "cycles": record.cycles}
+    changed = f"event: changed\ndata: {json.dumps(data)}"
+    assert running.endswith(changed + "\n\n")
+    assert paused.endswith(changed + "\n\n")
 
 
 def test_a_fact_page_past_the_end_or_of_no_key_is_a_clear_404(target: Target) -> None:
