@@ -78,7 +78,7 @@ class Forks:
     tasks: Callable[[], TaskGroup | None]
     """The console's task group, where forks run."""
     _listed: dict[tuple[str, datetime], _Listed] = field(default_factory=_no_listed)
-    """Each listed run's lineage by its id and save time: a record saved again is read
+    """Each listed fork's lineage by its id and save time: a record saved again is read
     again, one that was not is not."""
     _once: dict[tuple[str, str], str | None] = field(default_factory=_no_once)
     """Each posted fork form's one-time field (by reviewer): the fork it made, or `None`
@@ -149,21 +149,27 @@ class Forks:
         return head if head is not None else await store.load(run_id)
 
     async def _forks(self, run_id: str, key: bytes | None) -> tuple[tuple[Forked, ...], int]:
-        """The forks of `run_id` among the newest runs, and how many runs were searched."""
+        """The forks of `run_id` among the newest runs, and how many runs were searched.
+
+        Only the runs whose listing names `run_id` as their parent are read (their head, or
+        their record), each once while it is not saved again: each must say so itself, and
+        its signature is checked.
+        """
         listed = await self.store.list_runs(limit=self.limit)
         forks: list[Forked] = []
-        seen: dict[tuple[str, datetime], _Listed] = {}
+        marks = {(summary.run_id, summary.saved_at) for summary in listed}
+        for stale in [mark for mark in self._listed if mark not in marks]:
+            del self._listed[stale]  # keep what the newest runs need, no more
         for summary in listed:
+            if summary.parent_run_id != run_id or summary.run_id == run_id:
+                continue
             mark = (summary.run_id, summary.saved_at)
             found = self._listed.get(mark)
             if found is None:
-                found = await self._lineage_of(summary.run_id, key)
-            seen[mark] = found
+                found = self._listed[mark] = await self._lineage_of(summary.run_id, key)
             parent_id, at_cycle, bad = found
-            if parent_id == run_id and summary.run_id != run_id:
+            if parent_id == run_id:
                 forks.append(Forked(summary.run_id, at_cycle, summary.outcome, bad))
-        self._listed.clear()  # keep what the newest runs need, no more
-        self._listed.update(seen)
         return tuple(forks), len(listed)
 
     async def _lineage_of(self, run_id: str, key: bytes | None) -> _Listed:

@@ -113,14 +113,15 @@ def counting(target: Target) -> Counting:
     return Counting(SqliteRunStore(where) if kind == "sqlite" else PostgresRunStore(where))
 
 
-def run_of(target: Target, facts: int) -> tuple[str, RunRecord]:
-    """A signed run of `facts` facts (and its seed) saved a cycle at a time, as rows; its id
-    and its whole record (read from another store object, not counted)."""
+def run_of(target: Target, facts: int, *, whole: bool = False) -> tuple[str, RunRecord]:
+    """A signed run of `facts` facts (and its seed) saved a cycle at a time, as rows (with
+    `whole`, saved whole at its end); its id and its whole record (read from another store
+    object, not counted)."""
     kind, where = target
     store = SqliteRunStore(where) if kind == "sqlite" else PostgresRunStore(where)
     engine = Engine(
         store=store,
-        durability="cycle",
+        durability="exit" if whole else "cycle",
         signing_key=KEY,
         name="w8-small",
         budget=Budget(max_cycles=facts // PER_CYCLE + 10, max_facts=facts + 10),
@@ -130,7 +131,7 @@ def run_of(target: Target, facts: int) -> tuple[str, RunRecord]:
     result = anyio.run(engine.run)
     assert result.converged
     [(layout,)] = sql(target, "SELECT layout FROM converge_runs WHERE run_id = ?", result.run_id)
-    assert layout == "rows"
+    assert layout == ("whole" if whole else "rows")
     return result.run_id, anyio.run(store.load, result.run_id)
 
 
@@ -211,6 +212,19 @@ def test_a_page_that_followed_the_run_is_told_it_changed_from_the_head(target: T
     changed = f"event: changed\ndata: {json.dumps(data)}"
     assert running.endswith(changed + "\n\n")
     assert paused.endswith(changed + "\n\n")
+
+
+def test_the_run_page_reads_no_other_run_whole(target: Target) -> None:
+    """Its forks are found from the listing; only a run that names it as parent is read."""
+    others = [run_of(target, WHOLE - 1, whole=True)[0] for _ in range(3)]
+    run_id, _ = run_of(target, FACTS)
+    store = counting(target)
+    with console(store) as client:
+        page = client.get(f"/runs/{run_id}").text
+        assert store.loads == 0
+        listing = client.get("/").text  # runs stored whole are listed from their records
+    assert 'data-layout="rows"' in page
+    assert all(other in listing for other in others)
 
 
 def test_a_fact_page_past_the_end_or_of_no_key_is_a_clear_404(target: Target) -> None:
