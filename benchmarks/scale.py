@@ -9,7 +9,11 @@ After each `converge run`, the read commands run on its store, each in its own p
 medians over the rounds (3; 1 with `--quick`); also the store's bytes per fact against a
 fact's canonical JSON, and the report's bytes. `--full` (environment
 `CONVERGE_W8_FULL=1`) adds one round at 1,000,000 facts, and the read commands on a store of
-10,000 runs. The console's pages are not measured here.
+10,000 runs. The console's pages are measured on the same store, each in a fresh process
+(`scale_console`): the runs list, the run page, the last fact page of the biggest key, and
+the slowest run page or runs list while another client polls the run's event stream
+(`console_*_s`: the request alone; `console_*_rss_mb`: that process's peak RSS;
+`console_*_grew_mb`: how much the request raised it).
 """
 
 from __future__ import annotations
@@ -92,6 +96,20 @@ def _round(facts: int, folder: Path, env: dict[str, str]) -> Figures:
         "report_bytes": sum(p.stat().st_size for p in (folder / "reports").glob("*.html")),
     }
     figures.update(_reads(store, run_id, env))
+    figures.update(_console(store, run_id, env))
+    return figures
+
+
+def _console(store: Path, run_id: str, env: dict[str, str]) -> Figures:
+    """The console's pages of the run, each in a fresh process (`scale_console`)."""
+    figures: Figures = {}
+    for page in ("runs", "run", "facts", "concurrent"):
+        command = [sys.executable, "-m", "benchmarks.scale_console", str(store), run_id, page]
+        _, _, out = _timed(command, env)
+        measured = json.loads(out.strip().splitlines()[-1])
+        figures[f"console_{page}_s"] = float(measured["seconds"])
+        figures[f"console_{page}_rss_mb"] = float(measured["rss_mb"])
+        figures[f"console_{page}_grew_mb"] = float(measured["grew_mb"])
     return figures
 
 

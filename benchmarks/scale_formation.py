@@ -17,14 +17,18 @@ PER_CYCLE = 1_000
 
 
 class Bulk:
-    """`PER_CYCLE` small facts a cycle, each citing the seed, until `FACTS`."""
+    """`per_cycle` small facts a cycle, each citing the seed, until `limit`."""
 
     name = "bulk"
     dependencies = (ContextKey.SEEDS, ContextKey.HYPOTHESES)
 
+    def __init__(self, limit: int = FACTS, per_cycle: int = PER_CYCLE) -> None:
+        self.limit = limit
+        self.per_cycle = per_cycle
+
     def accepts(self, ctx: Context, /) -> bool:
         """Until the run has all its facts."""
-        return ctx.has(ContextKey.SEEDS) and ctx.count(ContextKey.HYPOTHESES) < FACTS
+        return ctx.has(ContextKey.SEEDS) and ctx.count(ContextKey.HYPOTHESES) < self.limit
 
     async def execute(self, ctx: Context, /) -> AgentEffect:
         """The next cycle's facts."""
@@ -38,7 +42,7 @@ class Bulk:
                     provenance=self.name,
                     evidence=("seeds/start",),
                 )
-                for index in range(done, min(done + PER_CYCLE, FACTS))
+                for index in range(done, min(done + self.per_cycle, self.limit))
             ]
         )
 

@@ -33,7 +33,7 @@ from typing import Final, TextIO
 import anyio
 from pydantic import JsonValue, ValidationError
 
-from .._core._checkpoint import FactRecord, restore_fact
+from .._core._checkpoint import FactRecord
 from .._core._collector import paused_collector
 from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
@@ -54,8 +54,8 @@ from .._review import (
     paused_checkpoint,
     signing_key,
 )
-from ..stores._journal import CycleDelta
 from ..stores._rows_check import rows_problem
+from ..stores._rows_read import broken, ends, large
 from ._output import EXIT_CODES, VERIFY_FAILED, decided, program, summary_lines
 from ._store import open_store, report_path, store_argument
 
@@ -220,20 +220,12 @@ def _run_line(checked: CheckedRun, forks: Mapping[str, int]) -> str:
     )
 
 
-SHOWN_FACTS: Final = 20
-"""How many of the first and of the last facts `show` prints of a large run stored as rows."""
-WHOLE_SHOW: Final = 1_000
-"""The most facts of a run stored as rows that `show` and `review` still read whole."""
-
-
 async def _large_head(args: argparse.Namespace, run_id: str) -> tuple[RowStore, RecordHead] | None:
     """The store and head of `run_id` when it is a finished run stored as rows with more than
     `WHOLE_SHOW` facts (read from its head alone); else `None`."""
     store, _ = open_store(args.store, read_only=True)
     head = await store.load_head(run_id)
-    if head is None or head.record.integrity.fact_count <= WHOLE_SHOW:
-        return None
-    return store, head
+    return (store, head) if head is not None and large(head) else None
 
 
 async def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -323,11 +315,12 @@ async def _show_head(store: RowStore, head: RecordHead, out: TextIO) -> int:
         f"rows         {head.journal_length} journal entries, not read by show: "
         f"`{visible(program())} verify {run_id}` checks every fact\n"
     )
-    first, last = await _ends(store, head)
-    broken = _broken(record.run_id, [*first, *last])
-    if broken is not None:
-        sys.stderr.write(f"warning: {visible(broken)}\n")
-        out.write(f"integrity    FAILED ({visible(broken)})\n")
+    shown = await ends(store, head)
+    first, last = shown.first, shown.last
+    problem = broken(record.run_id, [*first, *last])
+    if problem is not None:
+        sys.stderr.write(f"warning: {visible(problem)}\n")
+        out.write(f"integrity    FAILED ({visible(problem)})\n")
     out.write(f"\nthe first {len(first)} facts, in promotion order:\n")
     _write_facts(out, first)
     out.write(f"\nthe last {len(last)} facts, in promotion order:\n")
@@ -336,44 +329,6 @@ async def _show_head(store: RowStore, head: RecordHead, out: TextIO) -> int:
     out.write(f"\n... {hidden} facts not shown (`{visible(program())} export {run_id}`)\n")
     _write_rejections(out, head.shown_rejections, head.rejections - len(head.shown_rejections))
     return 0
-
-
-def _broken(run_id: str, facts: Iterable[FactRecord]) -> str | None:
-    """Why one of `facts` does not match its own digest (`None`: each does)."""
-    for fact in facts:
-        try:
-            restore_fact(fact)
-        except ValueError as error:
-            return f"run {run_id}: {error}"
-    return None
-
-
-async def _ends(store: RowStore, head: RecordHead) -> tuple[list[FactRecord], list[FactRecord]]:
-    """The first and the last `SHOWN_FACTS` facts of a run stored as rows, in promotion
-    order, from as few of its first and last entries as hold them."""
-    run_id = head.record.run_id
-
-    async def facts(after: int) -> list[FactRecord]:
-        [(_, entry)] = await store.journal(run_id, after=after, limit=1)
-        return list(CycleDelta.model_validate_json(entry, context=STORED).facts)
-
-    first: list[FactRecord] = []
-    seq = 0
-    while len(first) < SHOWN_FACTS and seq < head.journal_length:
-        first += await facts(seq)
-        seq += 1
-    last: list[FactRecord] = []
-    seq = head.journal_length
-    while len(last) < SHOWN_FACTS and seq > 0:
-        seq -= 1
-        last = await facts(seq) + last
-    first.sort(key=_clock)
-    last.sort(key=_clock)
-    return first[:SHOWN_FACTS], last[-SHOWN_FACTS:]
-
-
-def _clock(fact: FactRecord) -> int:
-    return fact.promotion.clock
 
 
 async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:

@@ -8,13 +8,16 @@ the green one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
 
 from .._core._escape import esc
+from .._core._invariant import Violation
 from .._core._shortfall import Shortfall
 from .._core._stop import RunStatus, StopReason
 from .._core._store import RecordHead, RunRecord
+from .._core._trace import Execution, Rejection, RunTimes
 from ._parts import (
     count_stat,
     executions,
@@ -26,7 +29,16 @@ from ._parts import (
 )
 from ._svg import short
 
-__all__ = ["SUMMARY_FACT_LIMIT", "badge_class", "header", "summary"]
+__all__ = [
+    "SUMMARY_FACT_LIMIT",
+    "badge_class",
+    "decisions_list",
+    "flaws_note",
+    "head_header",
+    "header",
+    "summary",
+    "times_list",
+]
 
 SUMMARY_FACT_LIMIT: Final = 10
 """The summary lists at most this many of the facts the last promoting cycle promoted."""
@@ -52,8 +64,8 @@ def _iso(moment: datetime | None) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _times(record: RunRecord) -> str:
-    times = run_times(record)
+def times_list(times: RunTimes) -> str:
+    """When the run started and ended, and how long it ran (a human's wait left out)."""
     seconds = "" if times.seconds is None else f"{times.seconds:.6f}"
     return (
         '<dl class="times">'
@@ -89,7 +101,35 @@ def _stats(record: RunRecord) -> str:
 
 def header(record: RunRecord, title: str) -> str:
     """The header: title, formation, run id, status badge and detail, times, counts."""
-    badge = badge_class(record)
+    return _header(record, title, badge_class(record), run_times(record), _stats(record))
+
+
+def head_header(head: RecordHead, title: str) -> str:
+    """The header of a run stored as rows, from its head alone (`header`'s, with the counts
+    the head keeps)."""
+    record = head.record
+    stats = "".join(
+        [
+            count_stat("cycles", record.cycles, "cycles"),
+            count_stat("facts", record.integrity.fact_count, "facts"),
+            count_stat("tokens", record.tokens, "tokens"),
+            count_stat(
+                "failures", len(head.failures), "failures", level="alert" if head.failures else ""
+            ),
+            count_stat("rejections", head.rejections, "rejections"),
+            count_stat("decisions", len(record.trace.decisions), "decisions"),
+            count_stat(
+                "rolled-back",
+                len(head.rolled_back),
+                "rolled back",
+                level="alert" if head.rolled_back else "",
+            ),
+        ]
+    )
+    return _header(record, title, badge_class(head), head.times, stats)
+
+
+def _header(record: RunRecord, title: str, badge: str, times: RunTimes, stats: str) -> str:
     formation = ""
     if record.name is not None:
         formation += f"formation <b data-formation-name>{esc(record.name)}</b>"
@@ -102,22 +142,28 @@ def header(record: RunRecord, title: str) -> str:
         f'<p class="subtitle">{formation}run <code data-run-id>{esc(record.run_id)}</code></p>'
         f'<p><span class="badge stop-{badge}" data-stop-reason="{record.outcome}" '
         f'data-badge="{badge}">{esc(badge.replace("_", " "))}</span>'
-        f'<span class="detail">{esc(record.detail)}</span></p>{_times(record)}'
-        f'<div class="stats">{_stats(record)}</div></header>'
+        f'<span class="detail">{esc(record.detail)}</span></p>{times_list(times)}'
+        f'<div class="stats">{stats}</div></header>'
     )
 
 
 def _flaws(record: RunRecord) -> str:
     shortfall = Shortfall.of(record.trace, record.rejections)
-    failed = shortfall.failures
-    rolled = shortfall.rolled_back
+    return flaws_note(shortfall.failures, shortfall.invalid, shortfall.rolled_back)
+
+
+def flaws_note(
+    failed: Sequence[Execution], invalid: Sequence[Rejection], rolled: Sequence[Violation]
+) -> str:
+    """What a converged run fell short of: failed calls not made good, invalid proposals,
+    rolled-back effects (`""`: none)."""
     parts: list[str] = []
     if failed:
         names = ", ".join(f"<code>{esc(e.suggestor)}</code>" for e in failed)
         parts.append(f"{len(failed)} call(s) failed and were not made good ({names})")
-    if shortfall.invalid:
-        refs = ", ".join(f"<code>{esc(r.proposal.ref)}</code>" for r in shortfall.invalid)
-        parts.append(f"{len(shortfall.invalid)} proposal(s) were invalid ({refs})")
+    if invalid:
+        refs = ", ".join(f"<code>{esc(r.proposal.ref)}</code>" for r in invalid)
+        parts.append(f"{len(invalid)} proposal(s) were invalid ({refs})")
     if rolled:
         names = ", ".join(f"<code>{esc(v.invariant)}</code>" for v in rolled)
         parts.append(f"{len(rolled)} effect(s) were rolled back ({names})")
@@ -129,7 +175,8 @@ def _flaws(record: RunRecord) -> str:
     )
 
 
-def _decisions(record: RunRecord) -> str:
+def decisions_list(record: RunRecord) -> str:
+    """The human decisions the run applied, or that there were none."""
     items: list[str] = []
     for d in record.trace.decisions:
         verdict = (
@@ -189,5 +236,5 @@ def summary(record: RunRecord, anchors: dict[str, str]) -> str:
             f'<p class="callout" data-summary="pending">{len(record.pending)} proposal(s) wait '
             'for a human decision: <a href="#held">review the held proposals</a>.</p>'
         )
-    body += _decisions(record) + _promoted(record, anchors)
+    body += decisions_list(record) + _promoted(record, anchors)
     return f'<section id="summary"><h2>Result</h2>{body}</section>'

@@ -12,13 +12,14 @@ them from the DOM.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from .._core._collector import paused_collector
 from .._core._escape import esc
 from .._core._stop import StopReason
 from .._core._store import RunRecord
+from .._core._trace import Execution, Rejection
 from .._version import __version__
 from ._assets import CSS, POLICY, SCRIPT
 from ._facts import fact_table, facts_section, pinned_refs
@@ -28,7 +29,13 @@ from ._parts import executions, section, table, violations
 from ._svg import format_ms, lineage_svg, short
 from ._timeline import timeline_svg
 
-__all__ = ["render_built_report", "render_report", "report_body"]
+__all__ = [
+    "failures_table",
+    "rejections_section",
+    "render_built_report",
+    "render_report",
+    "report_body",
+]
 
 
 def _saved_by(record: RunRecord) -> str:
@@ -48,6 +55,12 @@ def _timeline(record: RunRecord, extra: str = "") -> str:
         "cycle starts; hover a bar or a line for details</span></div>"
     )
     failed = [(cycle, e) for cycle, e in executions(record) if e.outcome != "ok"]
+    failures = failures_table(failed, "Failures and timeouts")
+    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + extra + failures)
+
+
+def failures_table(failed: Sequence[tuple[int, Execution]], title: str) -> str:
+    """The calls that did not finish (with their cycles) under `title`, or that none failed."""
     rows = [
         f'<tr data-outcome="{e.outcome}"><td class="num">{cycle}</td>'
         f"<td><code>{esc(e.suggestor)}</code></td>"
@@ -63,19 +76,15 @@ def _timeline(record: RunRecord, extra: str = "") -> str:
         + "</td></tr>"
         for cycle, e in failed
     ]
-    failures = (
-        "<h3>Failures and timeouts</h3>"
-        + table(
-            ["cycle", "suggestor", "outcome", "phase", "duration", "error"],
-            rows,
-            kind="failures",
-            right=(0, 4),
-            widths=(7, 20, 10, 9, 10, 44),
-        )
-        if rows
-        else '<p class="empty">Every execution finished without error.</p>'
+    if not rows:
+        return '<p class="empty">Every execution finished without error.</p>'
+    return f"<h3>{esc(title)}</h3>" + table(
+        ["cycle", "suggestor", "outcome", "phase", "duration", "error"],
+        rows,
+        kind="failures",
+        right=(0, 4),
+        widths=(7, 20, 10, 9, 10, 44),
     )
-    return section("timeline", "Timeline", legend + timeline_svg(record.trace) + extra + failures)
 
 
 def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
@@ -89,12 +98,17 @@ def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
 
 
 def _rejections(record: RunRecord) -> str:
+    return rejections_section(record.rejections, len(record.rejections))
+
+
+def rejections_section(rejections: Sequence[Rejection], total: int) -> str:
+    """The rejections section: `rejections` listed, of `total` (the rest said, not listed)."""
     rows = [
         f'<tr data-rejection><td class="num">{r.cycle}</td><td><code>{esc(r.suggestor)}</code></td>'
         f"<td><code>{esc(r.proposal.key.value)}/{esc(r.proposal.id)}</code></td>"
         f'<td class="wrap">{esc(short(r.proposal.content, 400))}</td>'
         f'<td class="wrap">{esc(r.reason)}</td></tr>'
-        for r in record.rejections
+        for r in rejections
     ]
     body = (
         table(
@@ -107,7 +121,12 @@ def _rejections(record: RunRecord) -> str:
         if rows
         else '<p class="empty">No proposal was rejected.</p>'
     )
-    return section("rejections", "Rejections", body, count=len(rows))
+    if total > len(rows):
+        body += (
+            f'<p class="note" data-count="rejections-left-out" data-value="{total - len(rows)}">'
+            f"... and {total - len(rows)} more, not listed here.</p>"
+        )
+    return section("rejections", "Rejections", body, count=total)
 
 
 def _invariants(record: RunRecord) -> str:

@@ -6,7 +6,9 @@ Every POST must also carry the reviewer's CSRF token. Every page that shows a re
 its signature and says what it found; the console imports the formation a record names only
 when its signature verified (or with `trust_unsigned`). Decisions go through
 `resume_stored`, the path `converge resume` takes, so a run decided here and one decided on
-the command line race under the same rules: one wins, the other is told who decided.
+the command line race under the same rules: one wins, the other is told who decided. The
+run page, fact pages and event stream of a large finished run stored as rows read its head
+and the rows they show (`_head_page`), never the whole record.
 """
 
 from __future__ import annotations
@@ -31,21 +33,23 @@ from starlette.types import ASGIApp
 from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text
 from .._core._events import EngineEvent
-from .._core._exceptions import ConvergeError, RunNotFoundError
+from .._core._exceptions import ConvergeError, RunNotFoundError, StoreError
 from .._core._hitl import GateDecision
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RowStore, RunRecord, RunStore, RunSummary
+from .._core._store import RecordHead, RowStore, RunRecord, RunStore, RunSummary
 from .._formation import EngineOptions, Formation, command_timeout
 from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
 from ..stores import PostgresRunStore, SqliteRunStore
 from ..stores._durable import DEFAULT_LEASE
+from ..stores._rows_read import Ends, broken, ends, large
 from ._auth import Reviewers
-from ._fact_page import FactPageError, fact_page
+from ._fact_page import FactPageError, fact_page, head_fact_page
 from ._fork import Forks
 from ._fork_page import family_box, fork_from
 from ._form import FormError, read_form
 from ._gate_page import gate_page, live_gates
 from ._guard import Guard, signed_in
+from ._head_page import head_banner, head_page
 from ._inbox import INBOX_LIMIT, inbox_box
 from ._live import run_events
 from ._origin import Origin
@@ -180,26 +184,23 @@ class _Console:
         if parts is None:
             return self._missing(request, "There is no such page.")
         run_id, rest = parts
+        store = self.settings.store
+        get = request.method == "GET"
         try:
-            record = await self.settings.store.load(run_id)
+            if rest == ("events",) and get:
+                return await self._events(request, run_id)
+            if get and rest in ((), ("facts",)) and isinstance(store, RowStore):
+                head = await store.load_head(run_id)  # a large finished run: read its head
+                if head is not None and large(head):
+                    return await self._head(request, store, head, rest)
+            record = await store.load(run_id)
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
-        if rest == ("events",) and request.method == "GET":
-            params = request.query_params
-            seen, clock = params.get("seen", ""), params.get("clock", "")
-            version = int(seen) if seen.isdecimal() and len(seen) < 19 else record.version
-            running = params.get("running") == "1" and clock.isdecimal() and len(clock) < 19
-            return run_events(
-                self.settings.store,
-                run_id,
-                version,
-                self.settings.poll_seconds,
-                clock=int(clock) if running else None,
-                status=RunStatus.RUNNING if running else None,
-            )
-        if rest == () and request.method == "GET":
+        except StoreError as error:  # an unreadable record: say why, show nothing of it
+            return self._say(request, "Cannot read this run", error_text(error), 500)
+        if rest == () and get:
             return await self._run_page(request, record)
-        if rest == ("facts",) and request.method == "GET":
+        if rest == ("facts",) and get:
             params = request.query_params
             try:
                 html = fact_page(
@@ -223,6 +224,72 @@ class _Console:
                 return await self._decide(request, record, gate_id=rest[1])
             return self._gate(request, record, rest[1])
         return self._missing(request, "There is no such page.")
+
+    async def _events(self, request: Request, run_id: str) -> Response:
+        """The run's event stream, from the version and clock the page showed.
+
+        Raises:
+            RunNotFoundError: The store has no run `run_id`.
+        """
+        store = self.settings.store
+        if isinstance(store, RowStore):  # each raises for a run that is not there
+            await store.load_head(run_id)
+        else:
+            await store.load(run_id)
+        params = request.query_params
+        seen, clock = params.get("seen", ""), params.get("clock", "")
+        version = int(seen) if seen.isdecimal() and len(seen) < 19 else None
+        running = params.get("running") == "1" and clock.isdecimal() and len(clock) < 19
+        return run_events(
+            store,
+            run_id,
+            version,
+            self.settings.poll_seconds,
+            clock=int(clock) if running else None,
+            status=RunStatus.RUNNING if running else None,
+        )
+
+    async def _head(
+        self, request: Request, store: RowStore, head: RecordHead, rest: tuple[str, ...]
+    ) -> Response:
+        """The run page or a fact page of a large finished run stored as rows.
+
+        Read from its head and the few rows they show, never the whole record.
+        """
+        check = check_signature(head, signing_key())
+        viewer = signed_in(request).viewer
+        if rest == ("facts",):
+            params = request.query_params
+            try:
+                html = await head_fact_page(
+                    store,
+                    head,
+                    params.get("key", ""),
+                    params.get("page", ""),
+                    viewer=viewer,
+                    banner=head_banner(check),
+                )
+            except FactPageError as error:
+                return self._missing(request, str(error))
+            return HTMLResponse(html)
+        try:
+            shown = await ends(store, head)
+        except StoreError as error:
+            shown, problem = Ends((), (), ()), str(error).strip()
+        else:
+            problem = broken(head.record.run_id, [*shown.first, *shown.last])
+        family = await self.forks.head_family(head)
+        html = head_page(
+            head,
+            shown,
+            problem,
+            check=check,
+            viewer=viewer,
+            store_argument=self.settings.store_argument,
+            family=family_box(head.record, family),
+            fork_from=fork_from(head.record),
+        )
+        return HTMLResponse(html)
 
     async def _run_page(self, request: Request, record: RunRecord) -> Response:
         family = await self.forks.family(record)

@@ -90,10 +90,17 @@ class Family:
     """What the parent's failed signature check said (`""`: it did not fail)."""
     lineage_problem: str | None = None
     """Why the run's lineage does not verify (`None`: it does, or the run is no fork)."""
+    lineage_checked: bool = True
+    """Whether the lineage was checked (a large run's page does not read its facts)."""
 
 
 def _lineage_check(family: Family) -> str:
     """Whether the lineage verifies, as `converge verify` says it."""
+    if not family.lineage_checked:
+        return (
+            '<p data-lineage="not-checked">Lineage not checked on this page, which does not '
+            "read the run&#x27;s facts: <code>converge verify</code> checks it.</p>"
+        )
     if family.lineage_problem is not None:
         return (
             '<p class="bad" data-lineage="failed"><b>Lineage does not verify</b>: '

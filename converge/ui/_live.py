@@ -26,8 +26,9 @@ from .._core._escape import visible
 from .._core._exceptions import RunNotFoundError
 from .._core._live_text import LiveText, TokenRelay
 from .._core._stop import RunStatus
-from .._core._store import RunRecord, RunStore
+from .._core._store import RowStore, RunRecord, RunStore
 from .._report._svg import short
+from ..stores._rows_read import large
 
 __all__ = ["DELTA_FACTS", "delta", "event_stream", "run_events", "tokens"]
 
@@ -36,10 +37,8 @@ DELTA_FACTS: Final = 50
 """A delta carries at most this many of the facts promoted since the page's last."""
 
 
-def _event(name: str, record: RunRecord) -> str:
-    data = json.dumps(
-        {"version": record.version, "status": record.status.value, "cycles": record.cycles}
-    )
+def _event(name: str, record: RunRecord, version: int | None) -> str:
+    data = json.dumps({"version": version, "status": record.status.value, "cycles": record.cycles})
     return f"event: {name}\ndata: {data}\n\n"
 
 
@@ -95,36 +94,47 @@ def tokens(texts: Sequence[LiveText]) -> list[dict[str, object]]:
 async def event_stream(
     store: RunStore,
     run_id: str,
-    seen: int,
+    seen: int | None,
     poll: float,
     *,
     clock: int | None = None,
     status: RunStatus | None = None,
 ) -> AsyncGenerator[str]:
-    """The server-sent events of a run a page showed at version `seen`.
+    """The server-sent events of a run a page showed at version `seen` (`None`: as it is).
 
     With the page's `clock` and `status`, a new save of a run that was and still is running
-    is sent as a `delta`; any other change as `changed`, which ends the stream.
+    is sent as a `delta`; any other change as `changed`, which ends the stream. A large
+    finished run stored as rows (`large`) is read from its head alone, never assembled: it
+    no longer changes, so the stream ends, with `changed` when the page showed a version
+    (no page of a finished run follows it: the run was not finished then); its version is
+    not in its head and is sent as `null`.
     """
     quiet = 0.0
     relay = store if isinstance(store, TokenRelay) else None
+    rows = isinstance(store, RowStore)
     shown: list[dict[str, object]] = []
     yield "retry: 2000\n\n"
     while True:
         try:
+            head = await store.load_head(run_id) if rows else None
+            if head is not None and large(head):
+                yield _event("end" if seen is None else "changed", head.record, None)
+                return
             record = await store.load(run_id)
         except RunNotFoundError:
             return
+        if seen is None:
+            seen = record.version
         if record.version != seen:
             running = status is RunStatus.RUNNING and record.status is RunStatus.RUNNING
             if not running or clock is None:
-                yield _event("changed", record)
+                yield _event("changed", record, record.version)
                 return
             change = delta(record, clock)
             yield f"event: delta\ndata: {json.dumps(change)}\n\n"
             seen, clock, quiet = record.version, record.integrity.clock, 0.0
         elif record.status is RunStatus.FINISHED:
-            yield _event("end", record)
+            yield _event("end", record, record.version)
             return
         if relay is not None and status is RunStatus.RUNNING:
             try:
@@ -144,7 +154,7 @@ async def event_stream(
 def run_events(
     store: RunStore,
     run_id: str,
-    seen: int,
+    seen: int | None,
     poll: float,
     *,
     clock: int | None = None,

@@ -18,7 +18,7 @@ import pytest
 
 from converge import SqliteRunStore
 from converge._cli._export import CSV_COLUMNS
-from converge._cli._read import SHOWN_FACTS, WHOLE_SHOW
+from converge.stores._rows_read import SHOWN_FACTS, WHOLE_SHOW
 from converge.ui import Reviewers
 from tests.cli_runs import cli, run_id_of
 from tests.converge.test_ui_console import client_for
