@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, cast, final
+from typing import Final, TypeVar, cast, final
 
 from pydantic import TypeAdapter, ValidationError
 
 from .._core._checkpoint import FactRecord, restore_fact
+from .._core._escape import visible
 from .._core._exceptions import StoreError
 from .._core._key import STORED
 from .._core._store import RecordHead, RowStore
 from .._core._trace import CycleTrace
-from ._journal import CycleDelta
 
 __all__ = ["SHOWN_FACTS", "WHOLE_SHOW", "Ends", "broken", "ends", "key_facts", "large"]
 
@@ -33,6 +33,7 @@ whole."""
 
 
 _FACTS: Final = TypeAdapter(tuple[FactRecord, ...])
+_T = TypeVar("_T")
 
 
 def large(head: RecordHead | None) -> bool:
@@ -54,19 +55,73 @@ class Ends:
     """The cycles of the first and last entries read, by cycle number, each once."""
 
 
-async def _entry(store: RowStore, run_id: str, seq: int) -> CycleDelta:
-    """Journal entry `seq` (from 1) of `run_id`.
+async def _entry(store: RowStore, run_id: str, seq: int) -> tuple[list[_Raw], list[object]]:
+    """The facts and the cycle traces of journal entry `seq` (from 1) of `run_id`, as JSON.
+
+    Parsed, not validated: of an entry's thousand facts a page shows a few, and validating
+    only those (`_checked`) makes `show` of a large run a third cheaper.
 
     Raises:
-        StoreError: The entry is missing or invalid.
+        StoreError: The entry is missing, or not an object with lists of facts and cycles
+            whose facts each have a promotion clock.
     """
     page = await store.journal(run_id, after=seq - 1, limit=1)
     if not page or page[0][0] != seq:
         raise StoreError(f"run {run_id}: journal entry {seq} is missing")
+    invalid = StoreError(f"run {run_id}: journal entry {seq} is invalid")
     try:
-        return CycleDelta.model_validate_json(page[0][1], context=STORED)
-    except ValidationError:
-        raise StoreError(f"run {run_id}: journal entry {seq} is invalid") from None
+        document: object = json.loads(page[0][1])
+    except ValueError:
+        raise invalid from None
+    if not isinstance(document, dict):
+        raise invalid
+    fields = cast("dict[str, object]", document)
+    facts, cycles = fields.get("facts", []), fields.get("cycles", [])
+    if not isinstance(facts, list) or not isinstance(cycles, list):
+        raise invalid
+    raw: list[_Raw] = []
+    for fact in cast("list[object]", facts):
+        record = cast("dict[str, object]", fact) if isinstance(fact, dict) else {}
+        promotion = record.get("promotion")
+        clock = (
+            cast("dict[str, object]", promotion).get("clock")
+            if isinstance(promotion, dict)
+            else None
+        )
+        if not isinstance(clock, int):
+            raise invalid
+        raw.append((clock, record))
+    return raw, cast("list[object]", cycles)
+
+
+_Raw = tuple[int, object]
+"""A fact as parsed JSON, with its promotion clock."""
+
+_CYCLES: Final = TypeAdapter(tuple[CycleTrace, ...])
+
+
+def _checked(run_id: str, adapter: TypeAdapter[_T], parsed: list[object], what: str) -> _T:
+    """`parsed` JSON records validated as stored ones.
+
+    Raises:
+        StoreError: One is not valid (named by its `key/id` or `cycle`, when it has them).
+    """
+    try:
+        return adapter.validate_json(json.dumps(parsed), context=STORED)
+    except ValidationError as error:
+        where = error.errors()[0]["loc"]
+        item = parsed[where[0]] if where and isinstance(where[0], int) else None
+        raise StoreError(f"run {run_id}: {what}{_named(item)} is invalid") from None
+
+
+def _named(item: object) -> str:
+    """` key/id` of a parsed fact, ` of cycle N` of a parsed cycle, made visible; else ``."""
+    fields = cast("dict[str, object]", item) if isinstance(item, dict) else {}
+    if "key" in fields and "id" in fields:
+        return f" {visible(str(fields['key']))}/{visible(str(fields['id']))}"
+    if "cycle" in fields:
+        return f" of cycle {visible(str(fields['cycle']))}"
+    return ""
 
 
 async def ends(store: RowStore, head: RecordHead) -> Ends:
@@ -79,29 +134,46 @@ async def ends(store: RowStore, head: RecordHead) -> Ends:
     """
     run_id = head.record.run_id
     shown = SHOWN_FACTS
-    cycles: dict[int, CycleTrace] = {}
-    first: list[FactRecord] = []
+    cycles: dict[int, object] = {}
+    first: list[_Raw] = []
     seq = 0
     while len(first) < shown and seq < head.journal_length:
         seq += 1
-        delta = await _entry(store, run_id, seq)
-        first += delta.facts
-        cycles.update((cycle.cycle, cycle) for cycle in delta.cycles)
-    last: list[FactRecord] = []
+        facts, traces = await _entry(store, run_id, seq)
+        first += facts
+        cycles.update(_numbered(run_id, seq, traces))
+    last: list[_Raw] = []
     seq = head.journal_length + 1
     while len(last) < shown and seq > 1:
         seq -= 1
-        delta = await _entry(store, run_id, seq)
-        last = [*delta.facts, *last]
-        cycles.update((cycle.cycle, cycle) for cycle in delta.cycles)
+        facts, traces = await _entry(store, run_id, seq)
+        last = [*facts, *last]
+        cycles.update(_numbered(run_id, seq, traces))
     first.sort(key=_clock)
     last.sort(key=_clock)
-    ordered = tuple(cycles[number] for number in sorted(cycles))
-    return Ends(tuple(first[:shown]), tuple(last[-shown:]), ordered)
+    chosen = [fact for _, fact in first[:shown]], [fact for _, fact in last[-shown:]]
+    return Ends(
+        _checked(run_id, _FACTS, chosen[0], "stored fact"),
+        _checked(run_id, _FACTS, chosen[1], "stored fact"),
+        _checked(run_id, _CYCLES, [cycles[number] for number in sorted(cycles)], "stored cycle"),
+    )
 
 
-def _clock(fact: FactRecord) -> int:
-    return fact.promotion.clock
+def _numbered(run_id: str, seq: int, traces: list[object]) -> Iterable[tuple[int, object]]:
+    """Each of `traces` (parsed JSON) with its cycle number.
+
+    Raises:
+        StoreError: One has no cycle number.
+    """
+    for trace in traces:
+        number = cast("dict[str, object]", trace).get("cycle") if isinstance(trace, dict) else None
+        if not isinstance(number, int):
+            raise StoreError(f"run {run_id}: journal entry {seq} is invalid")
+        yield number, trace
+
+
+def _clock(fact: _Raw) -> int:
+    return fact[0]
 
 
 def broken(run_id: str, facts: Iterable[FactRecord]) -> str | None:
@@ -168,7 +240,4 @@ async def key_facts(
         position = low if backward else high
         if (backward and low <= start) or (not backward and high >= end):
             break
-    try:
-        return _FACTS.validate_json(json.dumps(picked), context=STORED)
-    except ValidationError:
-        raise StoreError(f"run {run_id}: a stored fact of {key} is invalid") from None
+    return _checked(run_id, _FACTS, picked, "stored fact")

@@ -219,3 +219,35 @@ def test_show_of_a_large_run_checks_the_facts_it_shows(
     assert "signature    verified (the head's; the rows below are not: `verify` checks them)" in out
     assert f"integrity    FAILED (run {run_id}: fact hypotheses/h-{FACTS - 1}: digest" in out
     assert "does not match its fields" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ('"clock":', '"clock":"1",', "journal entry 5"),  # a clock that is no number
+        ('"facts":[', '"facts":[7,', "journal entry 5"),  # a fact that is no object
+        ('"cycles":[', '"cycles":[{"no":1},', "journal entry 5"),  # a cycle without its number
+        (f'"content":"fact {FACTS - 1}"', '"content":7', f"stored fact hypotheses/h-{FACTS - 1}"),
+    ],
+)
+def test_show_of_a_large_run_refuses_a_malformed_entry_it_reads(
+    large: tuple[str, str], old: str, new: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show` parses the entries it reads and validates only what it prints: an entry broken
+    anywhere it reads is an error naming the run, never a page of what could be read."""
+    store, run_id = large
+    with closing(sqlite3.connect(store)) as connection, connection:
+        [(seq, entry)] = connection.execute(  # the entry of the last facts, which show reads
+            "SELECT seq, entry FROM converge_journal WHERE run_id = ? AND entry LIKE ?",
+            (run_id, f'%"content":"fact {FACTS - 1}"%'),
+        ).fetchall()
+        assert old in entry
+        connection.execute(
+            "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?",
+            (entry.replace(old, new, 1), run_id, seq),
+        )
+    capsys.readouterr()
+    code, _ = cli("--store", store, "show", run_id)
+    assert code == 1
+    error = capsys.readouterr().err
+    assert error == f"error: StoreError: run {run_id}: {said} is invalid\n"
