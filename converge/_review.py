@@ -153,6 +153,12 @@ class SignatureCheck(FrozenModel, frozen=True):
         """Whether a key is set and the record does not verify under it."""
         return self.state == "failed"
 
+    @property
+    def said(self) -> str:
+        """The message without its `"run RUN_ID: "`, capitalised, for a page about the run."""
+        said = self.message.removeprefix(f"run {self.run_id}: ")
+        return said[:1].upper() + said[1:]
+
 
 def check_signature(record: RunRecord | RecordHead, key: bytes | None) -> SignatureCheck:
     """Check `record`'s signature (or a stored head's) under `key`; every read command shows

@@ -184,6 +184,8 @@ class _Console:
             record = await self.settings.store.load(run_id)
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
+        except StoreError as error:  # changed in the store: never acted on
+            return self._say(request, "Cannot read this run", error_text(error), 409)
         if rest == ("events",) and request.method == "GET":
             params = request.query_params
             seen, clock = params.get("seen", ""), params.get("clock", "")

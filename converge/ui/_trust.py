@@ -83,7 +83,7 @@ def banner(check: SignatureCheck) -> str:
             "set (CONVERGE_SIGNING_KEY), so nothing shows whether this record was changed in "
             "the store.</p>"
         )
-    return '<p class="trust" data-signature="verified">Signature verified.</p>'
+    return f'<p class="trust" data-signature="verified">{esc(check.said)}.</p>'
 
 
 def formation_note(record: RunRecord, found: Trust) -> str:
