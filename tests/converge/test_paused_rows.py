@@ -13,6 +13,7 @@ promoted fact. Every test runs on SQLite and, with DATABASE_URL set, on PostgreS
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ import anyio
 import pytest
 import test_store_rows
 from starlette.testclient import TestClient
-from test_durable import sql
+from test_durable import chain_engine, sql
 from test_store import open_store
 from test_store_rows import Target, entries, head_text, layout, set_entry, set_head
 
@@ -42,6 +43,7 @@ from converge import (
 )
 from converge._formation import load_formation
 from converge._kernel._pause import verify_signature
+from converge.stores._rows_check import rows_problem
 from converge.ui import ConsoleSettings, Reviewers, Sessions, create_app
 from tests.cli_runs import cli, run_id_of
 from tests.converge.forgery import fact_digest
@@ -390,3 +392,44 @@ async def test_two_deciders_at_once_one_wins_and_the_other_is_told(target: Targe
         assert f"decided by {decision.by}" in str(lost)
     assert record.status is RunStatus.FINISHED
     assert "strategies/bet" in {f"{f.key.value}/{f.id}" for f in record.facts}
+
+
+# -- a store written before paused runs were stored as rows --------------------------------------
+
+V6_FIXTURE = HERE / "fixtures" / "runs-v6.db"
+"""A schema 6 store written by converge before paused runs were stored as rows, with the key
+`test-signing-key`: a converged chain run stored as rows (its head has no `cited`) and a
+paused one stored whole (gate `V6_GATE`)."""
+V6_CONVERGED = "2d2f617a779c404182e1f999b2232e56"
+V6_PAUSED = "6b078a4178c94ca3a848fbb421a71332"
+V6_GATE = "gate:2:strategies/risky"
+V6_KEY = "test-signing-key"
+
+
+async def test_a_store_of_today_reads_and_resumes_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "runs-v6.db"
+    shutil.copyfile(V6_FIXTURE, path)
+    target = ("sqlite", str(path))
+    key = V6_KEY.encode()
+    store = SqliteRunStore(path)
+    head = await store.load_head(V6_CONVERGED)
+    assert head is not None
+    assert '"cited"' not in head_text(target, V6_CONVERGED)
+    head.verify_signature(key)  # a head written before `cited` verifies as it did
+    assert await rows_problem(store, head) is None
+    for run_id in (V6_CONVERGED, V6_PAUSED):
+        (await store.load(run_id)).verify_signature(key)
+    assert layout(target, V6_PAUSED) == "whole"
+    assert await store.load_head(V6_PAUSED, paused=True) is None  # read whole, as before
+    decision = GateDecision.approve(V6_GATE, by="jane")
+    resumed = await chain_engine(store, signing_key=V6_KEY, risky=True)[0].resume_run(
+        V6_PAUSED, [decision]
+    )
+    assert resumed.converged
+    assert layout(target, V6_PAUSED) == "rows"
+    loaded = await store.load(V6_PAUSED)
+    loaded.verify_signature(key)
+    assert loaded.trace.decisions == (decision,)
+    [(version,)] = sql(target, "SELECT value FROM converge_meta WHERE key = 'schema_version'")
+    assert str(version) == "6"
+    store.close()
