@@ -433,3 +433,28 @@ async def test_a_store_of_today_reads_and_resumes_unchanged(tmp_path: Path) -> N
     [(version,)] = sql(target, "SELECT value FROM converge_meta WHERE key = 'schema_version'")
     assert str(version) == "6"
     store.close()
+
+
+def test_a_decision_raced_from_the_command_and_the_console_is_taken_once(
+    target: Target, tmp_path: Path
+) -> None:
+    run_id = paused_run(target)
+    with console(target, tmp_path) as (client, csrf):
+        page = client.get(gate_url(run_id)).text  # read from the head: its version too
+        seen = page.split('name="version" value="')[1].split('"')[0]
+        assert seen == str(row_state(target, run_id)[1])
+        code, _ = cli("--store", target[1], "resume", run_id, "--reject", GATE, "--by", "cli-cat")
+        assert code == 0
+        form = {"csrf": csrf, "version": seen, f"gate:{GATE}": "approve"}
+        response = client.post(gate_url(run_id), data=form)
+        assert response.status_code == 409
+        assert "already decided by cli-cat: rejected" in response.text
+        again = client.get(gate_url(run_id))  # a finished run's head says who decided
+        assert again.status_code == 409
+        assert "already decided by cli-cat" in again.text
+    record = anyio.run(reads_whole, open_store(*target), run_id)
+    assert [(d.by, d.approved) for d in record.trace.decisions] == [("cli-cat", False)]
+    assert "strategies/bet" not in {f"{f.key.value}/{f.id}" for f in record.facts}
+    assert {"seeds/budget", "hypotheses/grounds-2"} <= {
+        f"{f.key.value}/{f.id}" for f in record.facts
+    }
