@@ -208,7 +208,7 @@ async def check_listed(
     one, each run's record is loaded and its signature checked (`check_signature`), and the
     line shows what that record says, not the store's own columns (which no signature
     covers); a record that cannot be loaded fails, and its line is the listing. Of a
-    finished run stored as rows, only the head is read and checked.
+    finished or paused run stored as rows, only the head is read and checked.
     """
     checked: list[CheckedRun] = []
     rows = isinstance(store, RowStore)  # a runtime protocol check: once, not once a run
@@ -217,7 +217,7 @@ async def check_listed(
             checked.append(CheckedRun(summary=run, check=_unchecked(run.run_id)))
             continue
         try:
-            head = await store.load_head(run.run_id) if rows else None
+            head = await store.load_head(run.run_id, paused=True) if rows else None
             record = head if head is not None else await store.load(run.run_id)
         except StoreError as error:
             failed = SignatureCheck(run_id=run.run_id, state="failed", message=str(error).strip())
