@@ -206,6 +206,11 @@ def test_review_reads_the_head_alone_and_says_so(
     document = json.loads(out)
     assert [gate["gate_id"] for gate in document["pending"]] == [GATE]
     assert document["signature_check"]["state"] == "verified"
+    code, out = cli("--store", target[1], "runs", "--json")  # checks each head, with a key
+    assert code == 0
+    [line] = [run for run in json.loads(out) if run["run_id"] == run_id]
+    assert (line["status"], line["pending"]) == ("paused", 1)
+    assert line["signature_check"]["state"] == "verified"
 
 
 def test_the_gate_page_reads_the_head_and_the_facts_its_evidence_cites(
