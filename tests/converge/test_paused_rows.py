@@ -206,7 +206,7 @@ def test_review_reads_the_head_alone_and_says_so(
     document = json.loads(out)
     assert [gate["gate_id"] for gate in document["pending"]] == [GATE]
     assert document["signature_check"]["state"] == "verified"
-    code, out = cli("--store", target[1], "runs", "--json")  # checks each head, with a key
+    code, out = cli("--store", target[1], "runs", "--search", run_id, "--json")  # its head
     assert code == 0
     [line] = [run for run in json.loads(out) if run["run_id"] == run_id]
     assert (line["status"], line["pending"]) == ("paused", 1)
