@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from collections.abc import Generator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -25,7 +26,7 @@ import pytest
 import test_store_rows
 from starlette.testclient import TestClient
 from test_durable import chain_engine, sql
-from test_store import open_store
+from test_store import open_store, scoped_postgres
 from test_store_rows import Target, entries, head_text, layout, set_entry, set_head
 
 from converge import (
@@ -411,12 +412,33 @@ V6_GATE = "gate:2:strategies/risky"
 V6_KEY = "test-signing-key"
 
 
-async def test_a_store_of_today_reads_and_resumes_unchanged(tmp_path: Path) -> None:
-    path = tmp_path / "runs-v6.db"
-    shutil.copyfile(V6_FIXTURE, path)
-    target = ("sqlite", str(path))
+@pytest.fixture(params=["sqlite", "postgres"])
+def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Target]:
+    """The v6 fixture's file, or its rows inserted as they are into a fresh PostgreSQL schema
+    of today's tables."""
+    if request.param == "sqlite":
+        path = tmp_path / "runs-v6.db"
+        shutil.copyfile(V6_FIXTURE, path)
+        yield ("sqlite", str(path))
+        return
+    with scoped_postgres("v6") as scoped:
+        made = PostgresRunStore(scoped)
+        assert anyio.run(lambda: made.list_runs()) == ()  # today's tables, empty
+        made.close()
+        target = ("postgres", scoped)
+        with closing(sqlite3.connect(V6_FIXTURE)) as fixture:
+            for table in ("converge_runs", "converge_journal", "converge_gates"):
+                for row in fixture.execute(f"SELECT * FROM {table}").fetchall():
+                    marks = ", ".join("?" * len(row))
+                    sql(target, f"INSERT INTO {table} VALUES ({marks})", *row)  # pyright: ignore[reportArgumentType]
+        yield target
+
+
+async def test_a_store_of_today_reads_and_resumes_unchanged(v6_target: Target) -> None:
+    target = v6_target
     key = V6_KEY.encode()
-    store = SqliteRunStore(path)
+    store = open_store(*target)
+    assert isinstance(store, SqliteRunStore | PostgresRunStore)
     head = await store.load_head(V6_CONVERGED)
     assert head is not None
     assert '"cited"' not in head_text(target, V6_CONVERGED)
