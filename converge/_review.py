@@ -153,10 +153,17 @@ class SignatureCheck(FrozenModel, frozen=True):
         """Whether a key is set and the record does not verify under it."""
         return self.state == "failed"
 
+    @property
+    def said(self) -> str:
+        """The message without its `"run RUN_ID: "`, capitalised, for a page about the run."""
+        said = self.message.removeprefix(f"run {self.run_id}: ")
+        return said[:1].upper() + said[1:]
+
 
 def check_signature(record: RunRecord | RecordHead, key: bytes | None) -> SignatureCheck:
     """Check `record`'s signature (or a stored head's) under `key`; every read command shows
-    what this says."""
+    what this says. Of a paused run's head, it says that the head's was checked (what is
+    shown of the run), not its rows."""
     run_id = record.run_id if isinstance(record, RunRecord) else record.record.run_id
     if key is None:
         return _unchecked(run_id)
@@ -164,9 +171,10 @@ def check_signature(record: RunRecord | RecordHead, key: bytes | None) -> Signat
         record.verify_signature(key)
     except StoreError as error:
         return SignatureCheck(run_id=run_id, state="failed", message=str(error))
-    return SignatureCheck(
-        run_id=run_id, state="verified", message=f"run {run_id}: signature verified"
-    )
+    said = "signature verified"
+    if isinstance(record, RecordHead) and record.record.checkpoint is not None:
+        said = "the stored head's signature verified (its rows were not read)"
+    return SignatureCheck(run_id=run_id, state="verified", message=f"run {run_id}: {said}")
 
 
 def _unchecked(run_id: str) -> SignatureCheck:
@@ -200,7 +208,7 @@ async def check_listed(
     one, each run's record is loaded and its signature checked (`check_signature`), and the
     line shows what that record says, not the store's own columns (which no signature
     covers); a record that cannot be loaded fails, and its line is the listing. Of a
-    finished run stored as rows, only the head is read and checked.
+    finished or paused run stored as rows, only the head is read and checked.
     """
     checked: list[CheckedRun] = []
     rows = isinstance(store, RowStore)  # a runtime protocol check: once, not once a run
@@ -209,7 +217,7 @@ async def check_listed(
             checked.append(CheckedRun(summary=run, check=_unchecked(run.run_id)))
             continue
         try:
-            head = await store.load_head(run.run_id) if rows else None
+            head = await store.load_head(run.run_id, paused=True) if rows else None
             record = head if head is not None else await store.load(run.run_id)
         except StoreError as error:
             failed = SignatureCheck(run_id=run.run_id, state="failed", message=str(error).strip())
@@ -237,14 +245,19 @@ def _shown(run: RunSummary, record: RunRecord | RecordHead) -> RunSummary:
     )
 
 
-def paused_checkpoint(record: RunRecord, run_id: str, key: bytes | None) -> Checkpoint:
+def paused_checkpoint(source: RunRecord | RecordHead, run_id: str, key: bytes | None) -> Checkpoint:
     """The checkpoint a reviewer sees and `resume` applies, checked to be this run's, now.
+
+    Of a paused run's stored head (`RowStore.load_head`), the head's signature is checked,
+    and the checkpoint holds its pending gates but not its facts, rejections or traces.
 
     Raises:
         UsageError: The run is not paused, or its record or checkpoint is another run's.
-        StoreError: With a key, the record is unsigned or its signature does not match.
+        StoreError: With a key, the record (or head) is unsigned or its signature does not
+            match.
     """
-    record.verify_signature(key)
+    source.verify_signature(key)
+    record = source if isinstance(source, RunRecord) else source.record
     if record.run_id != run_id:
         raise UsageError(f"the stored record of run {run_id} is the record of run {record.run_id}")
     checkpoint = record.checkpoint

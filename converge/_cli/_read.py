@@ -340,11 +340,12 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
     """
     if args.run_id is None:
         return await _inbox(args, out)
-    large = await _large_head(args, args.run_id)  # finished: its head says all review needs
-    record = large[1].record if large is not None else await load_record(args, args.run_id)
+    head = await _review_head(args, args.run_id)  # its head says all review needs
+    record = head.record if head is not None else await load_record(args, args.run_id)
+    source = record if head is None else head
     key = signing_key()
-    pending = paused_checkpoint(record, args.run_id, key).pending if record.pending else ()
-    check = check_signature(record if large is None else large[1], key)
+    pending = paused_checkpoint(source, args.run_id, key).pending if record.pending else ()
+    check = check_signature(source, key)
     _say(check, sys.stderr)
     gates = " ".join(gate.gate_id for gate in pending)
     where = store_argument(args.store)
@@ -384,8 +385,22 @@ async def cmd_review(args: argparse.Namespace, out: TextIO) -> int:
             f"  payload    {visible(payload if payload is not None else 'none')}\n"
             f"  deadline   {deadline}\n"
         )
+    if head is not None and check.state == "verified":
+        out.write(f"signature  {visible(check.message)}\n")
     out.write(f"decide with: {visible(commands[0])}\n")
     return status
+
+
+async def _review_head(args: argparse.Namespace, run_id: str) -> RecordHead | None:
+    """The head of `run_id` when it says all `review` shows: a paused run stored as rows
+    (its gates and decisions are in its head), or a large finished one (`_large_head`)."""
+    store, _ = open_store(args.store, read_only=True)
+    head = await store.load_head(run_id, paused=True)
+    if head is None:
+        return None
+    if head.record.checkpoint is None and not large(head):
+        return None
+    return head
 
 
 async def _inbox(args: argparse.Namespace, out: TextIO) -> int:

@@ -5,10 +5,10 @@ each, so that importing converge loads no database driver. Both keep one row per
 searchable columns, a status and a version, under the versioned schema `SCHEMA_VERSION`.
 A running run's row holds a small `ProgressHead`, and each cycle's additions are appended
 beside it as one journal entry (`RunProgress`), so a per-cycle save costs what the cycle
-added, not the run. When such a run finishes, its journal stays as its rows and its row
-takes a `RecordHead` (`RunFinal`): the record less what the entries hold. A record saved
-whole (`RunStore.save`: a paused run, a run saved only at its end, any record a caller
-hands in) is one JSON document in the row.
+added, not the run. When such a run finishes or pauses, its journal stays as its rows and
+its row takes a `RecordHead` (`RunFinal`): the record (and a paused run's checkpoint) less
+what the entries hold. A record saved whole (`RunStore.save`: a run saved only at its end,
+any record a caller hands in) is one JSON document in the row.
 """
 
 from __future__ import annotations
@@ -407,19 +407,21 @@ class RunRecord(FrozenModel, frozen=True):
 
 @final
 class RecordHead(FrozenModel, frozen=True):
-    """What the row of a finished run stored as rows holds: its record less the facts, the
-    cycle traces, the rejections and the decisions, which its journal entries carry.
+    """What the row of a finished or paused run stored as rows holds: its record less the
+    facts, the cycle traces, the rejections and the decisions, which its journal entries
+    carry.
 
-    `record` keeps the whole record's own signature, so the record assembled from the head
-    and the entries verifies exactly as the record saved whole would. `journal_digest`
-    chains the entries as `ProgressHead`'s does, and `signature` (with a signing key)
-    covers the head itself: what a command shows from the head alone is authenticated
-    without reading a row.
+    `record` keeps the whole record's own signature (and a paused record's checkpoint its
+    own), so the record assembled from the head and the entries verifies exactly as the
+    record saved whole would. `journal_digest` chains the entries as `ProgressHead`'s does,
+    and `signature` (with a signing key) covers the head itself: what a command shows from
+    the head alone is authenticated without reading a row.
     """
 
     record: RunRecord
     """The record, its `facts`, `rejections` and `trace.cycles` empty (its human decisions,
-    few, are kept; the entries hold them too)."""
+    few, are kept; the entries hold them too); a paused record's checkpoint likewise, its
+    pending gates and decisions kept."""
     keys: tuple[tuple[KeyField, int], ...]
     """How many facts each key has, in key order."""
     rejections: int = Field(ge=0)
@@ -438,16 +440,34 @@ class RecordHead(FrozenModel, frozen=True):
     """How many journal entries the run has."""
     journal_digest: str
     """The chain over those entries (as `ProgressHead.journal_digest`)."""
+    cited: tuple[FactRecord, ...] = Field(default=(), exclude_if=lambda v: not v)
+    """Of a paused run, the facts the evidence of its pending gates cites, as a reviewer is
+    shown them (`cited_facts`); the entries hold them too. Left out of the JSON when empty,
+    so the heads of finished runs read and verify as before."""
     signature: str | None = None
     """HMAC-SHA256 over the rest of the head (hex), with a signing key."""
 
     @model_validator(mode="after")
-    def _a_finished_record(self) -> Self:
+    def _a_stopped_record(self) -> Self:
         record = self.record
-        if record.status is not RunStatus.FINISHED or record.checkpoint is not None:
-            raise ValueError(f"run {record.run_id}: only a finished run is stored as rows")
+        checkpoint = record.checkpoint
+        if record.status is RunStatus.FINISHED:
+            if checkpoint is not None or self.cited:
+                raise ValueError(
+                    f"run {record.run_id}: the head of a finished run holds no checkpoint"
+                )
+        elif record.status is not RunStatus.PAUSED or checkpoint is None:
+            raise ValueError(
+                f"run {record.run_id}: only a finished or paused run is stored as rows"
+            )
         if record.facts or record.rejections or record.trace.cycles:
             raise ValueError(f"run {record.run_id}: a head holds no facts, rejections or traces")
+        if checkpoint is not None and (
+            checkpoint.facts or checkpoint.rejections or checkpoint.cycles
+        ):
+            raise ValueError(
+                f"run {record.run_id}: a head's checkpoint holds no facts, rejections or traces"
+            )
         return self
 
     @property
@@ -549,21 +569,25 @@ class RunStore(Protocol):
 
 @runtime_checkable
 class RowStore(RunStore, Protocol):
-    """A store that keeps a finished run's journal as its rows (both built-in stores do).
+    """A store that keeps a finished or paused run's journal as its rows (both built-in
+    stores do).
 
-    The engine ends a run saved after every cycle with `save_final` when its store has it,
-    and with `save` otherwise; `converge show` and `verify` read such a run's head and a
-    page of its rows at a time.
+    The engine ends or pauses a run saved after every cycle with `save_final` when its
+    store has it, and with `save` otherwise; `converge show` and `verify` read such a run's
+    head and a page of its rows at a time, `converge review` and the console's gate page a
+    paused run's head.
     """
 
     async def save_final(self, final: RunFinal, /, *, expected_version: int) -> int:
-        """Save a run's end atomically and return its new version: write `final.head` as
-        the finished run's row, append `final.entry` to its journal, and keep the journal
-        as its rows. `expected_version` works as for `save`."""
+        """Save a run's end or pause atomically and return its new version: write
+        `final.head` as the run's row (and a paused run's pending gates), append
+        `final.entry` to its journal, and keep the journal as its rows. `expected_version`
+        works as for `save`."""
         ...
 
-    async def load_head(self, run_id: str, /) -> RecordHead | None:
-        """The head of a finished run stored as rows; `None` for any other run."""
+    async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None:
+        """The head of a finished run stored as rows (or, with `paused`, of a paused one),
+        with its `record.version`; `None` for any other run."""
         ...
 
     async def journal(

@@ -45,7 +45,7 @@ class _Transactional(Protocol):
 
     async def _transaction(self, work: Callable[[Db], T]) -> T: ...
 
-    async def load_head(self, run_id: str, /) -> RecordHead | None: ...
+    async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None: ...
 
     async def journal(
         self, run_id: str, /, *, after: int = 0, limit: int = 16
@@ -116,9 +116,9 @@ class GroupedSaves:
         """`RunStore.load`."""
         return await self._store.load(run_id)
 
-    async def load_head(self, run_id: str, /) -> RecordHead | None:
+    async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None:
         """`RowStore.load_head`."""
-        return await self._writer.load_head(run_id)
+        return await self._writer.load_head(run_id, paused=paused)
 
     async def journal(
         self, run_id: str, /, *, after: int = 0, limit: int = 16

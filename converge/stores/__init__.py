@@ -8,7 +8,7 @@
 Both are re-exported from `converge`; the `RunStore` protocol, `RunRecord`, `RunSummary`
 and `RunProgress` they share are there too. `CycleDelta` (one journal entry), `assemble`
 (a running run's head and journal back into its `RunRecord`) and `assemble_final` (the
-same for a finished run stored as rows) are here for a store of your own. Importing this
+same for a finished or paused run stored as rows) are here for a store of your own. Importing this
 package loads no database driver.
 """
 

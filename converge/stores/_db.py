@@ -138,6 +138,8 @@ def write_final(db: Db, final: RunFinal, saved_at: object, expected: int) -> int
     run_id = head.record.run_id
     version = _written(db, run_id, final_row(head, saved_at), expected)
     db.run(DROP_GATES, (run_id,))
+    for row in gate_rows(head.record):
+        db.run(GATE_INSERT, row)
     if final.entry is not None:
         db.run(JOURNAL, (run_id, head.journal_length, final.entry))
     return version
@@ -166,15 +168,22 @@ def load_record(db: Db, run_id: str, now: datetime, where: str) -> RunRecord:
     return stored_record(run_id, row, entries, now)
 
 
-def load_head(db: Db, run_id: str, where: str) -> RecordHead | None:
-    """The head of `run_id` when it is a finished run stored as rows, else `None`."""
-    row = db.one("SELECT record, layout, status FROM converge_runs WHERE run_id = ?", (run_id,))
+def load_head(db: Db, run_id: str, where: str, *, paused: bool = False) -> RecordHead | None:
+    """The head of `run_id`, finished (or, with `paused`, paused) and stored as rows, or `None`.
+
+    Its `record.version` is the row's.
+    """
+    row = db.one(
+        "SELECT record, layout, status, version FROM converge_runs WHERE run_id = ?", (run_id,)
+    )
     if row is None:
         raise RunNotFoundError(f"no run {run_id!r} in {where}")
-    text, layout, status = row
-    if str(layout) != "rows" or str(status) != "finished":
+    text, layout, status, version = row
+    if str(layout) != "rows" or str(status) not in ("finished", "paused" if paused else ""):
         return None
-    return read_head(str(text), run_id)
+    head = read_head(str(text), run_id)
+    record = head.record.model_copy(update={"version": int(str(version))})
+    return head.model_copy(update={"record": record})
 
 
 def journal_page(db: Db, run_id: str, after: int, limit: int) -> list[tuple[int, str]]:

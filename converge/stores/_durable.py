@@ -6,8 +6,8 @@ last merged one, which the first call also claims: a new run must not exist, a r
 must still be at the version it was read at), and `interrupted`, shielded, when its caller
 cancels it. `with_lease` has `LEASES` renew the lease from a thread of its own while the run
 goes on, so the run never looks dead while its process lives, even when a suggestor blocks
-the run's event loop. `finish` saves the finished or paused record over it: a finished run's
-journal stays as its rows under a small head (`RunFinal`) when the store keeps rows.
+the run's event loop. `finish` saves the finished or paused record over it: the run's journal
+stays as its rows under a small head (`RunFinal`) when the store keeps rows.
 """
 
 from __future__ import annotations

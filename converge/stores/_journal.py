@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from .._core._canonical import merkle_root
 from .._core._checkpoint import Checkpoint, FactRecord, fact_records
 from .._core._context import ContextSnapshot
+from .._core._evidence import cited_facts
 from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
 from .._core._integrity import IntegrityProof
@@ -244,15 +245,19 @@ class Journal:
         return tuple(fact for key in context.keys() for fact in grouped.get(key, ()))
 
     def final(self, record: RunRecord, context: ContextSnapshot) -> RunFinal | None:
-        """The save that ends the run as rows: its record's head and the last entry.
+        """The save that ends or pauses the run as rows: its record's head and the last entry.
 
-        `None` when the record must be saved whole: it is paused (its checkpoint is signed
-        over every fact), it ended on a violated invariant or unsigned with a key (a fact
-        found changed below the API: the record says what its facts read at its end, which
-        the journal did not see), or the journal never started.
+        A paused record's checkpoint goes into the head less the facts, rejections and
+        cycle traces, which must be the record's own (they are put back from the entries),
+        with its signature as it is; the head also keeps the facts the evidence of the
+        pending gates cites (`cited_facts`). `None` when the record must be saved whole: its
+        checkpoint holds anything else than the record, it ended on a violated invariant or
+        unsigned with a key (a fact found changed below the API: the record says what its
+        facts read at its end, which the journal did not see), or the journal never started.
         """
+        checkpoint = record.checkpoint
         if (
-            record.checkpoint is not None
+            (checkpoint is not None and not _same_run(record, checkpoint))
             or record.stop_reason is StopReason.INVARIANT_VIOLATED
             or (self._key is not None and record.signature is None)
             or not self._digest
@@ -271,8 +276,17 @@ class Journal:
             entry = delta.model_dump_json()
             length, digest = length + 1, chain(digest, entry)
         empty = trace.model_copy(update={"cycles": ()})
+        bare = {"facts": (), "rejections": ()}
         head = RecordHead(
-            record=record.model_copy(update={"facts": (), "rejections": (), "trace": empty}),
+            record=record.model_copy(
+                update={
+                    **bare,
+                    "trace": empty,
+                    "checkpoint": None
+                    if checkpoint is None
+                    else checkpoint.model_copy(update={**bare, "cycles": ()}),
+                }
+            ),
             keys=tuple((key, context.count(key)) for key in in_key_order(context.keys())),
             rejections=len(record.rejections),
             shown_rejections=record.rejections[:SHOWN_REJECTIONS],
@@ -282,6 +296,7 @@ class Journal:
             times=trace.times(),
             journal_length=length,
             journal_digest=digest,
+            cited=cited_facts(record.pending, record.facts),
         )
         if self._key is not None:
             head = head.model_copy(update={"signature": signature_of(head, self._key)})
@@ -325,6 +340,22 @@ class Journal:
         return head.model_copy(update={"signature": signature_of(head, self._key)})
 
 
+def _same_run(record: RunRecord, checkpoint: Checkpoint) -> bool:
+    """Whether `checkpoint` holds exactly `record`'s facts, rejections and cycle traces.
+
+    A head leaves those out of both, and the entries give them back.
+    """
+    pairs = (
+        (checkpoint.facts, record.facts),
+        (checkpoint.rejections, record.rejections),
+        (checkpoint.cycles, record.trace.cycles),
+    )
+    return all(
+        len(held) == len(own) and all(a is b or a == b for a, b in zip(held, own, strict=True))
+        for held, own in pairs
+    )
+
+
 def assemble(
     head_text: str,
     entries: Sequence[str],
@@ -358,28 +389,51 @@ def assemble(
 def assemble_final(
     head_text: str, entries: Sequence[str], *, run_id: str, version: int
 ) -> RunRecord:
-    """The record of a finished run stored as rows, from its head and journal.
+    """The record of a finished or paused run stored as rows, from its head and journal.
 
-    It is the record saved: its own signature and Merkle root verify as if it had been saved
-    whole.
+    It is the record saved: its own signature (and a paused run's checkpoint's) and Merkle
+    root verify as if it had been saved whole.
 
     Raises:
         StoreError: The head is invalid or another run's, or the journal does not chain to
-            the head's digest, or holds another number of facts, rejections or decisions.
+            the head's digest, or holds another number of facts, rejections or decisions,
+            or other facts than those the head cites.
     """
     head = read_head(head_text, run_id)
     deltas = _deltas(run_id, entries, head.journal_length, head.journal_digest)
     record = head.record
-    facts = sorted((f for delta in deltas for f in delta.facts), key=lambda f: key_rank(f.key))
+    facts = tuple(
+        sorted((f for delta in deltas for f in delta.facts), key=lambda f: key_rank(f.key))
+    )
     rejections = tuple(r for delta in deltas for r in delta.rejections)
     decisions = tuple(d for delta in deltas for d in delta.decisions)
-    problem = mismatch(head, len(facts), len(rejections), decisions)
+    problem = mismatch(head, len(facts), len(rejections), decisions) or _miscited(head, facts)
     if problem is not None:
         raise StoreError(problem)
-    trace = record.trace.model_copy(update={"cycles": _cycles(deltas)})
+    cycles = _cycles(deltas)
+    trace = record.trace.model_copy(update={"cycles": cycles})
+    checkpoint = record.checkpoint
+    if checkpoint is not None:
+        checkpoint = checkpoint.model_copy(
+            update={"facts": facts, "rejections": rejections, "cycles": cycles}
+        )
     return record.model_copy(
-        update={"facts": tuple(facts), "rejections": rejections, "trace": trace, "version": version}
+        update={
+            "facts": facts,
+            "rejections": rejections,
+            "trace": trace,
+            "checkpoint": checkpoint,
+            "version": version,
+        }
     )
+
+
+def _miscited(head: RecordHead, facts: Sequence[FactRecord]) -> str | None:
+    """Why the facts `head` cites are not those its gates cite in its journal (`None`: same)."""
+    record = head.record
+    if record.checkpoint is None or cited_facts(record.pending, facts) == head.cited:
+        return None
+    return f"run {record.run_id}: the facts its head cites differ from its journal's"
 
 
 def mismatch(

@@ -204,8 +204,8 @@ JOURNAL_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS converge_journal (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
     "entry TEXT NOT NULL, PRIMARY KEY (run_id, seq))"
 )
-"""The journal of running runs, and the rows of finished runs stored as rows (`layout =
-'rows'`): one entry per per-cycle save, and the last one per run at its end."""
+"""The journal of running runs, and the rows of finished and paused runs stored as rows
+(`layout = 'rows'`): one entry per per-cycle save, and the last one per run at its end."""
 
 
 @final

@@ -277,8 +277,10 @@ class PostgresRunStore:
         except _NoTablesError:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
 
-    async def load_head(self, run_id: str, /) -> RecordHead | None:
-        """The head of a finished run stored as rows; `None` for any other run.
+    async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None:
+        """The head of a finished (or, with `paused`, paused) run stored as rows, or `None`.
+
+        Its `record.version` is the row's.
 
         Raises:
             RunNotFoundError: No run has this id.
@@ -286,7 +288,7 @@ class PostgresRunStore:
         """
         try:
             return await self._transaction(
-                lambda db: load_head(db, run_id, "the PostgreSQL store"), read=True
+                lambda db: load_head(db, run_id, "the PostgreSQL store", paused=paused), read=True
             )
         except _NoTablesError:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None

@@ -380,8 +380,10 @@ class SqliteRunStore:
         except _NoStoreError:  # a read-only store that does not exist has no runs
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}") from None
 
-    async def load_head(self, run_id: str, /) -> RecordHead | None:
-        """The head of a finished run stored as rows; `None` for any other run.
+    async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None:
+        """The head of a finished (or, with `paused`, paused) run stored as rows, or `None`.
+
+        Its `record.version` is the row's.
 
         Raises:
             RunNotFoundError: No run has this id.
@@ -389,7 +391,7 @@ class SqliteRunStore:
         """
         try:
             return await self._transaction(
-                lambda db: load_head(db, run_id, str(self._path)), write=False
+                lambda db: load_head(db, run_id, str(self._path), paused=paused), write=False
             )
         except _NoStoreError:
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}") from None

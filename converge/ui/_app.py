@@ -47,7 +47,7 @@ from ._fact_page import FactPageError, fact_page, head_fact_page
 from ._fork import Forks
 from ._fork_page import family_box, fork_from
 from ._form import FormError, read_form
-from ._gate_page import gate_page, live_gates
+from ._gate_page import cited, gate_page, live_gates
 from ._guard import Guard, signed_in
 from ._head_page import head_banner, head_page
 from ._inbox import INBOX_LIMIT, inbox_box
@@ -136,7 +136,7 @@ class _Console:
 
     # -- pages ---------------------------------------------------------------------------
 
-    def _trust(self, record: RunRecord) -> Trust:
+    def _trust(self, record: RunRecord | RecordHead) -> Trust:
         settings = self.settings
         return trust(
             record,
@@ -186,6 +186,8 @@ class _Console:
         run_id, rest = parts
         store = self.settings.store
         get = request.method == "GET"
+        if len(rest) == 2 and rest[0] == "gates" and get:
+            return await self._gate(request, run_id, rest[1])
         try:
             if rest == ("events",) and get:
                 return await self._events(request, run_id)
@@ -197,7 +199,8 @@ class _Console:
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
         except StoreError as error:  # an unreadable record: say why, show nothing of it
-            return self._say(request, "Cannot read this run", error_text(error), 500)
+            status = 500 if get else 409  # and decide nothing on it
+            return self._say(request, "Cannot read this run", error_text(error), status)
         if rest == () and get:
             return await self._run_page(request, record)
         if rest == ("facts",) and get:
@@ -219,10 +222,8 @@ class _Console:
             return self.forks.form(request, record)
         if rest == ("continue",) and request.method == "POST":
             return await self._decide(request, record, gate_id=None)
-        if len(rest) == 2 and rest[0] == "gates":
-            if request.method == "POST":
-                return await self._decide(request, record, gate_id=rest[1])
-            return self._gate(request, record, rest[1])
+        if len(rest) == 2 and rest[0] == "gates" and request.method == "POST":
+            return await self._decide(request, record, gate_id=rest[1])
         return self._missing(request, "There is no such page.")
 
     async def _events(self, request: Request, run_id: str) -> Response:
@@ -303,17 +304,36 @@ class _Console:
         )
         return HTMLResponse(html)
 
-    def _gate(self, request: Request, record: RunRecord, gate_id: str) -> Response:
-        viewer = signed_in(request).viewer
+    async def _gate(self, request: Request, run_id: str, gate_id: str) -> Response:
+        """A gate's page: of a paused run stored as rows, read from its head alone.
+
+        The head holds the gates and the facts their evidence cites (`cited`); deciding
+        loads the run.
+        """
+        store = self.settings.store
+        try:
+            head = (
+                await store.load_head(run_id, paused=True) if isinstance(store, RowStore) else None
+            )
+            source = head if head is not None else await store.load(run_id)
+        except RunNotFoundError:
+            return self._missing(request, f"The store has no run {run_id}.")
+        except StoreError as error:
+            return self._say(request, "Cannot review this run", error_text(error), 409)
+        record = source if isinstance(source, RunRecord) else source.record
         if gate_id not in {gate.gate_id for gate in record.pending}:
-            return self._decided(request, record, gate_id)
-        found = self._trust(record)
+            return self._decided(request, source, gate_id)
+        found = self._trust(source)
         try:  # the checkpoint is this run's, as stored; the signature is `found`'s to say
-            checkpoint = paused_checkpoint(record, record.run_id, None)
+            checkpoint = paused_checkpoint(source, run_id, None)
+            facts = cited(source)
         except (UsageError, ConvergeError) as error:
-            return self._say(request, "Cannot review this run", error_text(error), 409, record)
+            return self._say(request, "Cannot review this run", error_text(error), 409, source)
         now = datetime.now(UTC)
-        html = gate_page(record, checkpoint, gate_id, viewer=viewer, now=now, found=found)
+        viewer = signed_in(request).viewer
+        html = gate_page(
+            record, checkpoint, gate_id, facts=facts, viewer=viewer, now=now, found=found
+        )
         return HTMLResponse(html)
 
     # -- decisions -----------------------------------------------------------------------
@@ -430,9 +450,14 @@ class _Console:
     # -- answers -------------------------------------------------------------------------
 
     def _decided(
-        self, request: Request, record: RunRecord, gate_id: str | None, said: str = ""
+        self,
+        request: Request,
+        source: RunRecord | RecordHead,
+        gate_id: str | None,
+        said: str = "",
     ) -> Response:
         """The page for a gate that is no longer waiting: who decided it, if anyone."""
+        record = source if isinstance(source, RunRecord) else source.record
         mine = [d for d in record.trace.decisions if gate_id is None or d.gate_id == gate_id]
         if mine:
             decision = mine[-1]
@@ -449,7 +474,7 @@ class _Console:
             message,
             viewer=signed_in(request).viewer,
             back=run_url(record.run_id),
-            check=check_signature(record, signing_key()),
+            check=check_signature(source, signing_key()),
         )
         return HTMLResponse(html, status_code=409)
 
@@ -459,7 +484,7 @@ class _Console:
         title: str,
         message: str,
         status: int,
-        record: RunRecord | None = None,
+        record: RunRecord | RecordHead | None = None,
     ) -> Response:
         check = None if record is None else check_signature(record, signing_key())
         html = message_page(

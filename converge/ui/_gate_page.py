@@ -11,26 +11,24 @@ instead of showing the form.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Final
 
-from .._core._checkpoint import Checkpoint, FactRecord
+from .._core._checkpoint import Checkpoint, FactRecord, restore_fact
 from .._core._escape import esc
+from .._core._evidence import Cited, evidence_tree
+from .._core._exceptions import StoreError
 from .._core._hitl import GateRequest
 from .._core._key import ContextKey
 from .._core._proposal import ProposedFact
-from .._core._store import RunRecord
+from .._core._store import RecordHead, RunRecord
 from .._report._gates import flatten_payload
 from .._report._parts import format_time
 from ._html import Viewer, hidden, page
 from ._pages import gate_url, run_url
 from ._trust import Trust, banner, formation_note
 
-__all__ = ["gate_page", "live_gates"]
-
-_MAX_DEPTH: Final = 12
-_MAX_NODES: Final = 200
+__all__ = ["cited", "gate_page", "live_gates"]
 
 
 def _payload(proposal: ProposedFact) -> str:
@@ -46,21 +44,20 @@ def _payload(proposal: ProposedFact) -> str:
     )
 
 
-def _chain(refs: Sequence[str], facts: dict[str, FactRecord], seen: set[str], depth: int) -> str:
-    """The evidence behind `refs`, each fact with its own evidence below it, to the seeds."""
+def _chain(nodes: Sequence[Cited]) -> str:
+    """The evidence tree `nodes`, each fact with its own evidence below it, to the seeds."""
     items: list[str] = []
-    for ref in refs:
-        fact = facts.get(ref)
+    for node in nodes:
+        ref, fact = node.ref, node.fact
         if fact is None:
             items.append(
                 f'<li><code>{esc(ref)}</code> <span class="muted">(not a fact of this run)</span>'
             )
             continue
-        if ref in seen or depth >= _MAX_DEPTH or len(seen) >= _MAX_NODES:
+        if node.below is None:
             items.append(f'<li><code>{esc(ref)}</code> <span class="muted">(shown above)</span>')
             continue
-        seen.add(ref)
-        below = _chain(fact.evidence, facts, seen, depth + 1) if fact.evidence else ""
+        below = _chain(node.below) if node.below else ""
         items.append(
             f'<li data-evidence="{esc(ref)}"><code>{esc(ref)}</code>: {esc(fact.content)} '
             f'<span class="muted">by {esc(fact.provenance)}, cycle {fact.promotion.cycle}'
@@ -99,11 +96,10 @@ def _next(request: GateRequest, checkpoint: Checkpoint, reviewer: str, others: i
     )
 
 
-def _detail(request: GateRequest, record: RunRecord) -> str:
+def _detail(request: GateRequest, facts: Mapping[str, FactRecord]) -> str:
     proposal = request.proposal
-    facts = {f"{fact.key.value}/{fact.id}": fact for fact in record.facts}
     chain = (
-        _chain(proposal.evidence, facts, set(), 0)
+        _chain(evidence_tree(proposal.evidence, facts))
         if proposal.evidence
         else '<p class="empty">The proposal cites no evidence.</p>'
     )
@@ -151,6 +147,28 @@ def _choice(request: GateRequest, single: bool, run_id: str, shown: str) -> str:
     )
 
 
+def cited(source: RunRecord | RecordHead) -> dict[str, FactRecord]:
+    """The facts a gate page may show, by `"key/id"`.
+
+    A record's own, or those a paused run's head cites, each checked against its digest.
+
+    Raises:
+        StoreError: A fact the head cites does not match its digest.
+    """
+    if isinstance(source, RunRecord):
+        return {f"{fact.key.value}/{fact.id}": fact for fact in source.facts}
+    facts: dict[str, FactRecord] = {}
+    for fact in source.cited:
+        try:
+            restore_fact(fact)
+        except ValueError as error:
+            raise StoreError(
+                f"run {source.record.run_id}: a fact its gates cite was changed ({error})"
+            ) from None
+        facts[f"{fact.key.value}/{fact.id}"] = fact
+    return facts
+
+
 def live_gates(checkpoint: Checkpoint, now: datetime) -> list[GateRequest]:
     """The gates a reviewer still decides: those whose deadline has not passed."""
     return [g for g in checkpoint.pending if g.deadline is None or g.deadline > now]
@@ -162,6 +180,7 @@ def _form(
     gate_id: str,
     live: list[GateRequest],
     viewer: Viewer,
+    facts: Mapping[str, FactRecord],
 ) -> str:
     expired = len(record.pending) - len(live)
     note = (
@@ -184,7 +203,7 @@ def _form(
             record.run_id,
             ""
             if one.gate_id == gate_id
-            else _detail(one, record) + _next(one, checkpoint, viewer.name, others),
+            else _detail(one, facts) + _next(one, checkpoint, viewer.name, others),
         )
         for one in live
     )
@@ -203,13 +222,16 @@ def gate_page(
     checkpoint: Checkpoint,
     gate_id: str,
     *,
+    facts: Mapping[str, FactRecord],
     viewer: Viewer,
     now: datetime,
     found: Trust,
 ) -> str:
     """The gate `gate_id` of the paused run `record`, and the form deciding every live gate.
 
-    When the console will not resume the run, the page says why instead of the form.
+    `facts` holds, by `"key/id"`, at least the facts the evidence trees of the live gates
+    cite (`cited_facts`). When the console will not resume the run, the page says why
+    instead of the form.
     """
     live = sorted(live_gates(checkpoint, now), key=lambda g: g.gate_id != gate_id)
     [request] = [g for g in checkpoint.pending if g.gate_id == gate_id]
@@ -220,12 +242,12 @@ def gate_page(
             f"{esc(found.refusal)}.</p></div>"
         )
     else:
-        decide = _form(record, checkpoint, gate_id, live, viewer)
+        decide = _form(record, checkpoint, gate_id, live, viewer, facts)
     body = (
         f'<p><a href="{run_url(record.run_id)}">run <code>{esc(record.run_id)}</code></a>'
         f"{' (' + esc(record.name) + ')' if record.name else ''}</p>"
         f"<h1>Gate: {esc(request.summary)}</h1>{formation_note(record, found)}"
-        f"{_detail(request, record)}<h3>What each button does</h3>"
+        f"{_detail(request, facts)}<h3>What each button does</h3>"
         f"{_next(request, checkpoint, viewer.name, others)}<h2>Decide</h2>{decide}"
     )
     return page(f"Gate {gate_id}", body, viewer=viewer, banner=banner(found.check))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import final
 
 from .._core._escape import esc
-from .._core._store import RunRecord
+from .._core._store import RecordHead, RunRecord
 from .._review import SignatureCheck, check_signature
 
 __all__ = ["Trust", "banner", "formation_note", "trust"]
@@ -35,10 +35,11 @@ class Trust:
 
 
 def trust(
-    record: RunRecord, key: bytes | None, *, chosen: str | None, trust_unsigned: bool
+    source: RunRecord | RecordHead, key: bytes | None, *, chosen: str | None, trust_unsigned: bool
 ) -> Trust:
-    """Check `record` under `key`, and decide whether its formation may be imported."""
-    check = check_signature(record, key)
+    """Check `source` (a record, or a stored head) under `key`; may its formation be imported?"""
+    check = check_signature(source, key)
+    record = source if isinstance(source, RunRecord) else source.record
     if check.failed:
         refusal = (
             f"{check.message}; the console acts on no record whose signature check fails "
@@ -82,7 +83,7 @@ def banner(check: SignatureCheck) -> str:
             "set (CONVERGE_SIGNING_KEY), so nothing shows whether this record was changed in "
             "the store.</p>"
         )
-    return '<p class="trust" data-signature="verified">Signature verified.</p>'
+    return f'<p class="trust" data-signature="verified">{esc(check.said)}.</p>'
 
 
 def formation_note(record: RunRecord, found: Trust) -> str:

@@ -1,10 +1,10 @@
 """What an attacker with write access to a run store does to a stored record, for the tests.
 
-Each store keeps a paused run's whole record as JSON in `converge_runs.record`, and a
-finished run's as a head there plus its journal rows; these helpers read a record (put
-together from its rows) and write it back whole by hand (SQLite file or PostgreSQL URL), and
-recompute digests, root and count by the public hashing rules (docs/concepts/integrity.md),
-without converge, as anyone could.
+Each store keeps a finished or paused run saved after every cycle as a head in
+`converge_runs.record` plus its journal rows, and any other record whole there; these
+helpers read a record (put together from its rows) and write it back whole by hand (SQLite
+file or PostgreSQL URL), and recompute digests, root and count by the public hashing rules
+(docs/concepts/integrity.md), without converge, as anyone could.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ def _sql(target: str, statement: LiteralString, *values: object) -> list[tuple[o
 
 
 def stored_json(target: str, run_id: str) -> Record:
-    """The record of `run_id` as stored, parsed; a finished run stored as rows (its head
-    and its journal) is put together first, as an attacker would."""
+    """The record of `run_id` as stored, parsed; a finished or paused run stored as rows (its
+    head and its journal) is put together first, as an attacker would."""
     rows = _sql(target, "SELECT record, layout, status FROM converge_runs WHERE run_id = ?", run_id)
     assert rows, run_id
     [(text, layout, status)] = rows
-    if layout == "rows" and status == "finished":
+    if layout == "rows" and status in ("finished", "paused"):
         entries = _sql(
             target, "SELECT entry FROM converge_journal WHERE run_id = ? ORDER BY seq", run_id
         )

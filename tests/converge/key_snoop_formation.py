@@ -21,8 +21,17 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
-from converge import AgentEffect, Context, ContextKey, Formation, ProposedFact, RunRecord
+from converge import (
+    AgentEffect,
+    Context,
+    ContextKey,
+    Formation,
+    ProposedFact,
+    RecordHead,
+    RunRecord,
+)
 from converge._core._key import STORED
+from converge._core._signature import signature_of
 from converge_suggestors import SeedSuggestor
 
 KEY_HINT = "SIGNING_KEY"
@@ -67,7 +76,12 @@ def _resign(store: str, run_id: str, key: bytes) -> None:
         (text,) = connection.execute(
             "SELECT record FROM converge_runs WHERE run_id = ?", (run_id,)
         ).fetchone()
-        record = RunRecord.model_validate_json(text, context=STORED)
+        head = None
+        if '"journal_digest"' in text:  # a paused run stored as rows: its head
+            head = RecordHead.model_validate_json(text, context=STORED)
+            record = head.record
+        else:
+            record = RunRecord.model_validate_json(text, context=STORED)
         checkpoint = record.checkpoint
         assert checkpoint is not None
         gate = checkpoint.pending[0]
@@ -81,9 +95,13 @@ def _resign(store: str, run_id: str, key: bytes) -> None:
         forged = record.model_copy(
             update={"checkpoint": forged_checkpoint, "pending": (forged_gate,)}
         ).signed(key)
+        written = forged.model_dump_json()
+        if head is not None:  # the head re-signed too, as the record is
+            head = head.model_copy(update={"record": forged})
+            written = head.model_copy(update={"signature": signature_of(head, key)})
+            written = written.model_dump_json()
         connection.execute(
-            "UPDATE converge_runs SET record = ? WHERE run_id = ?",
-            (forged.model_dump_json(), run_id),
+            "UPDATE converge_runs SET record = ? WHERE run_id = ?", (written, run_id)
         )
     connection.close()
 

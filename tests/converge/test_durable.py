@@ -976,7 +976,8 @@ async def test_a_paused_run_is_stored_paused_and_is_decided_once(
     record = await store.load(run_id)
     assert (record.status, record.pending) == (RunStatus.PAUSED, paused.pending)
     assert (await summary_of(store, run_id))[0] is RunStatus.PAUSED
-    assert journal(target, run_id) == []
+    assert journal(target, run_id)  # its rows, under a head holding its checkpoint's rest
+    assert sql(target, "SELECT layout FROM converge_runs WHERE run_id = ?", run_id) == [("rows",)]
     decision = GateDecision.approve(GATE, by="jane")
     result = await build_engine(store=store).resume_run(run_id, [decision])
     assert result.converged

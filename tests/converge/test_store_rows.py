@@ -138,13 +138,16 @@ async def test_a_finished_run_keeps_its_journal_as_rows_and_loads_as_saved(
     )
 
 
-async def test_a_paused_run_is_kept_whole_and_its_resumed_end_as_rows(
+async def test_a_paused_run_is_kept_as_rows_and_so_is_its_resumed_end(
     store: RunStore, target: Target
 ) -> None:
     engine = chain_engine(store, signing_key=KEY, risky=True)[0]
     paused = await engine.run(inputs=INPUTS)
     assert paused.stop_reason is StopReason.AWAITING_HUMAN
-    assert layout(target, paused.run_id) == "whole"  # its checkpoint is signed over every fact
+    assert layout(target, paused.run_id) == "rows"
+    saved = RunRecord.of(paused, key=KEY.encode())
+    loaded = await store.load(paused.run_id)
+    assert loaded.model_dump_json() == saved.model_dump_json()  # its checkpoint's signature too
     [gate] = paused.pending
     decision = GateDecision.approve(gate.gate_id, by="jane")
     resumed = await chain_engine(store, signing_key=KEY, risky=True)[0].resume_run(
