@@ -166,7 +166,8 @@ async def test_list_runs_searches_text_literally_in_any_case(store: Store) -> No
     odd = f"{name}-50%_Ünï"
     record = await finished(store, odd)
     await finished(store, f"{name}-500xx")
-    assert [r.run_id for r in await store.list_runs(search=odd.upper()[-9:].lower())] == [
+    # the last 14 characters: 6 of the unique name, so no other test's run matches
+    assert [r.run_id for r in await store.list_runs(search=odd.upper()[-14:].lower())] == [
         record.run_id
     ]
     found = await store.list_runs(search=f"{name}-50%_")
