@@ -352,8 +352,8 @@ def check_hashable(proposal: ProposedFact) -> None:
     check_text(proposal.provenance, "provenance")
     for index, ref in enumerate(proposal.evidence):
         check_text(ref, f"evidence[{index}]")
-    if proposal.payload is not None:
-        payload_json(proposal.payload)
+    if proposal.payload is not None:  # its text too: a bare string is not checked when frozen
+        check_text(payload_json(proposal.payload), "payload")
 
 
 def identical(fact: Fact, proposal: ProposedFact) -> bool:

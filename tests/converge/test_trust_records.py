@@ -22,7 +22,7 @@ from typing import Any, Final, cast
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue
 
@@ -669,6 +669,9 @@ KINDS = ("raise", "unprintable", "deep", "refuse", "metadata", "proposal", "cons
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(  # a bare string payload holding a lone surrogate, on a proposal the gate refuses
+    acts=[("proposal", "\x00", json.loads('"\\ud800"'))], reason=None, record_effects=False
+)
 @given(
     acts=st.lists(
         st.tuples(st.sampled_from(KINDS), hostile_text, odd_value), min_size=1, max_size=3
