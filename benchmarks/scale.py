@@ -5,7 +5,8 @@ fresh processes and alternated, the engine alone (`formation.engine().run_sync()
 and `converge run FILE --store S` (per-cycle saves, the record, the HTML report, the
 summary), each timed from start to exit with its peak RSS (`ru_maxrss` of that process).
 After each `converge run`, the read commands run on its store, each in its own process:
-`runs`, `show RUN`, `review` (the inbox), `review RUN` and `verify RUN`. Figures are the
+`runs`, `show RUN`, `review` (the inbox), `review RUN`, `verify RUN` and `replay RUN`
+(`replay_s`, `replay_rss_mb`: the recorded effects merged again). Figures are the
 medians over the rounds (3; 1 with `--quick`); also the store's bytes per fact against a
 fact's canonical JSON, and the report's bytes. `--full` (environment
 `CONVERGE_W8_FULL=1`) adds one round at 1,000,000 facts, and the read commands on a store of
@@ -121,6 +122,7 @@ def _reads(store: Path, run_id: str, env: dict[str, str]) -> Figures:
         ("review_inbox", ("review",)),
         ("review", ("review", run_id)),
         ("verify", ("verify", run_id)),
+        ("replay", ("replay", run_id)),
     ):
         wall, rss, _ = _timed(_converge("--store", str(store), *args), env)
         figures[f"{name}_s"] = wall

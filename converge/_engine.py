@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from datetime import datetime
 from typing import Literal, final, overload
@@ -20,7 +20,7 @@ from ._core._stop import RunStatus
 from ._core._store import RunRecord, RunStore
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._tokens import TokenStreamed, unheard
-from ._core._trace import Continuation, RunTrace
+from ._core._trace import Continuation, CycleTrace, RunTrace
 from ._kernel._abort import reraise
 from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._kernel._config import RunConfig
@@ -401,8 +401,18 @@ class Engine:
             ReplayError: An effect is missing, a suggestor differs, the starting context does
                 not match, or the replayed root differs from the recorded one.
         """
+        return await self._replay_cycles(trace, None, context)
+
+    async def _replay_cycles(
+        self,
+        trace: RunTrace,
+        cycles: AsyncIterator[CycleTrace] | None,
+        context: ContextSnapshot | None = None,
+    ) -> ConvergeResult:
+        """`replay`, with `trace`'s cycles read from `cycles` (when given) as the replay
+        reaches them: `converge replay` of a run stored as rows (`JournalCycles`)."""
         start = ContextSnapshot.empty() if context is None else context
-        return await replay_run(self._config, self._registry.view(), trace, start)
+        return await replay_run(self._config, self._registry.view(), trace, start, cycles)
 
     async def fork(
         self,
@@ -467,7 +477,7 @@ class Engine:
         trace = replay_trace(record, cycle)
         view = self._registry.view()
         loop = RunLoop(self._config, view, replay_start(record))
-        replayed = await loop.start(RecordedEffects(trace, view.registrations))
+        replayed = await loop.start(await RecordedEffects.open(trace, view.registrations))
         got = replayed.context.merkle_root()
         if got != root:
             raise ReplayError(

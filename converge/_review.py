@@ -306,8 +306,11 @@ def resumable(record: RunRecord, run_id: str, key: bytes | None, *, decided: boo
     raise UsageError(f"run {run_id} is not waiting for a decision ({record.outcome})")
 
 
-def formation_locator(record: RunRecord, given: str | None, key: bytes | None, err: TextIO) -> str:
-    """The formation to import for `record`: `given` on the command line, or the record's.
+def formation_locator(
+    record: RunRecord | RecordHead, given: str | None, key: bytes | None, err: TextIO
+) -> str:
+    """The formation to import for `record` (or a run stored as rows, from its head):
+    `given` on the command line, or the record's.
 
     The record's own locator is used only when the record is authenticated (a key is set and
     its signature verified), or after saying on `err` that an unauthenticated record names it.
@@ -317,19 +320,20 @@ def formation_locator(record: RunRecord, given: str | None, key: bytes | None, e
     """
     if given is not None:
         return given
-    if record.formation is None:
+    run = record.record if isinstance(record, RecordHead) else record
+    if run.formation is None:
         raise UsageError(
-            f"run {record.run_id} does not say which formation it came from",
+            f"run {run.run_id} does not say which formation it came from",
             "pass --formation FILE_OR_MODULE",
         )
     record.verify_signature(key)
     if key is None:
         err.write(
-            f"note: importing formation {record.formation!r} named by the stored record of run "
-            f"{record.run_id}; records are not authenticated without a signing key "
+            f"note: importing formation {run.formation!r} named by the stored record of run "
+            f"{run.run_id}; records are not authenticated without a signing key "
             "(pass --formation to choose the formation yourself)\n"
         )
-    return record.formation
+    return run.formation
 
 
 Resumed = tuple[ConvergeResult, Formation, str]

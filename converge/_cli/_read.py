@@ -56,6 +56,7 @@ from .._review import (
 )
 from ..stores._rows_check import rows_problem
 from ..stores._rows_read import broken, ends, large
+from ..stores._rows_replay import JournalCycles
 from ._output import EXIT_CODES, VERIFY_FAILED, decided, program, summary_lines
 from ._store import open_store, report_path, store_argument
 
@@ -629,16 +630,21 @@ async def _parent_of(args: argparse.Namespace, run_id: str) -> RunRecord | str |
 
 
 async def _replay(
-    args: argparse.Namespace, record: RunRecord
+    args: argparse.Namespace, record: RunRecord, rows: tuple[RowStore, RecordHead] | None
 ) -> tuple[ConvergeResult | None, str | None]:
-    """Replay `record`'s trace: the result, and why it is not the run (`None` when it is)."""
-    locator = formation_locator(record, args.formation, signing_key(), VisibleLines(sys.stderr))
+    """Replay `record`'s trace, or with `rows` that of the run stored as rows, its cycles
+    read from its entries as the replay reaches them: the result, and why it is not the run
+    (`None` when it is)."""
+    named = record if rows is None else rows[1]
+    locator = formation_locator(named, args.formation, signing_key(), VisibleLines(sys.stderr))
     engine = load_formation(locator).engine()
     # read the trace again now that the formation has declared its keys (a store keeps a name
-    # it did not know as an undeclared key, and replay refuses those)
+    # it did not know as an undeclared key, and replay refuses those); the entries' cycles
+    # are read so as they come
     trace = RunTrace.model_validate(record.trace.model_dump())
+    cycles = None if rows is None else JournalCycles(*rows)
     try:
-        replayed = await engine.replay(trace)
+        replayed = await engine._replay_cycles(trace, cycles)  # pyright: ignore[reportPrivateUsage]
     except ReplayError as error:
         return None, str(error).strip()
     if replayed.integrity != record.integrity:
@@ -652,16 +658,25 @@ async def _replay(
 async def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     """`converge replay`: merge a stopped run's recorded effects again; same proof or fail.
 
-    With a key, the record's signature is checked first, whichever formation replays it.
+    With a key, the record's signature (a run stored as rows: its head's) is checked first,
+    whichever formation replays it. A finished run stored as rows (not a fork) is replayed
+    from its head and its entries, a page at a time, never loaded whole.
     """
-    _, record = await _load(args, args.run_id)
-    record.verify_signature(signing_key())
+    store, _ = open_store(args.store, read_only=True)
+    head = await store.load_head(args.run_id)
+    rows = None
+    if head is not None and head.record.lineage is None:
+        head.verify_signature(signing_key())
+        record, rows = head.record, (store, head)
+    else:
+        record = await store.load(args.run_id)
+        record.verify_signature(signing_key())
     if record.stop_reason is None:
         raise UsageError(
             f"run {record.run_id} is {record.status.value}: only a stopped run can be replayed",
             f"continue it first: converge resume {record.run_id}",
         )
-    replayed, error = await _replay(args, record)
+    replayed, error = await _replay(args, record, rows)
     if args.json:
         document: dict[str, JsonValue] = {
             "replayed": error is None,

@@ -1,6 +1,7 @@
 """Replay: recorded effects re-merged without calling suggestors reproduce the root."""
 
 import json
+from typing import Literal
 
 import anyio
 import pytest
@@ -219,3 +220,39 @@ async def test_replay_keeps_a_budget_stop_in_a_cycle_that_also_held_proposals() 
     replayed = await engine.replay(original.trace)
     assert replayed.stop_reason is StopReason.TOKEN_BUDGET_EXHAUSTED
     assert replayed.integrity == original.integrity
+
+
+class _Clash:
+    """Proposes `hypotheses/x` with its own content once, then one fact a cycle up to three."""
+
+    dependencies = ()
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.count(ContextKey.HYPOTHESES) < 3
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        n = ctx.count(ContextKey.HYPOTHESES)
+        ident = "x" if n == 0 else f"{self.name}{n}"
+        return AgentEffect.with_proposal(
+            ProposedFact(key=ContextKey.HYPOTHESES, id=ident, content=self.name, provenance="c")
+        )
+
+
+def clashing(on_conflict: Literal["stop", "reject"]) -> Engine:
+    engine = Engine(record_effects=True, on_conflict=on_conflict)
+    engine.register_suggestor(_Clash("a"))
+    engine.register_suggestor(_Clash("b"))
+    return engine
+
+
+async def test_a_replay_that_stops_before_the_trace_ends_is_refused() -> None:
+    """The trace went on past a conflict its engine rejected; an engine that stops on one
+    stops there, with recorded cycles left: never a replay that succeeded."""
+    original = await clashing("reject").run()
+    assert len(original.trace.cycles) > 1
+    unrooted = original.trace.model_copy(update={"final_root": None})
+    with pytest.raises(ReplayError, match="stopped at cycle 1, but its trace records cycle 2"):
+        await clashing("stop").replay(unrooted)
