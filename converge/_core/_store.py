@@ -51,7 +51,7 @@ __all__ = [
     "record_of",
 ]
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The version of the tables every backend writes; a store refuses any other."""
 
 SHOWN_REJECTIONS: Final = 10

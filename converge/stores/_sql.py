@@ -136,6 +136,7 @@ UPGRADES: Final[dict[int, tuple[LiteralString, ...]]] = {
         "ALTER TABLE converge_runs ADD COLUMN fork_cycle INTEGER",
     ),
     5: ("ALTER TABLE converge_runs ADD COLUMN layout TEXT NOT NULL DEFAULT 'whole'",),
+    6: (),  # the tables stay; paused runs may now be stored as rows, which 6 could not read
 }
 """Statements that take the schema from version `k` to `k + 1`, in place, losing nothing.
 

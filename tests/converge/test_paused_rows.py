@@ -42,6 +42,7 @@ from converge import (
     StaleRecordError,
     StoreError,
 )
+from converge._core._store import SCHEMA_VERSION
 from converge._formation import load_formation
 from converge._kernel._pause import verify_signature
 from converge.stores._rows_check import rows_problem
@@ -434,7 +435,7 @@ def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Targe
         yield target
 
 
-async def test_a_store_of_today_reads_and_resumes_unchanged(v6_target: Target) -> None:
+async def test_a_schema_6_store_is_upgraded_in_place_and_resumes(v6_target: Target) -> None:
     target = v6_target
     key = V6_KEY.encode()
     store = open_store(*target)
@@ -458,7 +459,7 @@ async def test_a_store_of_today_reads_and_resumes_unchanged(v6_target: Target) -
     loaded.verify_signature(key)
     assert loaded.trace.decisions == (decision,)
     [(version,)] = sql(target, "SELECT value FROM converge_meta WHERE key = 'schema_version'")
-    assert str(version) == "6"
+    assert str(version) == str(SCHEMA_VERSION) == "7"  # upgraded in place, nothing else changed
     store.close()
 
 

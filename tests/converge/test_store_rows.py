@@ -335,7 +335,7 @@ async def check_v5_store(store: RunStore, schema: LiteralString, target: Target)
     assert layout(target, V5_INTERRUPTED) == "rows"
     (await store.load(V5_INTERRUPTED)).verify_signature(key)
     [(version,)] = sql(target, schema)
-    assert str(version) == str(SCHEMA_VERSION) == "6"
+    assert str(version) == str(SCHEMA_VERSION) == "7"
 
 
 async def test_a_schema_5_store_is_upgraded_in_place(tmp_path: Path) -> None:
