@@ -222,10 +222,10 @@ def _run_line(checked: CheckedRun, forks: Mapping[str, int]) -> str:
 
 
 async def _large_head(args: argparse.Namespace, run_id: str) -> tuple[RowStore, RecordHead] | None:
-    """The store and head of `run_id` when it is a finished run stored as rows with more than
-    `WHOLE_SHOW` facts (read from its head alone); else `None`."""
+    """The store and head of `run_id` when it is a finished or paused run stored as rows with
+    more than `WHOLE_SHOW` facts (read from its head alone); else `None`."""
     store, _ = open_store(args.store, read_only=True)
-    head = await store.load_head(run_id)
+    head = await store.load_head(run_id, paused=True)
     return (store, head) if head is not None and large(head) else None
 
 

@@ -45,6 +45,7 @@ from converge import (
 from converge._core._store import SCHEMA_VERSION
 from converge._formation import load_formation
 from converge._kernel._pause import verify_signature
+from converge.stores import _rows_read as rows_read
 from converge.stores._rows_check import rows_problem
 from converge.ui import ConsoleSettings, Reviewers, Sessions, create_app
 from tests.cli_runs import cli, run_id_of
@@ -486,3 +487,20 @@ def test_a_decision_raced_from_the_command_and_the_console_is_taken_once(
     assert {"seeds/budget", "hypotheses/grounds-2"} <= {
         f"{f.key.value}/{f.id}" for f in record.facts
     }
+
+
+def test_show_of_a_large_paused_run_reads_its_head_and_names_its_gates(
+    target: Target, keyed: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = paused_run(target)
+    code, whole = cli("--store", target[1], "show", run_id)
+    assert code == 0
+    monkeypatch.setattr(rows_read, "WHOLE_SHOW", 1)  # large: shown from its head
+    no_whole_reads(monkeypatch)
+    code, out = cli("--store", target[1], "show", run_id)
+    assert code == 0
+    summary = whole.split("\nsignature", 1)[0]
+    assert out.startswith(summary)  # the same summary, its waiting gates included
+    assert GATE in summary
+    assert "signature    verified (the head's; the rows below are not" in out
+    assert "the first " in out
