@@ -147,19 +147,27 @@ def _canonical_bytes(store: Path, run_id: str) -> float:
     return sum(len(canonical_json(fact.model_dump(mode="json"))) for fact in facts) / len(facts)
 
 
+_MANY: Final = (
+    "import anyio, runpy, sys\n"
+    "from converge import SqliteRunStore\n"
+    "formation = runpy.run_path(sys.argv[1])['formation']\n"
+    "store = SqliteRunStore(sys.argv[2])\n"
+    "async def main():\n"
+    "    for _ in range(int(sys.argv[3])):\n"
+    "        await formation.engine(store=store).run()\n"
+    "anyio.run(main)\n"
+)
+"""`STORE_RUNS` real runs of the formation into one store, in one process: each is saved as
+`converge run` saves it (per cycle, then as rows), so each has its own head and rows."""
+
+
 def _many_runs(folder: Path, env: dict[str, str]) -> Figures:
-    """The read commands on a store of `STORE_RUNS` small runs (copies of one, new ids)."""
+    """The read commands on a store of `STORE_RUNS` small runs (10 facts each)."""
     store = folder / "many.db"
     env = {**env, "CONVERGE_W8_FACTS": "10"}
-    _timed(_converge("run", FORMATION, "--store", str(store)), env)
+    command = [sys.executable, "-c", _MANY, FORMATION, str(store), str(STORE_RUNS)]
+    subprocess.run(command, env=env, check=True, capture_output=True)
     with closing(sqlite3.connect(store)) as connection:
-        row = connection.execute("SELECT * FROM converge_runs").fetchone()
-        marks = ", ".join("?" * len(row))
-        connection.executemany(
-            f"INSERT INTO converge_runs VALUES ({marks})",
-            [(f"{index:032x}", *row[1:]) for index in range(1, STORE_RUNS)],
-        )
-        connection.commit()
         (oldest,) = connection.execute(
             "SELECT run_id FROM converge_runs ORDER BY saved_at, run_id LIMIT 1"
         ).fetchone()
