@@ -154,7 +154,7 @@ _MANY: Final = (
     "store = SqliteRunStore(sys.argv[2])\n"
     "async def main():\n"
     "    for _ in range(int(sys.argv[3])):\n"
-    "        await formation.engine(store=store).run()\n"
+    "        await formation.engine(store=store, formation=sys.argv[1]).run()\n"
     "anyio.run(main)\n"
 )
 """`STORE_RUNS` real runs of the formation into one store, in one process: each is saved as
