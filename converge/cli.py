@@ -6,9 +6,9 @@ their exit statuses.
 
 from __future__ import annotations
 
-from ._cli._main import main
+from ._cli._main import console, main
 
-__all__ = ["main"]
+__all__ = ["console", "main"]
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console()

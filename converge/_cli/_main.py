@@ -38,7 +38,7 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Final, NoReturn, TextIO
 
 import anyio
 
@@ -92,8 +92,18 @@ DEFAULT_DEMO = "vendor_selection"
 Command = Callable[[argparse.Namespace, TextIO], Awaitable[int]]
 
 
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
-    """Run the command line; return the exit status."""
+_READS: Final = frozenset({"runs", "show", "review", "verify", "export"})
+"""The commands that only read stores (opened read-only), and import no formation."""
+
+
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, leave: bool = False
+) -> int:
+    """Run the command line; return the exit status.
+
+    With `leave` (the console script, `console`), a command of `_READS` ends the process
+    once it is done (`_leave`) instead of returning.
+    """
     stream = out or _output()
     commands = parser(DEFAULT_DEMO, DEMO_PACKAGE)
     args = commands.parse_args(argv)
@@ -103,10 +113,36 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         commands.error("export: --json needs -o FILE (without it the facts are the output)")
     try:
         with engine_warnings(sys.stderr):
-            return _main(_COMMANDS[args.command], args, stream)
+            status = _main(_COMMANDS[args.command], args, stream)
     finally:
         close_stores()
         forget_signing_key()
+    if leave and args.command in _READS:
+        _leave(status, stream)
+    return status
+
+
+def console() -> NoReturn:
+    """The `converge` console script (and `python -m converge.cli`)."""
+    raise SystemExit(main(leave=True))
+
+
+def _leave(status: int, stream: TextIO) -> NoReturn:
+    """End the process with `status` now, its output written and its stores closed.
+
+    What is left is the interpreter's finalisation: freeing every module, model and schema
+    converge imported, which adds 40 to 50 ms to a command that takes 0.25 s (`converge runs`
+    on the project's machine: 0.26 s to exit normally, 0.21 s this way). A read command
+    holds nothing that finalisation would complete: its stores were opened read-only and
+    are closed, it starts no thread, process or pool, and imports no formation.
+    """
+    for written in (stream, sys.stdout, sys.stderr):
+        try:
+            if written is not None:
+                written.flush()
+        except (OSError, ValueError):  # a reader gone away, a stream closed: nothing to keep
+            pass
+    os._exit(status)
 
 
 def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:

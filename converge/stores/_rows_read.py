@@ -52,7 +52,8 @@ class Ends:
     first: tuple[FactRecord, ...]
     last: tuple[FactRecord, ...]
     cycles: tuple[CycleTrace, ...]
-    """The cycles of the first and last entries read, by cycle number, each once."""
+    """The cycles of the first and last entries read, by cycle number, each once, without
+    the effects their calls recorded (`Execution.effect` is `None`)."""
 
 
 async def _entry(store: RowStore, run_id: str, seq: int) -> tuple[list[_Raw], list[object]]:
@@ -166,10 +167,18 @@ def _numbered(run_id: str, seq: int, traces: list[object]) -> Iterable[tuple[int
         StoreError: One has no cycle number.
     """
     for trace in traces:
-        number = cast("dict[str, object]", trace).get("cycle") if isinstance(trace, dict) else None
-        if not isinstance(number, int):
+        fields = cast("dict[str, object]", trace) if isinstance(trace, dict) else {}
+        number = fields.get("cycle")
+        calls = fields.get("executions")
+        if not isinstance(number, int) or not isinstance(calls, list):
             raise StoreError(f"run {run_id}: journal entry {seq} is invalid")
-        yield number, trace
+        # a timeline shows a call's outcome and duration; the effect it recorded (every
+        # proposal, a thousand a cycle here) is left out, as the validation it would cost
+        bare = [
+            {**cast("dict[str, object]", call), "effect": None} if isinstance(call, dict) else call
+            for call in cast("list[object]", calls)
+        ]
+        yield number, {**fields, "executions": bare}
 
 
 def _clock(fact: _Raw) -> int:

@@ -268,6 +268,32 @@ def pipe_cases(store: str, run_id: str, formation: str) -> dict[str, tuple[str, 
     }
 
 
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("case", ["show", "runs", "review", "export"])
+def test_a_read_command_that_leaves_early_writes_all_of_its_output(
+    big_store: tuple[str, str], case: str, buffered: bool
+) -> None:
+    """A read command ends its process without the interpreter's finalisation (`_leave`):
+    through a pipe, its output is whole, its status and its notes as `main` gives them."""
+    store, run_id = big_store
+    args = {"export": ("--store", store, "export", run_id, "--format", "jsonl")}.get(
+        case, pipe_cases(store, run_id, FORMATION).get(case, ())
+    )
+    expected_status, expected = cli(*args)
+    process = subprocess.run(
+        converge_command(*args),
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment(buffered=buffered),
+    )
+    assert process.returncode == expected_status
+    assert len(process.stdout) > 65536  # more than a pipe holds
+    program = f"{sys.executable} -m converge.cli "  # how the commands it prints call it
+    assert process.stdout.replace(program, "converge ") == expected
+    assert errors(process.stderr) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("case", ["show", "runs", "review", "run --json", "run"])
