@@ -103,6 +103,62 @@ def _cycles(cycles: Sequence[CycleTrace], total: int) -> str:
     )
 
 
+def _summary(head: RecordHead) -> str:
+    """The result: how the run stopped, its failures not made good, its decisions."""
+    record = head.record
+    detail = f": {esc(record.detail)}" if record.detail else ""
+    return (
+        f'<p data-summary="stop">The run stopped <b>{esc(record.outcome.replace("_", " "))}</b>'
+        f"{detail}.</p>"
+        + flaws_note(
+            [execution for _, execution in head.failures],
+            head.invalid,
+            head.rolled_back,
+        )
+        + decisions_list(record)
+    )
+
+
+def _shown_facts(head: RecordHead, shown: Ends, problem: str | None, store_argument: str) -> str:
+    """Each key's count, then the first and last facts; how to see the rest."""
+    record = head.record
+    quoted = esc(shlex.quote(record.run_id))
+    first, last = shown.first, shown.last
+    anchors = listed_anchors(
+        {
+            **{f"last-{index}": fact for index, fact in enumerate(last)},
+            **{f"first-{index}": fact for index, fact in enumerate(first)},
+        }
+    )
+    hidden = record.integrity.fact_count - len(first) - len(last)
+    return (
+        ("" if problem is not None else rows_note(None))  # a failure is said at the top
+        + f'<p class="note" data-count="facts-left-out" data-value="{hidden}">{hidden} of the '
+        f"run&#x27;s {record.integrity.fact_count} facts are not shown here: page through "
+        "each key&#x27;s facts below, or export them all with <code>converge export "
+        f"{quoted} --format jsonl{esc(store_argument)}</code>.</p>"
+        + _keys(head)
+        + _facts(f"The first {len(first)} facts, in promotion order", "first", first, anchors)
+        + _facts(f"The last {len(last)} facts, in promotion order", "last", last, anchors)
+    )
+
+
+def _proof(head: RecordHead, store_argument: str) -> str:
+    """The integrity proof the head holds, and the command that checks it."""
+    proof = head.record.integrity
+    quoted = esc(shlex.quote(head.record.run_id))
+    return (
+        '<dl class="proof"><dt>verification</dt><dd data-verified="not-checked">not checked '
+        f"by this page: <code>converge verify {quoted}{esc(store_argument)}</code> checks "
+        "every fact against this root</dd>"
+        f'<dt>Merkle root</dt><dd class="mono">{esc(proof.merkle_root)}</dd>'
+        f"<dt>Lamport clock</dt><dd>{proof.clock}</dd>"
+        f"<dt>fact count</dt><dd>{proof.fact_count}</dd>"
+        f"<dt>journal entries</dt><dd>{head.journal_length}</dd>"
+        f'<dt>journal digest</dt><dd class="mono">{esc(head.journal_digest)}</dd></dl>'
+    )
+
+
 def head_page(
     head: RecordHead,
     shown: Ends,
@@ -120,66 +176,29 @@ def head_page(
     verify (`None`: each matches its digest).
     """
     record = head.record
-    run_id = record.run_id
     title = record.name or "Run report"
-    detail = f": {esc(record.detail)}" if record.detail else ""
-    summary = (
-        f'<p data-summary="stop">The run stopped <b>{esc(record.outcome.replace("_", " "))}</b>'
-        f"{detail}.</p>"
-        + flaws_note(
-            [execution for _, execution in head.failures],
-            head.invalid,
-            head.rolled_back,
-        )
-        + decisions_list(record)
-    )
-    quoted = esc(shlex.quote(run_id))
-    first, last = shown.first, shown.last
-    anchors = listed_anchors(
-        {
-            **{f"last-{index}": fact for index, fact in enumerate(last)},
-            **{f"first-{index}": fact for index, fact in enumerate(first)},
-        }
-    )
-    hidden = record.integrity.fact_count - len(shown.first) - len(shown.last)
-    facts = (
-        ("" if problem is not None else rows_note(None))  # a failure is said at the top
-        + f'<p class="note" data-count="facts-left-out" data-value="{hidden}">{hidden} of the '
-        f"run&#x27;s {record.integrity.fact_count} facts are not shown here: page through "
-        "each key&#x27;s facts below, or export them all with <code>converge export "
-        f"{quoted} --format jsonl{esc(store_argument)}</code>.</p>"
-        + _keys(head)
-        + _facts(f"The first {len(first)} facts, in promotion order", "first", first, anchors)
-        + _facts(f"The last {len(last)} facts, in promotion order", "last", last, anchors)
-    )
     failed = failures_table(head.failures, "Calls that failed and were not made good")
-    proof = record.integrity
-    integrity = (
-        '<dl class="proof"><dt>verification</dt><dd data-verified="not-checked">not checked '
-        f"by this page: <code>converge verify {quoted}{esc(store_argument)}</code> checks "
-        "every fact against this root</dd>"
-        f'<dt>Merkle root</dt><dd class="mono">{esc(proof.merkle_root)}</dd>'
-        f"<dt>Lamport clock</dt><dd>{proof.clock}</dd>"
-        f"<dt>fact count</dt><dd>{proof.fact_count}</dd>"
-        f"<dt>journal entries</dt><dd>{head.journal_length}</dd>"
-        f'<dt>journal digest</dt><dd class="mono">{esc(head.journal_digest)}</dd></dl>'
-    )
     body = "".join(
         [
             head_header(head, title),
-            f'<section id="summary"><h2>Result</h2>{summary}</section>',
+            f'<section id="summary"><h2>Result</h2>{_summary(head)}</section>',
             section(
                 "timeline",
                 "Cycles",
                 _cycles(shown.cycles, record.cycles) + fork_from + failed,
             ),
-            section("facts", "Facts by key", facts, count=proof.fact_count),
+            section(
+                "facts",
+                "Facts by key",
+                _shown_facts(head, shown, problem, store_argument),
+                count=record.integrity.fact_count,
+            ),
             rejections_section(head.shown_rejections, head.rejections),
-            section("integrity", "Integrity proof", integrity),
+            section("integrity", "Integrity proof", _proof(head, store_argument)),
         ]
     )
     data = {
-        "run-id": run_id,
+        "run-id": record.run_id,
         "status": record.status.value,
         "stop-reason": record.outcome,
         "version": str(record.version),
