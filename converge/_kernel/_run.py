@@ -20,6 +20,7 @@ import anyio.lowlevel
 
 from .._core._budget import Stopwatch
 from .._core._checkpoint import Checkpoint
+from .._core._collector import LongLived, settle
 from .._core._context import ContextSnapshot
 from .._core._fact import Fact, GateKind
 from .._core._hitl import GateDecision, GateRequest
@@ -148,8 +149,7 @@ class RunLoop:
         saver = self._saver
         try:
             if result is None:
-                cycles = self._watch.watching(self._cycles(source))
-                result = await cycles
+                result = await self._watched(source)
             await self.events.flush()
         except anyio.get_cancelled_exc_class():
             if saver is not None:
@@ -163,6 +163,12 @@ class RunLoop:
             abort.stop(state.cycle, state.run_id, saved)
             raise
         return result
+
+    async def _watched(self, source: EffectSource) -> ConvergeResult:
+        """`_cycles`, its cancellations watched, each merged cycle's leftovers kept out of the
+        cyclic collector's walks until the run ends (`_collector.LongLived`)."""
+        with LongLived():
+            return await self._watch.watching(self._cycles(source))
 
     async def _cycles(self, source: EffectSource) -> ConvergeResult:
         """Run cycles until one stops the run. What a cycle awaits (the save, the events,
@@ -194,6 +200,7 @@ class RunLoop:
             result = self._merged(source, cycle, batch)
             if result is not None:
                 return result
+            settle()  # what the cycle left is what the run keeps: out of the collector's walks
 
     def _merged(self, source: EffectSource, cycle: int, batch: Batch) -> ConvergeResult | None:
         """Merge and record one cycle's `batch`, produced against the state's snapshot for
