@@ -71,6 +71,8 @@ def cited_facts(
     pending: Sequence[GateRequest], facts: Sequence[FactRecord]
 ) -> tuple[FactRecord, ...]:
     """Every fact the evidence trees of `pending` look up, once each, in `facts`' order."""
+    if not pending:
+        return ()
     by_ref = {f"{fact.key.value}/{fact.id}": fact for fact in facts}
     wanted: set[str] = set()
     for gate in pending:
