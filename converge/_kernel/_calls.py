@@ -21,7 +21,7 @@ from pydantic import JsonValue
 
 from .._core._canonical import freeze_json
 from .._core._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
-from .._core._model import trusted, trusted_builder
+from .._core._model import share_names, trusted, trusted_builder
 from .._core._proposal import ProposedFact
 from .._core._text import storable
 from .._core._trace import Execution, Outcome
@@ -244,6 +244,7 @@ class Recorder:
                 changed = True
                 continue
             changed = changed or admitted is not proposal
+            share_names(admitted)  # kept for the run's whole life: 728 bytes fewer each
             kept.append(admitted)
         refused: tuple[Refusal, ...] = effect.refused
         if refused:

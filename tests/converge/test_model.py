@@ -16,12 +16,15 @@ import re
 import tomllib
 from pathlib import Path
 
+import anyio
 import pydantic
+import pytest
 from pydantic import BaseModel
 
-from converge import ContextKey, Execution, Fact, ProposedFact
-from converge._core._model import trusted
+from converge import ContextKey, Engine, Execution, Fact, ProposedFact
+from converge._core._model import share_names, trusted
 from converge._core._seal import Stamp
+from converge_suggestors import SeedSuggestor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,3 +99,45 @@ def test_a_fact_with_shared_state_reads_and_dumps_as_pydantic_says() -> None:
     dumped = fact.model_dump(mode="json")
     assert (dumped["key"], dumped["id"], dumped["payload"]) == ("seeds", "a", {"n": 1})
     assert fact.model_dump_json() == fact.model_dump_json()  # nothing read changes it
+
+
+def test_a_kept_proposal_reads_as_before_with_a_shared_set_of_names() -> None:
+    def made() -> ProposedFact:
+        return ProposedFact(key=ContextKey.SEEDS, id="a", content="c", provenance="t")
+
+    proposal, other, fresh = made(), made(), made()
+    share_names(proposal)
+    share_names(other)
+    assert proposal.__pydantic_fields_set__ is other.__pydantic_fields_set__  # one set for both
+    assert proposal.model_fields_set == fresh.model_fields_set
+    assert proposal.model_dump(exclude_unset=True) == fresh.model_dump(exclude_unset=True)
+    assert proposal == fresh
+    assert pickle.loads(pickle.dumps(proposal)) == fresh
+    assert copy.deepcopy(proposal).model_fields_set == fresh.model_fields_set
+    changed = proposal.model_copy(update={"content": "d"})
+    assert changed.content == "d"
+    assert changed.model_fields_set == fresh.model_fields_set
+    with pytest.raises(TypeError, match="shared and read-only"):
+        proposal.model_fields_set.add("payload")
+    assert other.model_fields_set == fresh.model_fields_set
+
+
+def test_a_recorded_trace_keeps_its_proposals_with_shared_names() -> None:
+    def engine() -> Engine:
+        made = Engine(record_effects=True)
+        made.register_suggestor(SeedSuggestor("a", "go"))
+        made.register_suggestor(SeedSuggestor("b", "go"))
+        return made
+
+    result = engine().run_sync()
+    kept = [
+        proposal
+        for cycle in result.trace.cycles
+        for execution in cycle.executions
+        if execution.effect is not None
+        for proposal in execution.effect.proposals
+    ]
+    assert len(kept) == 2
+    assert kept[0].__pydantic_fields_set__ is kept[1].__pydantic_fields_set__
+    replayed = anyio.run(engine().replay, result.trace)
+    assert replayed.integrity.merkle_root == result.integrity.merkle_root
