@@ -32,11 +32,11 @@ from ._kernel._pause import current_version, resume_state
 from ._kernel._registry import Registry
 from ._kernel._replay import RecordedEffects, replay_run
 from ._kernel._retry import NO_RETRY, RetryPolicy
-from ._kernel._run import RunLoop
+from ._kernel._run import FactChecks, RunLoop
 from ._kernel._state import RunState, new_run_id
 from ._kernel._stream import stream_run
 from ._kernel._sync import Backend, call_sync
-from .stores._durable import DEFAULT_LEASE, Durability, RunKeeper, with_lease
+from .stores._durable import DEFAULT_LEASE, CycleSaver, Durability, RunKeeper, with_lease
 from .stores._relay import relaying
 
 __all__ = ["Engine"]
@@ -241,7 +241,7 @@ class Engine:
 
         async def run_and_save() -> ConvergeResult:
             async with self._relaying(state.run_id, config) as relayed:
-                loop = RunLoop(relayed, view, state, saver, check_facts=self._facts_leave())
+                loop = RunLoop(relayed, view, state, saver, **self._fact_checks(saver))
                 result = await loop.start()
             return await self._keeper.save(result, 0, saver)
 
@@ -254,10 +254,16 @@ class Engine:
         store = self._keeper.store
         return nullcontext(config) if store is None else relaying(store, run_id, config)
 
-    def _facts_leave(self) -> bool:
+    def _fact_checks(self, saver: CycleSaver | None) -> FactChecks:
         """Whether a run's facts leave this process (saved or signed), so the run ends with
-        every fact checked against the leaf the context kept at its promotion."""
-        return self._keeper.store is not None or self._config.signing_key is not None
+        every fact checked against the leaf the context kept at its promotion; and whether
+        that check keeps their records, for a record saved whole when the run stops (a
+        run saved per cycle has its journal's)."""
+        store = self._keeper.store
+        return {
+            "check_facts": store is not None or self._config.signing_key is not None,
+            "keep_facts": store is not None and saver is None,
+        }
 
     @property
     def store(self) -> RunStore | None:
@@ -380,7 +386,7 @@ class Engine:
 
         async def resume_and_save() -> ConvergeResult:
             async with self._relaying(state.run_id, self._config) as relayed:
-                loop = RunLoop(relayed, view, state, saver, check_facts=self._facts_leave())
+                loop = RunLoop(relayed, view, state, saver, **self._fact_checks(saver))
                 result = await loop.resume(checkpoint.pending, chosen)
             return await self._keeper.save(result, expected, saver)
 
@@ -465,7 +471,7 @@ class Engine:
             run_id=run_id or new_run_id(),
         )
         view = self._registry.view()
-        loop = RunLoop(self._config, view, state, None, check_facts=self._facts_leave())
+        loop = RunLoop(self._config, view, state, None, **self._fact_checks(None))
 
         async def fork_and_save() -> ConvergeResult:
             return await self._keeper.save(await loop.start(held=point.held), 0, None)

@@ -169,6 +169,9 @@ class ConvergeResult:
     _saved: object = None
     """The record the engine saved of this run (set once, by the engine, after the save;
     `RunRecord.saved` reads it)."""
+    _facts: object = None
+    """The records of `context`'s facts as the run's end checked them, when the engine
+    saves the record whole (`_kernel._run.RunLoop`); `None` otherwise."""
 
     @property
     def integrity(self) -> IntegrityProof:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Literal, Protocol, Self, final, runtime_checkable
+from typing import Final, Literal, Protocol, Self, cast, final, runtime_checkable
 
 from pydantic import Field, model_validator
 
@@ -48,6 +48,7 @@ __all__ = [
     "RunStore",
     "RunSummary",
     "failure_count",
+    "kept_facts",
     "record_of",
 ]
 
@@ -595,6 +596,13 @@ class RowStore(RunStore, Protocol):
     ) -> list[tuple[int, str]]:
         """`(seq, entry)` of up to `limit` of the run's journal entries after `after`, in order."""
         ...
+
+
+def kept_facts(result: ConvergeResult) -> tuple[FactRecord, ...] | None:
+    """The records of `result`'s facts as its run's end checked them, when it kept them (a
+    run an engine saves whole when it stops); `None` otherwise."""
+    facts = result._facts  # pyright: ignore[reportPrivateUsage]
+    return cast("tuple[FactRecord, ...]", facts) if isinstance(facts, tuple) else None
 
 
 def record_of(

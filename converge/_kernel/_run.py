@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 from time import perf_counter
-from typing import Protocol, final
+from typing import Protocol, TypedDict, final
 
 import anyio
 import anyio.lowlevel
@@ -44,7 +44,7 @@ from ._state import RunState, run_trace
 from ._verdict import rejection_note
 from ._watch import CancelWatch
 
-__all__ = ["HUMAN_SUGGESTOR_ID", "INPUT_SUGGESTOR_ID", "RunLoop", "Saver"]
+__all__ = ["HUMAN_SUGGESTOR_ID", "INPUT_SUGGESTOR_ID", "FactChecks", "RunLoop", "Saver"]
 
 INPUT_SUGGESTOR_ID = -1
 """The `suggestor_id` of facts the inputs became (the pseudo-suggestor `"input"`)."""
@@ -65,6 +65,13 @@ class Saver(Protocol):
         ...
 
 
+class FactChecks(TypedDict):
+    """What a run's end does with its facts (`RunLoop`'s keyword arguments of that name)."""
+
+    check_facts: bool
+    keep_facts: bool
+
+
 @final
 class RunLoop:
     """Drives one run (or one resumed stretch of it) to a stop reason."""
@@ -73,6 +80,7 @@ class RunLoop:
         "_check_facts",
         "_config",
         "_cycle_start",
+        "_keep_facts",
         "_kept",
         "_saver",
         "_state",
@@ -90,11 +98,14 @@ class RunLoop:
         saver: Saver | None = None,
         *,
         check_facts: bool = False,
+        keep_facts: bool = False,
     ) -> None:
         self._config = config
         self._check_facts = check_facts
         """Check every fact against its kept leaf when the run ends (`RunState.changed_facts`):
         for a run whose facts leave the process, saved or signed."""
+        self._keep_facts = keep_facts
+        """Keep the records that check made, in the result: its record is saved whole."""
         self._view = view
         self._state = state
         self._saver = saver
@@ -463,7 +474,9 @@ class RunLoop:
         state = self._state
         # a fact changed below the API since its promotion: checked when the facts leave the
         # process (a saved or signed run, a checkpoint), not for a run that stays in memory
-        if (self._check_facts or checkpoint is not None) and (ended := state.changed_facts()):
+        if (self._check_facts or checkpoint is not None) and (
+            ended := state.changed_facts(keep=self._keep_facts)
+        ):
             (reason, detail), conflict, pending, checkpoint = ended, None, (), None
         fields: dict[str, object] = {
             "run_id": state.run_id,
@@ -494,4 +507,5 @@ class RunLoop:
             pending=pending,
             checkpoint=checkpoint,
             lineage=state.lineage,
+            _facts=state.facts,
         )

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import final
 
-from .._core._checkpoint import Lineage
+from .._core._checkpoint import FactRecord, Lineage, fact_records
 from .._core._context import ContextSnapshot
 from .._core._hitl import GateDecision
 from .._core._integrity import changed, ended_on, violation
@@ -47,6 +47,8 @@ class RunState:
     """Each cycle's trace, built when first read."""
     input_violations: tuple[Violation, ...] = ()
     continuations: tuple[Continuation, ...] = ()
+    facts: tuple[FactRecord, ...] | None = None
+    """The records of the facts as the run's end checked them (`changed_facts(keep=True)`)."""
     lineage: Lineage | None = None
     """Where a forked run branched off its parent."""
 
@@ -57,11 +59,19 @@ class RunState:
         self.origin = root
         return root
 
-    def changed_facts(self) -> tuple[StopReason, str] | None:
+    def changed_facts(self, keep: bool = False) -> tuple[StopReason, str] | None:
         """The end-of-run check (`_integrity.changed`): when a fact changed below the API
         since its promotion, how the run ends on it (`INVARIANT_VIOLATED`, naming the fact),
-        the built-in `integrity` violation recorded in the last cycle's trace; else `None`."""
-        problem = changed(self.snapshot)
+        the built-in `integrity` violation recorded in the last cycle's trace; else `None`.
+
+        `keep`: record the facts as they are checked (`fact_records`), and keep the records
+        in `facts` when none changed, for a record saved whole to reuse unchecked.
+        """
+        if keep:
+            facts, problem = fact_records(self.snapshot)
+            self.facts = facts if problem is None else None
+        else:
+            problem = changed(self.snapshot)
         if problem is None:
             return None
         cycles = self.cycles

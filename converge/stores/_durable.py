@@ -23,7 +23,7 @@ from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
 from .._core._result import ConvergeResult
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RowStore, RunRecord, RunStore, record_of
+from .._core._store import RowStore, RunRecord, RunStore, kept_facts, record_of
 from .._kernel._log import warn
 from ._journal import Journal
 from ._lease import LEASES
@@ -228,10 +228,12 @@ class RunKeeper:
         if store is None:
             return result
         name, formation = self._label
-        facts = None if saver is None else saver.records(result)
+        # the facts as the journal recorded and checked them (the run ends as rows), or as
+        # the run's end did (`RunLoop`'s `keep_facts`): not checked a second time
+        facts = kept_facts(result) if saver is None else saver.records(result)
         if facts is None:
             record = RunRecord.of(result, name=name, formation=formation, key=self._key)
-        else:  # the run ends as rows: its facts as the journal recorded and checked them
+        else:
             record = record_of(result, facts, None, name=name, formation=formation, key=self._key)
         try:
             with anyio.CancelScope(shield=True):
