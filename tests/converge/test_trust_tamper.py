@@ -26,6 +26,7 @@ from converge import (
     ContextKey,
     ContextSnapshot,
     ConvergeResult,
+    Durability,
     Engine,
     Fact,
     HitlPolicy,
@@ -42,6 +43,7 @@ from converge._core._checkpoint import restore_fact
 from converge._core._sequence import FactStore
 from converge._kernel._state import RunState
 from converge.stores._journal import CycleDelta, Journal
+from converge_suggestors import SeedSuggestor
 
 SEEDS = ContextKey.SEEDS
 H = ContextKey.HYPOTHESES
@@ -149,12 +151,13 @@ def test_a_run_that_stays_in_memory_is_not_checked_at_its_end_but_never_verifies
     assert not verify(result.context, result.integrity)
 
 
+@pytest.mark.parametrize("durability", ["cycle", "exit"])
 @pytest.mark.parametrize("how", HOW)
 def test_a_fact_changed_below_the_api_is_never_signed_and_never_verifies(
-    tmp_path: Path, how: str
+    tmp_path: Path, how: str, durability: Durability
 ) -> None:
     store = SqliteRunStore(str(tmp_path / "runs.db"))
-    engine = Engine(store=store, signing_key=KEY)
+    engine = Engine(store=store, signing_key=KEY, durability=durability)
     engine.register_suggestor(Rewriter(how))
     result = engine.run_sync(inputs=[goal()])
     ended_on_integrity(result)
@@ -166,6 +169,23 @@ def test_a_fact_changed_below_the_api_is_never_signed_and_never_verifies(
         loaded.verify_signature(KEY)
     with pytest.raises(StoreError):
         verify(loaded.restore_context(), loaded.integrity)  # restore itself refuses
+
+
+def test_a_run_saved_whole_saves_the_record_its_end_checked(tmp_path: Path) -> None:
+    """With `durability="exit"` the record reuses the records the run's end made as it
+    checked the facts: the same record `RunRecord.of` builds, signed alike."""
+    store = SqliteRunStore(str(tmp_path / "runs.db"))
+    engine = Engine(store=store, signing_key=KEY, durability="exit")
+    engine.register_suggestor(SeedSuggestor("more", "payload"))
+    result = engine.run_sync(inputs=[goal()])
+    assert result.stop_reason is StopReason.CONVERGED
+    saved = RunRecord.saved(result)
+    assert saved is not None
+    built = RunRecord.of(result, key=KEY)
+    assert saved.model_dump_json() == built.model_dump_json()
+    loaded = anyio.run(store.load, result.run_id)
+    loaded.verify_signature(KEY)
+    assert loaded.facts == built.facts
 
 
 def test_a_fact_changed_after_the_run_is_caught_when_its_record_is_built() -> None:
