@@ -138,11 +138,11 @@ def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
     rows: dict[str, int] = {}
     groups: list[KeyGroup] = []
     for key, start, end in spans:
-        middle = (start + FACT_ENDS, end - FACT_ENDS)
+        head, tail = start + FACT_ENDS, end - FACT_ENDS  # the ends: up to `head`, from `tail`
         listed = [
-            *range(start, min(middle[0], end)),
-            *_named(facts, *middle, wanted.get(key.value, ())),
-            *range(max(middle), end),
+            *range(start, min(head, end)),
+            *_named(facts, head, tail, wanted.get(key.value, ())),
+            *range(max(head, tail), end),
         ]
         rows.update((_ref(facts[index]), index) for index in listed)
         groups.append(KeyGroup(key, start, end - start, tuple(listed)))
@@ -154,7 +154,7 @@ def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
         for ref in facts[index].evidence
         if ref not in anchors
     )
-    for key, start, end in spans if cited else ():  # "not listed", not "no such fact"
+    for key, start, end in spans:  # of these, the run's facts: "not listed", not "no such fact"
         for index in _named(facts, start, end, cited.get(key.value, ())):
             anchors[_ref(facts[index])] = ""
     return FactTable(tuple(groups), rows, anchors)
