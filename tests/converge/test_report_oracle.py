@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
-from converge import ContextKey, Key, RunRecord
+from converge import AgentEffect, Context, ContextKey, Engine, Key, ProposedFact, RunRecord
 from converge._cli import _output
 from converge._cli._output import summary_lines
-from converge._core._checkpoint import FactRecord
+from converge._core._checkpoint import FactRecord, key_spans
 from converge._core._key import AnyKey, key_rank
 from converge._report import _render
 from converge._report._facts import FACT_ENDS, FactTable, KeyGroup, fact_table, pinned_refs
@@ -283,3 +283,56 @@ def test_summary_counts_each_keys_facts_in_the_order_keys_first_appear(
     facts = tuple(_fact(base.facts[0], key, f"f{i}", 1, i + 1) for i, key in enumerate(keys))
     lines = summary_lines(base.model_copy(update={"facts": facts}))
     assert [line for line in lines if line.startswith("facts ")] == [said]
+
+
+class Spread:
+    """Four cycles of 40 facts under three keys in turn, each citing one of the last cycle's."""
+
+    name = "spread"
+    dependencies = ()
+
+    def accepts(self, ctx: Context, /) -> bool:
+        return ctx.cycle < 4
+
+    async def execute(self, ctx: Context, /) -> AgentEffect:
+        keys = (ContextKey.HYPOTHESES, ContextKey.STRATEGIES, ContextKey.SIGNALS)
+        return AgentEffect.with_proposals(
+            [
+                ProposedFact(
+                    key=keys[n % 3],
+                    id=f"c{ctx.cycle}-{n}",
+                    content=f"fact {n} of cycle {ctx.cycle}",
+                    provenance=self.name,
+                    evidence=(f"{keys[n % 3].value}/c{ctx.cycle - 1}-{n}",) if ctx.cycle else (),
+                )
+                for n in range(40)
+            ]
+        )
+
+
+async def test_runs_and_their_forks_render_as_the_oracle_and_hold_each_key_in_clock_order() -> None:
+    engine = Engine()
+    engine.register_suggestor(Spread())
+    seeds = [
+        ProposedFact(key=ContextKey.SEEDS, id=f"s{n}", content="in", provenance="in")
+        for n in range(30)
+    ]
+    parent = RunRecord.of(await engine.run(inputs=seeds))
+    fork = RunRecord.of(
+        await engine.fork(
+            parent,
+            at_cycle=2,
+            retract=["strategies/c1-1"],
+            cascade=True,
+            inputs=[ProposedFact(key=ContextKey.SIGNALS, id="late", content="x", provenance="in")],
+        )
+    )
+    assert fork.lineage is not None
+    assert len(parent.facts) > LINEAGE_LIMIT
+    for record in (parent, fork):
+        for _, start, end in key_spans(record.facts):
+            clocks = [fact.promotion.clock for fact in record.facts[start:end]]
+            assert clocks == sorted(clocks)
+        html, lines = report_body(record, built=True), summary_lines(record)
+        with the_oracle():
+            assert (report_body(record, built=True), summary_lines(record)) == (html, lines)
