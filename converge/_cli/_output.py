@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
 
+from .._core._checkpoint import key_spans
 from .._core._escape import hidden_character, visible
 from .._core._events import CycleFinished, EngineEvent
 from .._core._invariant import Violation
@@ -215,8 +216,8 @@ class _Summary:
                 source.rolled_back,
             )
         keys: dict[str, int] = {}
-        for fact in source.facts:
-            keys[fact.key.value] = keys.get(fact.key.value, 0) + 1
+        for key, start, end in key_spans(source.facts):  # one run per key, unless altered
+            keys[key.value] = keys.get(key.value, 0) + end - start
         shortfall = Shortfall.of(source.trace, source.rejections)
         return cls(
             source,

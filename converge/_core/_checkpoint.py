@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import groupby
+from operator import attrgetter
 from typing import Literal, cast, final
 
 from pydantic import Field, JsonValue, ValidationError
@@ -34,6 +36,7 @@ __all__ = [
     "ForkKind",
     "Lineage",
     "fact_records",
+    "key_spans",
     "restore_fact",
     "restore_snapshot",
 ]
@@ -70,6 +73,23 @@ class FactRecord(FrozenModel, frozen=True):
         carries). A record of a context's facts comes from `fact_records`, with the leaves
         the context kept."""
         return trusted(cls, {name: getattr(fact, name) for name in Fact.model_fields})
+
+
+_KEY = attrgetter("key")
+
+
+def key_spans(facts: Sequence[FactRecord]) -> list[tuple[AnyKey, int, int]]:
+    """Each run of consecutive facts under one key: the key, the index of its first fact and
+    the index past its last, in the facts' order. Facts in key order (a record's, unless it
+    was altered) have one run per key. It reads each fact's key, nothing else of it.
+    """
+    spans: list[tuple[AnyKey, int, int]] = []
+    start = 0
+    for key, run in groupby(map(_KEY, facts)):
+        end = start + len(list(run))
+        spans.append((key, start, end))
+        start = end
+    return spans
 
 
 def fact_records(

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from typing import Final
 
-from .._core._checkpoint import FactRecord
+from .._core._checkpoint import FactRecord, key_spans
 from .._core._escape import esc
 from .._core._key import AnyKey, ContextKey
 from .._core._store import RunRecord
@@ -44,20 +46,19 @@ def _ref(fact: FactRecord) -> str:
     return f"{fact.key.value}/{fact.id}"
 
 
-def pinned_refs(record: RunRecord) -> set[str]:
+_ID: Final = attrgetter("id")
+
+
+def pinned_refs(record: RunRecord, latest: Iterable[int]) -> set[str]:
     """The facts other sections of the report name, so that their tables list them.
 
-    The lineage graph's nodes (the latest `LINEAGE_LIMIT` by promotion clock), what the last
-    promoting cycle promoted (the summary's list), the evidence of held proposals and the
-    facts human decisions made or rejected: a few hundred at most, whatever the run's size.
+    The lineage graph's nodes (`latest`, the indexes `latest_facts` gives), what the last
+    promoting cycle promoted (the summary's list, its first `LINEAGE_LIMIT`), the evidence of
+    held proposals and the facts human decisions made or rejected: a few hundred at most,
+    whatever the run's size.
     """
     facts = record.facts
-    pinned: set[str] = set()
-    if len(facts) <= LINEAGE_LIMIT:
-        pinned.update(_ref(fact) for fact in facts)
-    else:
-        latest = sorted(range(len(facts)), key=lambda i: facts[i].promotion.clock)
-        pinned.update(_ref(facts[i]) for i in latest[-LINEAGE_LIMIT:])
+    pinned = {_ref(facts[index]) for index in latest}
     last = next((c for c in reversed(record.trace.cycles) if c.promoted), None)
     if last is not None:
         pinned.update(last.promoted[:LINEAGE_LIMIT])
@@ -68,6 +69,26 @@ def pinned_refs(record: RunRecord) -> set[str]:
         pinned.add(ref)
         pinned.add(f"{ContextKey.DIAGNOSTIC.value}/hitl-rejected:{ref.partition('/')[2]}")
     return pinned
+
+
+def _ids_by_key(refs: Iterable[str]) -> dict[str, set[str]]:
+    """`"key/id"` references as key → ids (a key's name holds no `/`)."""
+    ids: dict[str, set[str]] = {}
+    for ref in refs:
+        key, slash, ident = ref.partition("/")
+        if slash:
+            ids.setdefault(key, set()).add(ident)
+    return ids
+
+
+def _named(
+    facts: Sequence[FactRecord], start: int, end: int, ids: Collection[str]
+) -> Iterator[int]:
+    """The indexes from `start` to `end` of the facts whose id is in `ids`, in order: it
+    reads each one's id, and builds no reference."""
+    if not ids or start >= end:
+        return iter(())
+    return compress(range(start, end), map(ids.__contains__, map(_ID, facts[start:end])))
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,9 @@ class FactTable:
 
     groups: tuple[KeyGroup, ...]
     """The keys in the run's (key) order."""
+    rows: dict[str, int]
+    """`"key/id"` of each listed fact → its index in `record.facts` (the last, in a record
+    altered to hold a reference twice)."""
     anchors: dict[str, str]
     """`"key/id"` of each listed fact → the id of its row, and `""` for each fact a listed
     one cites that the report leaves out. What the report looks up is listed (`pinned`) or
@@ -105,39 +129,35 @@ def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
 
     `anchors` holds the listed facts, and the facts they cite that are left out (`""`): what
     the report's links look up. Not every fact: at 100,000 facts an entry for each held 10 MB
-    at the report's peak, a third of what `converge run` holds over the engine.
+    at the report's peak, a third of what `converge run` holds over the engine. It builds
+    the reference of the facts it lists alone, and finds the others by their keys and ids.
     """
-    wanted = set(pinned)
-    anchors: dict[str, str] = {}
-    groups: list[KeyGroup] = []
     facts = record.facts
-    start = 0
-    while start < len(facts):
-        key = facts[start].key
-        end = start
-        while end < len(facts) and facts[end].key == key:
-            end += 1
-        listed: list[int] = []
-        for index in range(start, end):
-            ref = _ref(facts[index])
-            if index < start + FACT_ENDS or index >= end - FACT_ENDS or ref in wanted:
-                anchors[ref] = f"fact-{index}"
-                listed.append(index)
+    spans = key_spans(facts)
+    wanted = _ids_by_key(pinned)
+    rows: dict[str, int] = {}
+    groups: list[KeyGroup] = []
+    for key, start, end in spans:
+        head, tail = start + FACT_ENDS, end - FACT_ENDS  # the ends: up to `head`, from `tail`
+        listed = [
+            *range(start, min(head, end)),
+            *_named(facts, head, tail, wanted.get(key.value, ())),
+            *range(max(head, tail), end),
+        ]
+        rows.update((_ref(facts[index]), index) for index in listed)
         groups.append(KeyGroup(key, start, end - start, tuple(listed)))
-        start = end
-    cited = {
+    anchors = {ref: f"fact-{index}" for ref, index in rows.items()}
+    cited = _ids_by_key(
         ref
         for group in groups
         for index in group.listed
         for ref in facts[index].evidence
         if ref not in anchors
-    }
-    if cited:  # of these, the facts of the run: "not listed", not "no such fact"
-        for fact in facts:
-            ref = _ref(fact)
-            if ref in cited:
-                anchors[ref] = ""
-    return FactTable(tuple(groups), anchors)
+    )
+    for key, start, end in spans:  # of these, the run's facts: "not listed", not "no such fact"
+        for index in _named(facts, start, end, cited.get(key.value, ())):
+            anchors[_ref(facts[index])] = ""
+    return FactTable(tuple(groups), rows, anchors)
 
 
 def fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:

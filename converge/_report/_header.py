@@ -18,6 +18,7 @@ from .._core._shortfall import Shortfall
 from .._core._stop import RunStatus, StopReason
 from .._core._store import RecordHead, RunRecord
 from .._core._trace import Execution, Rejection, RunTimes
+from ._facts import FactTable
 from ._parts import (
     count_stat,
     executions,
@@ -194,18 +195,20 @@ def decisions_list(record: RunRecord) -> str:
     return f'<h3>Human decisions</h3><ul class="decided">{"".join(items)}</ul>'
 
 
-def _promoted(record: RunRecord, anchors: dict[str, str]) -> str:
+def _promoted(record: RunRecord, facts: FactTable) -> str:
     last = next((c for c in reversed(record.trace.cycles) if c.promoted), None)
     if last is None:
         inputs = sum(fact.promotion.cycle == 0 for fact in record.facts)
         told = f"; the {inputs} input(s) are the run&#x27;s facts" if inputs else ""
         return f'<p class="muted">No cycle promoted a fact{told}.</p>'
-    content = {f"{fact.key.value}/{fact.id}": fact.content for fact in record.facts}
-    items = [
-        f'<li data-summary-fact="{esc(ref)}">{ref_link(ref, anchors)} '
-        f'<span class="wrap">{esc(short(content.get(ref, ""), 240))}</span></li>'
-        for ref in last.promoted[:SUMMARY_FACT_LIMIT]
-    ]
+    items: list[str] = []
+    for ref in last.promoted[:SUMMARY_FACT_LIMIT]:  # pinned (`pinned_refs`), so listed
+        index = facts.rows.get(ref)
+        content = "" if index is None else record.facts[index].content
+        items.append(
+            f'<li data-summary-fact="{esc(ref)}">{ref_link(ref, facts.anchors)} '
+            f'<span class="wrap">{esc(short(content, 240))}</span></li>'
+        )
     more = len(last.promoted) - SUMMARY_FACT_LIMIT
     if more > 0:
         items.append(f'<li class="muted">and {more} more</li>')
@@ -216,8 +219,9 @@ def _promoted(record: RunRecord, anchors: dict[str, str]) -> str:
     )
 
 
-def summary(record: RunRecord, anchors: dict[str, str]) -> str:
-    """What the run decided: its stop reason, who decided what, what it last promoted."""
+def summary(record: RunRecord, facts: FactTable) -> str:
+    """What the run decided: its stop reason, who decided what, what it last promoted
+    (`facts`: the facts the report lists)."""
     detail = f": {esc(record.detail)}" if record.detail else ""
     if record.status is RunStatus.RUNNING:
         said = f"The run is <b>running</b>{detail}; it has not stopped yet"
@@ -236,5 +240,5 @@ def summary(record: RunRecord, anchors: dict[str, str]) -> str:
             f'<p class="callout" data-summary="pending">{len(record.pending)} proposal(s) wait '
             'for a human decision: <a href="#held">review the held proposals</a>.</p>'
         )
-    body += decisions_list(record) + _promoted(record, anchors)
+    body += decisions_list(record) + _promoted(record, facts)
     return f'<section id="summary"><h2>Result</h2>{body}</section>'

@@ -13,6 +13,7 @@ them from the DOM.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Final
 
 from .._core._collector import paused_collector
@@ -26,7 +27,7 @@ from ._facts import fact_table, facts_section, pinned_refs
 from ._gates import gates
 from ._header import header, summary
 from ._parts import executions, section, table, violations
-from ._svg import format_ms, lineage_svg, short
+from ._svg import format_ms, latest_facts, lineage_svg, short
 from ._timeline import timeline_svg
 
 __all__ = [
@@ -87,14 +88,17 @@ def failures_table(failed: Sequence[tuple[int, Execution]], title: str) -> str:
     )
 
 
-def _lineage(record: RunRecord, anchors: dict[str, str]) -> str:
-    edges = sum(len(fact.evidence) for fact in record.facts)
+_EVIDENCE: Final = attrgetter("evidence")
+
+
+def _lineage(record: RunRecord, latest: Sequence[int], anchors: dict[str, str]) -> str:
+    edges = sum(map(len, map(_EVIDENCE, record.facts)))
     intro = (
         f'<p class="note">Columns are promotion cycles; an arrow runs from each piece of evidence '
         f"to the fact derived from it ({edges} evidence link(s) in all). Hover a node to "
         "highlight its links; click it to jump to its row. Dashed outline: approved by a human.</p>"
     )
-    return section("lineage", "Lineage", intro + lineage_svg(record.facts, anchors))
+    return section("lineage", "Lineage", intro + lineage_svg(record.facts, latest, anchors))
 
 
 def _rejections(record: RunRecord) -> str:
@@ -243,7 +247,8 @@ def report_body(
         built: `record` was just built by `RunRecord.of`, which checked each fact against
             the leaf the engine kept for it: the integrity section does not restore them.
     """
-    facts = fact_table(record, pinned_refs(record))
+    latest = latest_facts(record.facts)
+    facts = fact_table(record, pinned_refs(record, latest))
     anchors = facts.anchors
     nav = "".join(f'<a href="#{ident}">{label}</a>' for ident, label in _NAV)
     held = gates(record, anchors, store_argument=store_argument, gate_href=gate_href)
@@ -252,11 +257,11 @@ def report_body(
         [
             header(record, _heading(record, title)),
             f"<nav>{nav}</nav>",
-            summary(record, anchors),
+            summary(record, facts),
             held if paused else "",
             _timeline(record, timeline_extra),
             facts_section(record, facts, store_argument=store_argument, facts_href=facts_href),
-            _lineage(record, anchors),
+            _lineage(record, latest, anchors),
             _rejections(record),
             "" if paused else held,
             _invariants(record),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress, islice
+from operator import attrgetter, gt
 from typing import Final
 
 from .._core._checkpoint import FactRecord
@@ -22,6 +24,7 @@ __all__ = [
     "LINEAGE_LIMIT",
     "format_ms",
     "key_colour",
+    "latest_facts",
     "lineage_svg",
     "num",
     "short",
@@ -51,6 +54,28 @@ def key_colour(key: AnyKey) -> str:
 
 LINEAGE_LIMIT: Final = 120
 """The lineage graph draws at most this many facts (the latest promoted)."""
+
+_CLOCK: Final = attrgetter("promotion.clock")
+
+
+def latest_facts(facts: Sequence[FactRecord]) -> list[int]:
+    """The indexes of the latest `LINEAGE_LIMIT` facts by promotion clock, in clock order
+    (of equal clocks, the later index last): the tail of a stable sort by clock.
+
+    Not a sort of every fact: a record holds each key's facts in promotion order, so the
+    latest are among the last `LINEAGE_LIMIT` of each run where the clock never drops; that
+    holds of any order, and an altered record only has more, shorter runs.
+    """
+    clocks = list(map(_CLOCK, facts))
+    drops = compress(range(1, len(clocks)), map(gt, clocks, islice(clocks, 1, None)))
+    starts = [0, *drops]
+    ends = [*starts[1:], len(clocks)]
+    tails = [
+        i
+        for start, end in zip(starts, ends, strict=True)
+        for i in range(max(start, end - LINEAGE_LIMIT), end)
+    ]
+    return sorted(tails, key=clocks.__getitem__)[-LINEAGE_LIMIT:]
 
 
 def short(text: str, limit: int) -> str:
@@ -195,33 +220,34 @@ def _node(node: _Node, anchors: Mapping[str, str]) -> str:
     )
 
 
-def lineage_svg(facts: Sequence[FactRecord], anchors: Mapping[str, str]) -> str:
+def lineage_svg(
+    facts: Sequence[FactRecord], latest: Sequence[int], anchors: Mapping[str, str]
+) -> str:
     """The lineage graph: facts as nodes in columns by promotion cycle, evidence → fact edges.
 
+    Above `LINEAGE_LIMIT` facts only the `latest` (`latest_facts`) are drawn, with a note.
     `anchors` maps each fact's `"key/id"` to the id of its row in the fact table, so a node
-    links to it. Above `LINEAGE_LIMIT` facts only the latest promoted are drawn, with a note.
-    The graph sits in a horizontally scrolling container, which the page's script scrolls to
-    its right end (the latest facts).
+    links to it, and holds every fact a drawn one cites (`FactTable.anchors`, whose tables
+    list the drawn facts): evidence it lacks names no fact of the run. The graph sits in a
+    horizontally scrolling container, which the page's script scrolls to its right end (the
+    latest facts).
     """
     if not facts:
         return (
             '<p class="empty" data-count="lineage-nodes" data-value="0">No facts, so no '
             'lineage.<span data-count="lineage-edges" data-value="0"></span></p>'
         )
-    shown = list(facts)
-    cut = len(shown) > LINEAGE_LIMIT
-    if cut:
-        shown = sorted(shown, key=lambda f: f.promotion.clock)[-LINEAGE_LIMIT:]
+    cut = len(facts) > LINEAGE_LIMIT
+    shown = [facts[index] for index in latest] if cut else list(facts)
     nodes, headers, width, height = _place(shown)
-    known = {f"{fact.key.value}/{fact.id}" for fact in facts}
     edges: list[str] = []
     hidden = dangling = 0
     for node in nodes.values():
         for evidence in node.fact.evidence:
             source = nodes.get(evidence)
             if source is None:
-                hidden += evidence in known
-                dangling += evidence not in known
+                hidden += evidence in anchors
+                dangling += evidence not in anchors
                 continue
             edges.append(
                 f'<path class="edge" data-from="{esc(evidence)}" data-to="{esc(node.ref)}" '
