@@ -30,6 +30,7 @@ from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
 from .._core._store import (
     SHOWN_REJECTIONS,
+    EntryCounts,
     Interruption,
     ProgressHead,
     RecordHead,
@@ -173,7 +174,16 @@ class Journal:
             length, digest = length + 1, chain(digest, entry)
         self._pending = marks
         head = self._head(state, elapsed, length, digest)
-        return RunProgress(head, entry, status, lease_seconds, restart)
+        counts = None if entry is None else self._added(head.cycle, marks[0])
+        return RunProgress(head, entry, status, lease_seconds, restart, counts)
+
+    def _added(self, cycle: int, counts: dict[AnyKey, int]) -> EntryCounts:
+        """What an entry saved after `cycle` holds, from the `counts` of each key after it.
+
+        The facts of each key past the watermarks: every fact of a restart (none yet).
+        """
+        added = ((key, counts[key] - self._counts.get(key, 0)) for key in in_key_order(counts))
+        return EntryCounts(cycle=cycle, keys=tuple((key, n) for key, n in added if n))
 
     def commit(self, progress: RunProgress) -> None:
         """Record that the store took `progress`: the next save starts after it."""
@@ -265,7 +275,7 @@ class Journal:
         ):
             return None
         trace = record.trace
-        delta, _ = self._since(
+        delta, marks = self._since(
             context, record.rejections, trace.decisions, trace.cycles, self._tail
         )
         if self._changed:
@@ -300,7 +310,9 @@ class Journal:
         )
         if self._key is not None:
             head = head.model_copy(update={"signature": signature_of(head, self._key)})
-        return RunFinal(head, entry)
+        return RunFinal(
+            head, entry, None if entry is None else self._added(record.cycles, marks[0])
+        )
 
     def _head(self, state: RunState, elapsed: float, length: int, digest: str) -> ProgressHead:
         snapshot = state.snapshot

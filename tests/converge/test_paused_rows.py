@@ -460,7 +460,7 @@ async def test_a_schema_6_store_is_upgraded_in_place_and_resumes(v6_target: Targ
     loaded.verify_signature(key)
     assert loaded.trace.decisions == (decision,)
     [(version,)] = sql(target, "SELECT value FROM converge_meta WHERE key = 'schema_version'")
-    assert str(version) == str(SCHEMA_VERSION) == "7"  # upgraded in place, nothing else changed
+    assert str(version) == str(SCHEMA_VERSION) == "8"  # upgraded in place, nothing else changed
     store.close()
 
 

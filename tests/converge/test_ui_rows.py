@@ -85,6 +85,9 @@ class Counting:
     ) -> list[tuple[int, str]]:
         return await self.inner.journal(run_id, after=after, limit=limit)
 
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
+        return await self.inner.entry_counts(run_id)
+
     async def list_runs(self, *, limit: int = 50) -> Sequence[RunSummary]:
         return await self.inner.list_runs(limit=limit)
 
