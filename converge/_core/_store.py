@@ -461,6 +461,10 @@ class RecordHead(FrozenModel, frozen=True):
     """Of a paused run, the facts the evidence of its pending gates cites, as a reviewer is
     shown them (`cited_facts`); the entries hold them too. Left out of the JSON when empty,
     so the heads of finished runs read and verify as before."""
+    counts_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The chain over the counts stored beside the entries (each `EntryCounts` JSON, chained
+    as `journal_digest` chains entries, from `SHA-256("converge-counts:" + run_id)`), so a
+    count changed by hand is found; `None` (left out of the JSON) when some entry has none."""
     signature: str | None = None
     """HMAC-SHA256 over the rest of the head (hex), with a signing key."""
 

@@ -26,14 +26,18 @@ from test_store_rows import Target, target
 
 from converge import (
     EntryCounts,
+    FactRecord,
     PostgresRunStore,
     RecordHead,
     RowStore,
+    RunRecord,
     SqliteRunStore,
     StoreError,
 )
 from converge._core._store import SCHEMA_VERSION
+from converge.stores import _rows_read as rows_read
 from converge.stores import _sql, sqlite
+from converge.stores._journal import chain, counts_genesis
 from tests.cli_runs import cli, run_id_of
 
 pytestmark = pytest.mark.anyio
@@ -189,3 +193,151 @@ def test_a_converge_that_reads_schema_7_refuses_a_schema_8_store_and_changes_not
         store.close()
     assert sql(target, "SELECT * FROM converge_journal ORDER BY seq") == rows
     assert [str(v) for (v,) in sql(target, SCHEMA)] == ["8"]
+
+
+# -- a fact page found by the counts ----------------------------------------------------------
+
+
+def facts_of(record: RunRecord, key: str) -> list[FactRecord]:
+    return [fact for fact in record.facts if fact.key.value == key]
+
+
+class Reads:
+    """The entries `journal` returned, call by call."""
+
+    def __init__(self, store: RowStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[list[int]] = []
+        original = store.journal
+
+        async def journal(run: str, /, *, after: int = 0, limit: int = 16) -> list[tuple[int, str]]:
+            page = await original(run, after=after, limit=limit)
+            self.calls.append([seq for seq, _ in page])
+            return page
+
+        monkeypatch.setattr(store, "journal", journal)
+
+
+async def a_paged_run(target: Target) -> tuple[RowStore, str, RecordHead, RunRecord]:
+    run_id = await anyio.to_thread.run_sync(paging_run, target)
+    store = open_store(*target)
+    assert isinstance(store, RowStore)
+    head = await head_of(store, run_id)
+    assert head.counts_digest is not None
+    return store, run_id, head, await store.load(run_id)
+
+
+async def every_page_agrees(store: RowStore, head: RecordHead, record: RunRecord) -> None:
+    for key in ("seeds", "hypotheses", "strategies"):
+        whole = facts_of(record, key)
+        for size in (1, 3, 7, 10, 100):
+            for start in range(0, len(whole) + 1, size):
+                page = await rows_read.key_facts(store, head, key, start, size)
+                assert list(page) == whole[start : start + size], (key, size, start)
+
+
+async def test_every_page_of_every_key_is_the_whole_records(target: Target) -> None:
+    store, _, head, record = await a_paged_run(target)
+    assert [k.value for k, _ in head.keys] == ["seeds", "hypotheses", "strategies"]
+    await every_page_agrees(store, head, record)
+
+
+async def test_a_middle_page_reads_only_the_entries_that_hold_it(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _, head, record = await a_paged_run(target)
+    reads = Reads(store, monkeypatch)
+    # hypotheses 14 to 20 are the third cycle's: entry 5 (entries 1 and 2: nothing, the seed)
+    page = await rows_read.key_facts(store, head, "hypotheses", 14, 7)
+    assert list(page) == facts_of(record, "hypotheses")[14:21]
+    assert reads.calls == [[5]]
+    reads.calls.clear()
+    page = await rows_read.key_facts(store, head, "hypotheses", 12, 4)  # across two entries
+    assert list(page) == facts_of(record, "hypotheses")[12:16]
+    assert reads.calls == [[4, 5]]
+    reads.calls.clear()
+    page = await rows_read.key_facts(store, head, "strategies", 3, 3)  # cycle 4's, entry 5
+    assert list(page) == facts_of(record, "strategies")[3:6]
+    assert reads.calls == [[5]]
+
+
+async def test_rows_without_counts_are_paged_as_before(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, run_id, head, record = await a_paged_run(target)
+    sql(target, "UPDATE converge_journal SET counts = NULL WHERE run_id = ? AND seq = 4", run_id)
+    assert await rows_read.located(store, head, "hypotheses") is None
+    await every_page_agrees(store, head, record)
+    reads = Reads(store, monkeypatch)
+    await rows_read.key_facts(store, head, "hypotheses", 14, 7)
+    assert len(reads.calls) > 1  # one entry at a time, as before the counts
+
+
+async def test_the_pages_of_a_schema_7_run_read_as_before_the_upgrade(v7_target: Target) -> None:
+    store = open_store(*v7_target)
+    assert isinstance(store, SqliteRunStore | PostgresRunStore)
+    head = await head_of(store, V7_RUN)
+    assert head.counts_digest is None
+    await every_page_agrees(store, head, await store.load(V7_RUN))
+    store.close()
+
+
+def set_counts(target: Target, run_id: str, seq: int, text: str) -> None:
+    sql(
+        target,
+        "UPDATE converge_journal SET counts = ? WHERE run_id = ? AND seq = ?",
+        text,
+        run_id,
+        seq,
+    )
+
+
+def counts_of(target: Target, run_id: str, seq: int) -> str:
+    [(text,)] = sql(
+        target, "SELECT counts FROM converge_journal WHERE run_id = ? AND seq = ?", run_id, seq
+    )
+    return str(text)
+
+
+async def test_counts_changed_by_hand_never_page_wrong_facts(target: Target) -> None:
+    store, run_id, head, _ = await a_paged_run(target)
+    moved = [
+        ("hypotheses", 5),  # entry 4 says 5, entry 5 says 9: the total and the others hold
+        ("hypotheses", 9),
+    ]
+    original = {seq: counts_of(target, run_id, seq) for seq in (4, 5)}
+    for seq, (key, n) in zip((4, 5), moved, strict=True):
+        counts = EntryCounts.model_validate_json(original[seq])
+        edited = tuple((k, n if k.value == key else m) for k, m in counts.keys)
+        set_counts(
+            target, run_id, seq, counts.model_copy(update={"keys": edited}).model_dump_json()
+        )
+    with pytest.raises(StoreError, match=f"run {run_id}: the counts beside its journal"):
+        await rows_read.key_facts(store, head, "hypotheses", 14, 7)
+    # the head rewritten to commit to the edited counts: the entry read is found wrong
+    texts = [str(text) for _, text in await store.entry_counts(run_id)]
+    digest = counts_genesis(run_id)
+    for text in texts:
+        digest = chain(digest, text)
+    forged = head.model_copy(update={"counts_digest": digest})
+    with pytest.raises(
+        StoreError,
+        match=f"run {run_id}: journal entry 5 holds 7 facts of hypotheses; the counts beside "
+        "it say 9",
+    ):
+        await rows_read.key_facts(store, forged, "hypotheses", 14, 7)
+    set_counts(target, run_id, 6, "{not json")
+    with pytest.raises(
+        StoreError, match=f"run {run_id}: the counts of journal entry 6 are invalid"
+    ):
+        await rows_read.key_facts(store, head, "hypotheses", 0, 7)
+
+
+async def test_a_deleted_entry_is_named(target: Target) -> None:
+    store, run_id, head, _ = await a_paged_run(target)
+    sql(target, "DELETE FROM converge_journal WHERE run_id = ? AND seq = 5", run_id)
+    with pytest.raises(StoreError, match=f"run {run_id}: journal entry 5 is missing"):
+        await rows_read.key_facts(store, head, "hypotheses", 0, 7)
+    last = head.journal_length
+    sql(target, "DELETE FROM converge_journal WHERE run_id = ? AND seq = ?", run_id, last)
+    with pytest.raises(StoreError, match=f"run {run_id}: journal entry 5 is missing"):
+        await rows_read.key_facts(store, head, "hypotheses", 0, 7)
