@@ -32,6 +32,7 @@ __all__ = [
     "broken",
     "ends",
     "entry_counts",
+    "facts_at",
     "key_facts",
     "large",
     "located",
@@ -344,3 +345,78 @@ async def _scanned(
         if (backward and low <= start) or (not backward and high >= end):
             break
     return _checked(run_id, _FACTS, picked, "stored fact")
+
+
+async def facts_at(
+    store: RowStore, head: RecordHead, cycle: int, shown: int
+) -> tuple[int, tuple[FactRecord, ...]] | None:
+    """How many facts the run's context held at the end of `cycle`, and the first `shown`.
+
+    In the record's order (key order, then the run's). From the counts beside the entries:
+    an entry saved after `cycle` or before holds only facts promoted by then, and one saved
+    after the entry saved after `cycle` only facts promoted after it, so only the first
+    entry saved after `cycle` is read whole (its facts promoted by `cycle` are kept), and the
+    facts shown are read from the first entries (`key_facts`). `None` when an entry has no
+    counts (written before schema 8).
+
+    Raises:
+        StoreError: An entry read is missing or invalid, or does not hold what its counts
+            say, or the counts are not those the head commits to.
+    """
+    counted = await entry_counts(store, head)
+    if counted is None:
+        return None
+    run_id = head.record.run_id
+    before: dict[str, int] = {}
+    later: dict[str, list[object]] = {}
+    for seq, counts in counted:
+        if counts.cycle > cycle:
+            later = await _promoted_by(store, run_id, (seq, counts), cycle)
+            break
+        for key, n in counts.keys:
+            before[key.value] = before.get(key.value, 0) + n
+    total = sum(before.values()) + sum(len(facts) for facts in later.values())
+    picked: list[FactRecord] = []
+    for key, _ in head.keys:
+        name = key.value
+        wanted = min(before.get(name, 0), shown - len(picked))
+        if wanted > 0:
+            read = await key_facts(store, head, name, 0, wanted)
+            if len(read) != wanted:
+                raise StoreError(f"run {run_id}: its rows hold fewer facts of {visible(name)}")
+            picked += read
+        rest = later.get(name, [])[: max(shown - len(picked), 0)]
+        if rest:
+            picked += _checked(run_id, _FACTS, rest, "stored fact")
+    return total, tuple(picked)
+
+
+async def _promoted_by(
+    store: RowStore, run_id: str, counted: tuple[int, EntryCounts], cycle: int
+) -> dict[str, list[object]]:
+    """The facts of entry `seq` (with `counts`) promoted by `cycle`, by key, as parsed JSON.
+
+    Raises:
+        StoreError: The entry is missing or invalid, or does not hold what its counts say.
+    """
+    seq, counts = counted
+    facts, _ = await _entry(store, run_id, seq)
+    held: dict[str, list[object]] = {}
+    kept: dict[str, list[object]] = {}
+    for _, fact in facts:
+        fields = cast("dict[str, object]", fact)
+        name = str(fields.get("key"))
+        held.setdefault(name, []).append(fact)
+        promotion = cast("dict[str, object]", fields["promotion"])
+        promoted = promotion.get("cycle")
+        if not isinstance(promoted, int):
+            raise StoreError(f"run {run_id}: journal entry {seq} is invalid")
+        if promoted <= cycle:
+            kept.setdefault(name, []).append(fact)
+    if {name: len(facts) for name, facts in held.items()} != {
+        key.value: n for key, n in counts.keys
+    }:
+        raise StoreError(
+            f"run {run_id}: journal entry {seq} does not hold the facts the counts beside it say"
+        )
+    return kept

@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import pytest
-from test_durable import sql
+from test_durable import cancelled_run, chain_engine, sql
 from test_store import open_store, scoped_postgres
 from test_store_rows import Target, target
 
@@ -341,3 +341,35 @@ async def test_a_deleted_entry_is_named(target: Target) -> None:
     sql(target, "DELETE FROM converge_journal WHERE run_id = ? AND seq = ?", run_id, last)
     with pytest.raises(StoreError, match=f"run {run_id}: journal entry 5 is missing"):
         await rows_read.key_facts(store, head, "hypotheses", 0, 7)
+
+
+# -- the facts at the end of a cycle ----------------------------------------------------------
+
+
+async def facts_at_each_cycle_agree(store: RowStore, run_id: str) -> None:
+    head = await head_of(store, run_id)
+    record = await store.load(run_id)
+    for cycle in range(record.cycles + 1):
+        for shown in (1, 4, 500):
+            found = await rows_read.facts_at(store, head, cycle, shown)
+            kept = [fact for fact in record.facts if fact.promotion.cycle <= cycle]
+            assert found == (len(kept), tuple(kept[:shown])), (cycle, shown)
+
+
+async def test_the_facts_at_each_cycle_are_the_whole_records(target: Target) -> None:
+    store, run_id, _, _ = await a_paged_run(target)
+    await facts_at_each_cycle_agree(store, run_id)
+
+
+async def test_the_facts_at_each_cycle_of_a_continued_run_are_the_whole_records(
+    target: Target,
+) -> None:
+    """The continuation's first entry holds every fact of the cycles before it."""
+    store = open_store(*target)
+    assert isinstance(store, RowStore)
+    run_id = await cancelled_run(store, signing_key=V7_KEY)
+    assert (await chain_engine(store, signing_key=V7_KEY)[0].resume_run(run_id)).converged
+    first = EntryCounts.model_validate_json(str((await store.entry_counts(run_id))[0][1]))
+    assert first.cycle >= 3
+    assert sum(n for _, n in first.keys) > 1
+    await facts_at_each_cycle_agree(store, run_id)
