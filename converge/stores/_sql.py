@@ -30,6 +30,7 @@ from ._journal import assemble, assemble_final, said
 __all__ = [
     "ADD_COUNTS",
     "COLUMNS",
+    "COUNTS_INDEX",
     "COUNTS_SELECT",
     "DROP_GATES",
     "DROP_JOURNAL",
@@ -126,6 +127,12 @@ COUNTS_SELECT: Final = "SELECT seq, counts FROM converge_journal WHERE run_id = 
 
 JOURNAL_COLUMNS: Final = "SELECT * FROM converge_journal WHERE 1 = 0"
 """No row: its cursor's description names the journal's columns."""
+COUNTS_INDEX: Final = (
+    "CREATE INDEX IF NOT EXISTS converge_journal_counts ON converge_journal (run_id, seq, counts)"
+)
+"""SQLite's index that answers `COUNTS_SELECT` alone: its rows keep `counts` after the
+entry, so reading it from the table walks every entry's pages (PostgreSQL keeps a large
+entry out of line, and reads the counts without it)."""
 ADD_COUNTS: Final = "ALTER TABLE converge_journal ADD COLUMN counts TEXT"
 """The upgrade to schema 8, when the journal lacks the column (a store older than schema 3
 had no journal, and was given today's)."""

@@ -56,6 +56,7 @@ from ._db import (
 from ._live_rows import side_drop, side_put, side_read
 from ._sql import (
     ADD_COUNTS,
+    COUNTS_INDEX,
     GATE_INSERT,
     GATES_TABLE,
     INDEX_SELECT,
@@ -171,7 +172,7 @@ class SqliteRunStore:
                         f"{self._path} has schema version {version}; this converge reads "
                         f"version {SCHEMA_VERSION}{newer(version)}"
                     )
-                for statement in INDEXES.values():
+                for statement in (*INDEXES.values(), COUNTS_INDEX):
                     connection.execute(statement)
                 connection.execute("COMMIT")
             except BaseException:

@@ -373,3 +373,16 @@ async def test_the_facts_at_each_cycle_of_a_continued_run_are_the_whole_records(
     assert first.cycle >= 3
     assert sum(n for _, n in first.keys) > 1
     await facts_at_each_cycle_agree(store, run_id)
+
+
+def test_sqlite_reads_the_counts_from_an_index_not_the_entries(tmp_path: Path) -> None:
+    """Its rows keep `counts` after the entry: read from the table, every entry's pages
+    would be walked (a page of a large run then costs what the run does)."""
+    path = tmp_path / "runs-v7.db"
+    shutil.copyfile(V7_FIXTURE, path)
+    store = SqliteRunStore(path)
+    assert anyio.run(lambda: store.entry_counts(V7_RUN))  # upgraded: the index made
+    store.close()
+    with closing(sqlite3.connect(path)) as connection:
+        plan = connection.execute(f"EXPLAIN QUERY PLAN {_sql.COUNTS_SELECT}", ("r",)).fetchall()
+    assert "COVERING INDEX converge_journal_counts" in " ".join(str(row[-1]) for row in plan)
