@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from test_durable import cancelled_run, chain_engine, sql
-from test_store import open_store, scoped_postgres
+from test_store import copy_rows, open_store, scoped_postgres
 from test_store_rows import Target, target
 
 from converge import (
@@ -133,11 +133,7 @@ def v7_target(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Targe
         target = ("postgres", scoped)
         sql(target, "ALTER TABLE converge_journal DROP COLUMN counts")
         sql(target, "UPDATE converge_meta SET value = '7' WHERE key = 'schema_version'")
-        with closing(sqlite3.connect(V7_FIXTURE)) as fixture:
-            for table in ("converge_runs", "converge_journal", "converge_gates"):
-                for row in fixture.execute(f"SELECT * FROM {table}").fetchall():
-                    marks = ", ".join("?" * len(row))
-                    sql(target, f"INSERT INTO {table} VALUES ({marks})", *row)  # pyright: ignore[reportArgumentType]
+        copy_rows(V7_FIXTURE, scoped)
         yield target
 
 
