@@ -38,6 +38,7 @@ from converge._core._store import SCHEMA_VERSION
 from converge.stores import _rows_read as rows_read
 from converge.stores import _sql, sqlite
 from converge.stores._journal import chain, counts_genesis
+from converge.stores._rows_check import rows_problem
 from tests.cli_runs import cli, run_id_of
 
 pytestmark = pytest.mark.anyio
@@ -382,3 +383,24 @@ def test_sqlite_reads_the_counts_from_an_index_not_the_entries(tmp_path: Path) -
     with closing(sqlite3.connect(path)) as connection:
         plan = connection.execute(f"EXPLAIN QUERY PLAN {_sql.COUNTS_SELECT}", ("r",)).fetchall()
     assert "COVERING INDEX converge_journal_counts" in " ".join(str(row[-1]) for row in plan)
+
+
+async def test_verify_fails_counts_that_are_not_what_the_entries_hold(target: Target) -> None:
+    store, run_id, head, _ = await a_paged_run(target)
+    assert await rows_problem(store, head) is None
+    counts = EntryCounts.model_validate_json(counts_of(target, run_id, 4))
+    edited = tuple((k, n - 2 if k.value == "hypotheses" else n) for k, n in counts.keys)
+    set_counts(target, run_id, 4, counts.model_copy(update={"keys": edited}).model_dump_json())
+    said = await rows_problem(store, head)
+    assert said is not None
+    assert said.startswith(f"run {run_id}: the counts beside its journal entries are not")
+    digest = counts_genesis(run_id)
+    for _, text in await store.entry_counts(run_id):
+        digest = chain(digest, str(text))
+    forged = head.model_copy(update={"counts_digest": digest})  # as if the head said so too
+    assert await rows_problem(store, forged) == (
+        f"run {run_id}: the counts beside journal entry 4 are not what it holds"
+    )
+    code, out = await anyio.to_thread.run_sync(lambda: cli("--store", target[1], "verify", run_id))
+    assert code != 0
+    assert "the counts beside its journal entries are not" in out
