@@ -404,3 +404,29 @@ async def test_verify_fails_counts_that_are_not_what_the_entries_hold(target: Ta
     code, out = await anyio.to_thread.run_sync(lambda: cli("--store", target[1], "verify", run_id))
     assert code != 0
     assert "the counts beside its journal entries are not" in out
+
+
+def test_a_paused_run_resumed_counts_its_restarted_journal(target: Target) -> None:
+    """A resumed run's journal starts again, holding the approved fact at its gate's cycle."""
+    formation = str(HERE / "cited_formation.py")
+    code, out = cli("--store", target[1], "run", formation)
+    assert code == 6, out
+    run_id = run_id_of(out)
+    approve = ("--approve", "gate:3:strategies/bet", "--by", "jane")
+    assert cli("--store", target[1], "resume", run_id, *approve)[0] == 0
+
+    async def check() -> None:
+        store = open_store(*target)
+        assert isinstance(store, RowStore)
+        head = await head_of(store, run_id)
+        assert head.counts_digest is not None
+        assert await rows_problem(store, head) is None
+        await facts_at_each_cycle_agree(store, run_id)
+        record = await store.load(run_id)
+        for key, n in head.keys:
+            whole = facts_of(record, key.value)
+            for start in range(0, n, 3):
+                page = await rows_read.key_facts(store, head, key.value, start, 3)
+                assert list(page) == whole[start : start + 3]
+
+    anyio.run(check)
