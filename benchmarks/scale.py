@@ -11,8 +11,9 @@ medians over the rounds (3; 1 with `--quick`); also the store's bytes per fact a
 fact's canonical JSON, and the report's bytes. `--full` (environment
 `CONVERGE_W8_FULL=1`) adds one round at 1,000,000 facts, and the read commands on a store of
 10,000 runs. The console's pages are measured on the same store, each in a fresh process
-(`scale_console`): the runs list, the run page, the last fact page of the biggest key, and
-the slowest run page or runs list while another client polls the run's event stream
+(`scale_console`): the runs list, the run page, the last and the middle fact pages of the
+biggest key, the fork form, and the slowest run page or runs list while another client
+polls the run's event stream
 (`console_*_s`: the request alone; `console_*_rss_mb`: that process's peak RSS;
 `console_*_grew_mb`: how much the request raised it).
 """
@@ -104,7 +105,7 @@ def _round(facts: int, folder: Path, env: dict[str, str]) -> Figures:
 def _console(store: Path, run_id: str, env: dict[str, str]) -> Figures:
     """The console's pages of the run, each in a fresh process (`scale_console`)."""
     figures: Figures = {}
-    for page in ("runs", "run", "facts", "concurrent"):
+    for page in ("runs", "run", "facts", "middle", "fork", "concurrent"):
         command = [sys.executable, "-m", "benchmarks.scale_console", str(store), run_id, page]
         _, _, out = _timed(command, env)
         measured = json.loads(out.strip().splitlines()[-1])

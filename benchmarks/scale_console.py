@@ -1,8 +1,9 @@
 """W8's console pages, each in a fresh process: `python -m benchmarks.scale_console STORE RUN PAGE`.
 
 PAGE is `runs` (the runs list), `run` (the run page), `facts` (the last fact page of the
-run's biggest key) or `concurrent` (while one client polls the run's event stream without a
-pause, another asks for the run page, then the runs list, `ROUNDS` times each). The console
+run's biggest key), `middle` (its middle fact page), `fork` (the fork form, at the last
+cycle) or `concurrent` (while one client polls the run's event stream without a pause,
+another asks for the run page, then the runs list, `ROUNDS` times each). The console
 is served in this process, over httpx's ASGI transport, as the console's tests use it; one
 JSON object goes to stdout: the seconds of the first request (`concurrent`: the slowest of
 its requests), this process's peak RSS, and how much the requests raised that peak.
@@ -48,11 +49,12 @@ async def measure_page(store_path: str, run_id: str, page: str) -> dict[str, flo
     app = create_app(ConsoleSettings(store=store, reviewers=reviewers, poll_seconds=0.5))
     transport = httpx.ASGITransport(app=app)
     headers = {"authorization": f"Bearer {token}"}
-    paths = {"runs": "/", "run": f"/runs/{run_id}"}
+    paths = {"runs": "/", "run": f"/runs/{run_id}", "fork": f"/runs/{run_id}/fork"}
     if head is not None:
         key, count = max(head.keys, key=lambda pair: pair[1])
         last = (count + FACTS_PER_PAGE - 1) // FACTS_PER_PAGE
         paths["facts"] = f"/runs/{run_id}/facts?key={key.value}&page={last}"
+        paths["middle"] = f"/runs/{run_id}/facts?key={key.value}&page={(last + 1) // 2}"
     async with httpx.AsyncClient(transport=transport, base_url=BASE, headers=headers) as client:
         before = _peak_mb()
         if page != "concurrent":

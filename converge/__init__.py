@@ -59,6 +59,7 @@ from ._core._public import publish as _publish
 from ._core._result import Conflict, ConvergeResult
 from ._core._stop import RunStatus, StopReason
 from ._core._store import (
+    EntryCounts,
     PendingGate,
     ProgressHead,
     RecordHead,
@@ -117,6 +118,7 @@ __all__ = [
     "Engine",
     "EngineEvent",
     "EngineOptions",
+    "EntryCounts",
     "ErrorMode",
     "Execution",
     "Fact",

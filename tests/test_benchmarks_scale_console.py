@@ -22,7 +22,7 @@ def test_each_console_page_is_measured_on_a_large_run(
     code, out = cli("--store", store, "run", FORMATION)
     assert code == 0, out
     run_id = run_id_of(out)
-    for page in ("runs", "run", "facts", "concurrent"):
+    for page in ("runs", "run", "facts", "middle", "fork", "concurrent"):
         figures = anyio.run(scale_console.measure_page, store, run_id, page)
         assert set(figures) == {"seconds", "rss_mb", "grew_mb"}
         assert figures["seconds"] > 0

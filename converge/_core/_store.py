@@ -38,6 +38,7 @@ from ._trace import Continuation, Execution, Rejection, RunTimes, RunTrace
 __all__ = [
     "SCHEMA_VERSION",
     "SHOWN_REJECTIONS",
+    "EntryCounts",
     "PendingGate",
     "ProgressHead",
     "RecordHead",
@@ -52,7 +53,7 @@ __all__ = [
     "record_of",
 ]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 """The version of the tables every backend writes; a store refuses any other."""
 
 SHOWN_REJECTIONS: Final = 10
@@ -115,6 +116,19 @@ class ProgressHead(FrozenModel, frozen=True):
 
 
 @final
+class EntryCounts(FrozenModel, frozen=True):
+    """What one journal entry holds, by number: stored beside it (schema 8), so a page can
+    find the entries that hold a key's n-th fact, or the facts at the end of a cycle, without
+    reading the others."""
+
+    cycle: int = Field(ge=0)
+    """The last cycle the entry saved (the run's cycle when it was written)."""
+    keys: tuple[tuple[KeyField, int], ...] = ()
+    """How many facts of each key the entry adds, in key order (keys it adds none of are
+    left out)."""
+
+
+@final
 @dataclass(frozen=True, slots=True)
 class RunProgress:
     """One per-cycle save of a running run: its new head and what to append to its journal."""
@@ -129,6 +143,8 @@ class RunProgress:
     """How long the run counts as running without another save or `renew_lease`."""
     restart: bool = False
     """Drop the journal (and any finished record) first: this entry starts it again."""
+    counts: EntryCounts | None = None
+    """What `entry` holds, by number, stored beside it (`None`: not known)."""
 
 
 def failure_count(trace: RunTrace) -> int:
@@ -445,6 +461,10 @@ class RecordHead(FrozenModel, frozen=True):
     """Of a paused run, the facts the evidence of its pending gates cites, as a reviewer is
     shown them (`cited_facts`); the entries hold them too. Left out of the JSON when empty,
     so the heads of finished runs read and verify as before."""
+    counts_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The chain over the counts stored beside the entries (each `EntryCounts` JSON, chained
+    as `journal_digest` chains entries, from `SHA-256("converge-counts:" + run_id)`), so a
+    count changed by hand is found; `None` (left out of the JSON) when some entry has none."""
     signature: str | None = None
     """HMAC-SHA256 over the rest of the head (hex), with a signing key."""
 
@@ -513,6 +533,8 @@ class RunFinal:
     """The run's head."""
     entry: str | None
     """The journal entry to append (JSON; `None` appends nothing)."""
+    counts: EntryCounts | None = None
+    """What `entry` holds, by number, stored beside it (`None`: not known)."""
 
 
 _UNSIGNED: Final = frozenset({"progress"})
@@ -595,6 +617,11 @@ class RowStore(RunStore, Protocol):
         self, run_id: str, /, *, after: int = 0, limit: int = 16
     ) -> list[tuple[int, str]]:
         """`(seq, entry)` of up to `limit` of the run's journal entries after `after`, in order."""
+        ...
+
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
+        """`(seq, counts)` of every journal entry of the run, in order, in one query: the
+        `EntryCounts` JSON stored beside each (`None` for an entry written before schema 8)."""
         ...
 
 

@@ -51,6 +51,8 @@ class _Transactional(Protocol):
         self, run_id: str, /, *, after: int = 0, limit: int = 16
     ) -> list[tuple[int, str]]: ...
 
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]: ...
+
 
 Write = Callable[[Db], int]
 """One save's statements, in a transaction: its run's new version."""
@@ -125,6 +127,10 @@ class GroupedSaves:
     ) -> list[tuple[int, str]]:
         """`RowStore.journal`."""
         return await self._writer.journal(run_id, after=after, limit=limit)
+
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
+        """`RowStore.entry_counts`."""
+        return await self._writer.entry_counts(run_id)
 
     async def list_runs(self, *, limit: int = 50) -> Sequence[RunSummary]:
         """`RunStore.list_runs`."""

@@ -22,6 +22,7 @@ from .._core._store import (
 from ._journal import read_head
 from ._sql import (
     COLUMNS,
+    COUNTS_SELECT,
     DROP_GATES,
     DROP_JOURNAL,
     GATE_INSERT,
@@ -33,6 +34,7 @@ from ._sql import (
     UPDATE,
     UPSERT,
     RunFilter,
+    counts_text,
     final_row,
     gate_rows,
     judge,
@@ -47,6 +49,7 @@ from ._sql import (
 __all__ = [
     "Db",
     "delete_run",
+    "entry_counts",
     "journal_page",
     "list_gates",
     "list_runs",
@@ -125,7 +128,10 @@ def write_progress(
         db.run(DROP_JOURNAL, (head.run_id,))
         db.run(DROP_GATES, (head.run_id,))
     if progress.entry is not None:
-        db.run(JOURNAL, (head.run_id, head.journal_length, progress.entry))
+        db.run(
+            JOURNAL,
+            (head.run_id, head.journal_length, progress.entry, counts_text(progress.counts)),
+        )
     return int(str(written[0]))
 
 
@@ -141,7 +147,7 @@ def write_final(db: Db, final: RunFinal, saved_at: object, expected: int) -> int
     for row in gate_rows(head.record):
         db.run(GATE_INSERT, row)
     if final.entry is not None:
-        db.run(JOURNAL, (run_id, head.journal_length, final.entry))
+        db.run(JOURNAL, (run_id, head.journal_length, final.entry, counts_text(final.counts)))
     return version
 
 
@@ -193,6 +199,12 @@ def journal_page(db: Db, run_id: str, after: int, limit: int) -> list[tuple[int,
         (run_id, after, limit),
     )
     return [(int(str(seq)), str(entry)) for seq, entry in rows]
+
+
+def entry_counts(db: Db, run_id: str) -> list[tuple[int, str | None]]:
+    """`(seq, counts)` of each of the run's journal entries, in order (`None`: no counts)."""
+    rows = db.all(COUNTS_SELECT, (run_id,))
+    return [(int(str(seq)), None if counts is None else str(counts)) for seq, counts in rows]
 
 
 def list_runs(

@@ -30,6 +30,7 @@ from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
 from .._core._store import (
     SHOWN_REJECTIONS,
+    EntryCounts,
     Interruption,
     ProgressHead,
     RecordHead,
@@ -46,6 +47,7 @@ __all__ = [
     "assemble",
     "assemble_final",
     "chain",
+    "counts_genesis",
     "genesis",
     "mismatch",
     "read_head",
@@ -91,6 +93,11 @@ def genesis(run_id: str) -> str:
     return sha256(f"converge-journal:{run_id}".encode()).hexdigest()
 
 
+def counts_genesis(run_id: str) -> str:
+    """The chain over the counts of a run's entries (`RecordHead.counts_digest`), before any."""
+    return sha256(f"converge-counts:{run_id}".encode()).hexdigest()
+
+
 def chain(digest: str, entry: str) -> str:
     """The journal digest after appending `entry` to a journal at `digest`."""
     return sha256(bytes.fromhex(digest) + entry.encode()).hexdigest()
@@ -106,6 +113,7 @@ class Journal:
 
     __slots__ = (
         "_changed",
+        "_counted",
         "_counts",
         "_cycles",
         "_decisions",
@@ -149,6 +157,8 @@ class Journal:
         """The last entry's facts, once `records` took them."""
         self._changed = False
         """A fact this journal recorded was found changed below the API: heads go unsigned."""
+        self._counted: str | None = None
+        """The chain over the counts of the entries the store took (`None`: one had none)."""
 
     def progress(
         self,
@@ -173,10 +183,23 @@ class Journal:
             length, digest = length + 1, chain(digest, entry)
         self._pending = marks
         head = self._head(state, elapsed, length, digest)
-        return RunProgress(head, entry, status, lease_seconds, restart)
+        counts = None if entry is None else self._added(head.cycle, marks[0])
+        return RunProgress(head, entry, status, lease_seconds, restart, counts)
+
+    def _added(self, cycle: int, counts: dict[AnyKey, int]) -> EntryCounts:
+        """What an entry saved after `cycle` holds, from the `counts` of each key after it.
+
+        The facts of each key past the watermarks: every fact of a restart (none yet).
+        """
+        added = ((key, counts[key] - self._counts.get(key, 0)) for key in in_key_order(counts))
+        return EntryCounts(cycle=cycle, keys=tuple((key, n) for key, n in added if n))
 
     def commit(self, progress: RunProgress) -> None:
         """Record that the store took `progress`: the next save starts after it."""
+        if not self._digest:  # a restart: the counts chain starts again too
+            self._counted = counts_genesis(self.run_id)
+        if progress.entry is not None:
+            self._counted = _counted(self._counted, progress.counts)
         if self._pending is not None:
             counts, self._rejections, self._decisions, self._cycles, self._last, facts = (
                 self._pending
@@ -265,16 +288,18 @@ class Journal:
         ):
             return None
         trace = record.trace
-        delta, _ = self._since(
+        delta, marks = self._since(
             context, record.rejections, trace.decisions, trace.cycles, self._tail
         )
         if self._changed:
             return None
-        length, digest = self._length, self._digest
-        entry = None
+        length, digest, counted = self._length, self._digest, self._counted
+        entry = counts = None
         if any(delta.__dict__.values()):
             entry = delta.model_dump_json()
             length, digest = length + 1, chain(digest, entry)
+            counts = self._added(record.cycles, marks[0])
+            counted = _counted(counted, counts)
         empty = trace.model_copy(update={"cycles": ()})
         bare = {"facts": (), "rejections": ()}
         head = RecordHead(
@@ -297,10 +322,11 @@ class Journal:
             journal_length=length,
             journal_digest=digest,
             cited=cited_facts(record.pending, record.facts),
+            counts_digest=counted,
         )
         if self._key is not None:
             head = head.model_copy(update={"signature": signature_of(head, self._key)})
-        return RunFinal(head, entry)
+        return RunFinal(head, entry, counts)
 
     def _head(self, state: RunState, elapsed: float, length: int, digest: str) -> ProgressHead:
         snapshot = state.snapshot
@@ -338,6 +364,11 @@ class Journal:
         if self._key is None or self._changed:
             return head
         return head.model_copy(update={"signature": signature_of(head, self._key)})
+
+
+def _counted(digest: str | None, counts: EntryCounts | None) -> str | None:
+    """The counts chain at `digest` after an entry with `counts` (`None`: either is none)."""
+    return None if digest is None or counts is None else chain(digest, counts.model_dump_json())
 
 
 def _same_run(record: RunRecord, checkpoint: Checkpoint) -> bool:

@@ -20,10 +20,12 @@ from pydantic import ValidationError
 
 from .._core._canonical import merkle_root
 from .._core._checkpoint import FactRecord, restore_fact
+from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
 from .._core._key import STORED, AnyKey, key_rank
 from .._core._store import RecordHead, RowStore
 from ._journal import CycleDelta, chain, genesis, mismatch, unchained
+from ._rows_read import entry_counts
 
 __all__ = ["RowsCheck", "rows_problem"]
 
@@ -42,6 +44,7 @@ class RowsCheck:
         "_entries",
         "_error",
         "_head",
+        "_held",
         "_leaves",
         "_rejections",
         "_seen",
@@ -56,6 +59,12 @@ class RowsCheck:
         self._leaves: dict[AnyKey, list[bytes]] = {}
         self._seen: set[bytes] = set()
         self._error: str | None = None
+        self._held: list[dict[str, int]] = []
+
+    @property
+    def held(self) -> list[dict[str, int]]:
+        """How many facts of each key each entry checked so far holds, in order."""
+        return self._held
 
     @property
     def facts(self) -> int:
@@ -81,6 +90,10 @@ class RowsCheck:
                 return checked
             self._rejections += len(delta.rejections)
             self._decisions.extend(delta.decisions)
+            held: dict[str, int] = {}
+            for record in delta.facts:
+                held[record.key.value] = held.get(record.key.value, 0) + 1
+            self._held.append(held)
             for record in delta.facts:
                 try:
                     fact = restore_fact(record)
@@ -124,11 +137,25 @@ class RowsCheck:
 async def rows_problem(store: RowStore, head: RecordHead, *, page: int = 16) -> str | None:
     """Why the rows of `head`'s run in `store` are not its run (`None`: they are).
 
-    They are read `page` entries at a time.
+    They are read `page` entries at a time; then the counts beside them (schema 8), which
+    must be those the head commits to and what each entry holds.
     """
     check = RowsCheck(head)
     after = 0
     while entries := await store.journal(head.record.run_id, after=after, limit=page):
         check.add(entry for _, entry in entries)
         after = entries[-1][0]
-    return check.problem()
+    problem = check.problem()
+    if problem is not None:
+        return problem
+    try:
+        counted = await entry_counts(store, head)
+    except StoreError as error:
+        return str(error)
+    for (seq, counts), held in zip(counted or (), check.held if counted else (), strict=True):
+        if {key.value: n for key, n in counts.keys} != held:
+            return (
+                f"run {head.record.run_id}: the counts beside journal entry {seq} are not "
+                "what it holds"
+            )
+    return None

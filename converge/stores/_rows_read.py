@@ -2,7 +2,8 @@
 
 `converge show` and the console's run page show a large run's head with its first and last
 facts and cycles (`ends`); the console's fact pages list one key's facts a page at a time
-(`key_facts`), from the entries nearest the end of the run they are at, one entry at a time.
+(`key_facts`), from the entries that hold them, found by the counts stored beside each entry
+(or, for rows written before schema 8, from the end of the run nearer to them).
 What is read is checked against its own digest (`broken`); the chain of the entries is not
 (`converge verify` checks every row, `rows_check`).
 """
@@ -20,10 +21,22 @@ from .._core._checkpoint import FactRecord, restore_fact
 from .._core._escape import visible
 from .._core._exceptions import StoreError
 from .._core._key import STORED
-from .._core._store import RecordHead, RowStore
+from .._core._store import EntryCounts, RecordHead, RowStore
 from .._core._trace import CycleTrace
+from ._journal import chain, counts_genesis
 
-__all__ = ["SHOWN_FACTS", "WHOLE_SHOW", "Ends", "broken", "ends", "key_facts", "large"]
+__all__ = [
+    "SHOWN_FACTS",
+    "WHOLE_SHOW",
+    "Ends",
+    "broken",
+    "ends",
+    "entry_counts",
+    "facts_at",
+    "key_facts",
+    "large",
+    "located",
+]
 
 SHOWN_FACTS: Final = 20
 """How many of the first and of the last facts are shown of a large run stored as rows."""
@@ -220,18 +233,100 @@ async def key_facts(
 ) -> tuple[FactRecord, ...]:
     """Facts `start` to `start + count` (from 0, in the run's order) of `key`'s facts.
 
-    Read one entry at a time from the end of the run nearer to them, so the last page costs
-    what the first does; only the entries that hold them are validated. Fewer than asked
-    when the rows hold fewer than the head says (the caller compares).
+    Found by the counts stored beside the entries (`located`): only the entries that hold
+    them are read, and each is checked to hold what its counts say. A run with an entry
+    without counts (written before schema 8) is read one entry at a time from the end of the
+    run nearer to them, so the last page costs what the first does. Only the facts returned
+    are validated. Fewer than asked when the rows hold fewer than the head says (the caller
+    compares).
 
     Raises:
-        StoreError: An entry read is missing or invalid.
+        StoreError: An entry read is missing or invalid, or its counts are not what it holds
+            or what the head's `counts_digest` commits to.
     """
     run_id = head.record.run_id
     total = sum(n for name, n in head.keys if name.value == key)
     end = min(start + count, total)
     if start >= end:
         return ()
+    held = await located(store, head, key)
+    if held is None:
+        return await _scanned(store, head, key, (start, end, total))
+    picked: list[object] = []
+    position = 0  # of the first fact of `key` in the entry
+    wanted = [(seq, n, position := position + n) for seq, n in held]
+    needed = [(seq, n, after - n) for seq, n, after in wanted if after > start and after - n < end]
+    if not needed:
+        return ()
+    first = needed[0][0]
+    page = await store.journal(run_id, after=first - 1, limit=len(needed))
+    if [seq for seq, _ in page] != [seq for seq, _, _ in needed]:
+        missing = next((seq for seq, _, _ in needed if seq not in dict(page)), first)
+        raise StoreError(f"run {run_id}: journal entry {missing} is missing")
+    for (seq, text), (_, n, low) in zip(page, needed, strict=True):
+        facts = _of_key(run_id, seq, text, key)
+        if len(facts) != n:
+            raise StoreError(
+                f"run {run_id}: journal entry {seq} holds {len(facts)} facts of {visible(key)}; "
+                f"the counts beside it say {n}"
+            )
+        picked += facts[max(start - low, 0) : end - low]
+    return _checked(run_id, _FACTS, picked, "stored fact")
+
+
+async def located(store: RowStore, head: RecordHead, key: str) -> list[tuple[int, int]] | None:
+    """`(seq, facts of key)` of each of the run's entries, from the counts beside them.
+
+    `None` when an entry has none (written before schema 8), or the head commits to none.
+
+    Raises:
+        StoreError: An entry is missing, a count is not `EntryCounts` JSON, or the counts
+            are not those the head's `counts_digest` commits to (changed by hand).
+    """
+    counted = await entry_counts(store, head)
+    if counted is None:
+        return None
+    return [(seq, {k.value: n for k, n in counts.keys}.get(key, 0)) for seq, counts in counted]
+
+
+async def entry_counts(store: RowStore, head: RecordHead) -> list[tuple[int, EntryCounts]] | None:
+    """The counts beside each of the run's entries, checked against the head (see `located`)."""
+    run_id = head.record.run_id
+    rows = await store.entry_counts(run_id)
+    if head.counts_digest is None or any(text is None for _, text in rows):
+        return None
+    for expected, (seq, _) in enumerate(rows, start=1):
+        if seq != expected:
+            raise StoreError(f"run {run_id}: journal entry {expected} is missing")
+    if len(rows) < head.journal_length:
+        raise StoreError(f"run {run_id}: journal entry {len(rows) + 1} is missing")
+    digest = counts_genesis(run_id)
+    parsed: list[tuple[int, EntryCounts]] = []
+    for seq, text in rows:
+        digest = chain(digest, str(text))
+        try:
+            parsed.append((seq, EntryCounts.model_validate_json(str(text), context=STORED)))
+        except ValidationError:
+            raise StoreError(
+                f"run {run_id}: the counts of journal entry {seq} are invalid"
+            ) from None
+    if len(rows) != head.journal_length or digest != head.counts_digest:
+        raise StoreError(
+            f"run {run_id}: the counts beside its journal entries are not those its head "
+            "commits to: one was changed by hand"
+        )
+    return parsed
+
+
+async def _scanned(
+    store: RowStore, head: RecordHead, key: str, span: tuple[int, int, int]
+) -> tuple[FactRecord, ...]:
+    """`key_facts` of a run whose entries have no counts: facts `start` to `end` of `total`.
+
+    One entry at a time, from the end of the run nearer to them.
+    """
+    run_id = head.record.run_id
+    start, end, total = span
     backward = start >= total - end
     seqs = range(head.journal_length, 0, -1) if backward else range(1, head.journal_length + 1)
     picked: list[object] = []
@@ -250,3 +345,78 @@ async def key_facts(
         if (backward and low <= start) or (not backward and high >= end):
             break
     return _checked(run_id, _FACTS, picked, "stored fact")
+
+
+async def facts_at(
+    store: RowStore, head: RecordHead, cycle: int, shown: int
+) -> tuple[int, tuple[FactRecord, ...]] | None:
+    """How many facts the run's context held at the end of `cycle`, and the first `shown`.
+
+    In the record's order (key order, then the run's). From the counts beside the entries:
+    an entry saved after `cycle` or before holds only facts promoted by then, and one saved
+    after the entry saved after `cycle` only facts promoted after it, so only the first
+    entry saved after `cycle` is read whole (its facts promoted by `cycle` are kept), and the
+    facts shown are read from the first entries (`key_facts`). `None` when an entry has no
+    counts (written before schema 8).
+
+    Raises:
+        StoreError: An entry read is missing or invalid, or does not hold what its counts
+            say, or the counts are not those the head commits to.
+    """
+    counted = await entry_counts(store, head)
+    if counted is None:
+        return None
+    run_id = head.record.run_id
+    before: dict[str, int] = {}
+    later: dict[str, list[object]] = {}
+    for seq, counts in counted:
+        if counts.cycle > cycle:
+            later = await _promoted_by(store, run_id, (seq, counts), cycle)
+            break
+        for key, n in counts.keys:
+            before[key.value] = before.get(key.value, 0) + n
+    total = sum(before.values()) + sum(len(facts) for facts in later.values())
+    picked: list[FactRecord] = []
+    for key, _ in head.keys:
+        name = key.value
+        wanted = min(before.get(name, 0), shown - len(picked))
+        if wanted > 0:
+            read = await key_facts(store, head, name, 0, wanted)
+            if len(read) != wanted:
+                raise StoreError(f"run {run_id}: its rows hold fewer facts of {visible(name)}")
+            picked += read
+        rest = later.get(name, [])[: max(shown - len(picked), 0)]
+        if rest:
+            picked += _checked(run_id, _FACTS, rest, "stored fact")
+    return total, tuple(picked)
+
+
+async def _promoted_by(
+    store: RowStore, run_id: str, counted: tuple[int, EntryCounts], cycle: int
+) -> dict[str, list[object]]:
+    """The facts of entry `seq` (with `counts`) promoted by `cycle`, by key, as parsed JSON.
+
+    Raises:
+        StoreError: The entry is missing or invalid, or does not hold what its counts say.
+    """
+    seq, counts = counted
+    facts, _ = await _entry(store, run_id, seq)
+    held: dict[str, list[object]] = {}
+    kept: dict[str, list[object]] = {}
+    for _, fact in facts:
+        fields = cast("dict[str, object]", fact)
+        name = str(fields.get("key"))
+        held.setdefault(name, []).append(fact)
+        promotion = cast("dict[str, object]", fields["promotion"])
+        promoted = promotion.get("cycle")
+        if not isinstance(promoted, int):
+            raise StoreError(f"run {run_id}: journal entry {seq} is invalid")
+        if promoted <= cycle:
+            kept.setdefault(name, []).append(fact)
+    if {name: len(facts) for name, facts in held.items()} != {
+        key.value: n for key, n in counts.keys
+    }:
+        raise StoreError(
+            f"run {run_id}: journal entry {seq} does not hold the facts the counts beside it say"
+        )
+    return kept

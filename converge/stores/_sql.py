@@ -17,6 +17,7 @@ from .._core._key import STORED
 from .._core._stop import RunStatus, StopReason
 from .._core._store import (
     SCHEMA_VERSION,
+    EntryCounts,
     Interruption,
     ProgressHead,
     RecordHead,
@@ -27,7 +28,10 @@ from .._core._store import (
 from ._journal import assemble, assemble_final, said
 
 __all__ = [
+    "ADD_COUNTS",
     "COLUMNS",
+    "COUNTS_INDEX",
+    "COUNTS_SELECT",
     "DROP_GATES",
     "DROP_JOURNAL",
     "GATES_TABLE",
@@ -37,6 +41,7 @@ __all__ = [
     "INDEX_UPDATE",
     "INSERT",
     "JOURNAL",
+    "JOURNAL_COLUMNS",
     "JOURNAL_TABLE",
     "PROGRESS_INSERT",
     "PROGRESS_UPDATE",
@@ -48,6 +53,8 @@ __all__ = [
     "UPGRADES",
     "UPSERT",
     "RunFilter",
+    "counts_missing",
+    "counts_text",
     "final_row",
     "gate_rows",
     "judge",
@@ -112,8 +119,23 @@ PROGRESS_UPDATE: Final = UPDATE
 DROP_JOURNAL: Final = "DELETE FROM converge_journal WHERE run_id = ?"
 """Drop a run's journal (a finished record replaces it, or a continuation restarts it)."""
 
-JOURNAL: Final = "INSERT INTO converge_journal (run_id, seq, entry) VALUES (?, ?, ?)"
-"""Append one journal entry."""
+JOURNAL: Final = "INSERT INTO converge_journal (run_id, seq, entry, counts) VALUES (?, ?, ?, ?)"
+"""Append one journal entry, with its counts (`EntryCounts` JSON, or NULL)."""
+
+COUNTS_SELECT: Final = "SELECT seq, counts FROM converge_journal WHERE run_id = ? ORDER BY seq"
+"""`(seq, counts)` of each of a run's journal entries, in order."""
+
+JOURNAL_COLUMNS: Final = "SELECT * FROM converge_journal WHERE 1 = 0"
+"""No row: its cursor's description names the journal's columns."""
+COUNTS_INDEX: Final = (
+    "CREATE INDEX IF NOT EXISTS converge_journal_counts ON converge_journal (run_id, seq, counts)"
+)
+"""SQLite's index that answers `COUNTS_SELECT` alone: its rows keep `counts` after the
+entry, so reading it from the table walks every entry's pages (PostgreSQL keeps a large
+entry out of line, and reads the counts without it)."""
+ADD_COUNTS: Final = "ALTER TABLE converge_journal ADD COLUMN counts TEXT"
+"""The upgrade to schema 8, when the journal lacks the column (a store older than schema 3
+had no journal, and was given today's)."""
 
 RENEW: Final = (
     "UPDATE converge_runs SET lease_until = ? "
@@ -137,13 +159,15 @@ UPGRADES: Final[dict[int, tuple[LiteralString, ...]]] = {
     ),
     5: ("ALTER TABLE converge_runs ADD COLUMN layout TEXT NOT NULL DEFAULT 'whole'",),
     6: (),  # the tables stay; paused runs may now be stored as rows, which 6 could not read
+    7: (),  # ADD_COUNTS, unless the journal was made with the column (`counts_missing`)
 }
 """Statements that take the schema from version `k` to `k + 1`, in place, losing nothing.
 
 After those of version 3, each backend recounts the failures of the stopped runs stored
 before (`RECOUNT_SELECT`, `recounted`, `RECOUNT_UPDATE`); after those of version 4, it fills
 the new columns and the gates table from each stored record (`INDEX_SELECT`, `reindexed`,
-`INDEX_UPDATE`, `GATE_INSERT`)."""
+`INDEX_UPDATE`, `GATE_INSERT`); with those of version 7, it adds the journal's `counts`
+column (`ADD_COUNTS`), left NULL in the rows written before."""
 
 RUN_COLUMNS: Final = (
     "run_id TEXT PRIMARY KEY, stop_reason TEXT NOT NULL, detail TEXT NOT NULL, "
@@ -203,10 +227,21 @@ RECOUNT_UPDATE: Final = "UPDATE converge_runs SET failures = ? WHERE run_id = ?"
 
 JOURNAL_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS converge_journal (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-    "entry TEXT NOT NULL, PRIMARY KEY (run_id, seq))"
+    "entry TEXT NOT NULL, counts TEXT, PRIMARY KEY (run_id, seq))"
 )
 """The journal of running runs, and the rows of finished and paused runs stored as rows
-(`layout = 'rows'`): one entry per per-cycle save, and the last one per run at its end."""
+(`layout = 'rows'`): one entry per per-cycle save, and the last one per run at its end;
+beside each, from schema 8, its `EntryCounts` as JSON (NULL in rows written before)."""
+
+
+def counts_missing(description: Sequence[Sequence[object]] | None) -> bool:
+    """Whether a journal lacks the `counts` column, by its cursor's `description`."""
+    return "counts" not in {str(column[0]) for column in description or ()}
+
+
+def counts_text(counts: EntryCounts | None) -> str | None:
+    """The `counts` cell of a journal entry: its `EntryCounts` as JSON, or NULL."""
+    return None if counts is None else counts.model_dump_json()
 
 
 @final

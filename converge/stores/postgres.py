@@ -34,6 +34,7 @@ from .._core._store import (
 )
 from ._db import (
     delete_run,
+    entry_counts,
     journal_page,
     list_gates,
     list_runs,
@@ -47,17 +48,20 @@ from ._db import (
 )
 from ._live_rows import pg_drop, pg_put, pg_read
 from ._sql import (
+    ADD_COUNTS,
     GATE_INSERT,
     GATES_TABLE,
     INDEX_SELECT,
     INDEX_UPDATE,
     INDEXES,
+    JOURNAL_COLUMNS,
     JOURNAL_TABLE,
     RECOUNT_SELECT,
     RECOUNT_UPDATE,
     RUN_COLUMNS,
     UPGRADES,
     RunFilter,
+    counts_missing,
     newer,
     recounted,
     reindexed,
@@ -307,6 +311,13 @@ class PostgresRunStore:
         except _NoTablesError:
             return []
 
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
+        """`(seq, counts)` of each of the run's journal entries, in order (see `RowStore`)."""
+        try:
+            return await self._transaction(lambda db: entry_counts(db, run_id), read=True)
+        except _NoTablesError:
+            return []
+
     async def list_runs(
         self,
         *,
@@ -502,6 +513,8 @@ def _upgrade(connection: psycopg.Connection[tuple[object, ...]]) -> int:
             with connection.cursor() as cursor:
                 cursor.executemany(INDEX_UPDATE.replace("?", "%s"), updates)
                 cursor.executemany(GATE_INSERT.replace("?", "%s"), gates)
+        if version == 7 and counts_missing(connection.execute(JOURNAL_COLUMNS).description):
+            connection.execute(ADD_COUNTS)
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = %s WHERE key = 'schema_version'", (str(version),)

@@ -41,6 +41,7 @@ from .._core._store import (
 )
 from ._db import (
     delete_run,
+    entry_counts,
     journal_page,
     list_gates,
     list_runs,
@@ -54,17 +55,21 @@ from ._db import (
 )
 from ._live_rows import side_drop, side_put, side_read
 from ._sql import (
+    ADD_COUNTS,
+    COUNTS_INDEX,
     GATE_INSERT,
     GATES_TABLE,
     INDEX_SELECT,
     INDEX_UPDATE,
     INDEXES,
+    JOURNAL_COLUMNS,
     JOURNAL_TABLE,
     RECOUNT_SELECT,
     RECOUNT_UPDATE,
     RUN_COLUMNS,
     UPGRADES,
     RunFilter,
+    counts_missing,
     newer,
     recounted,
     reindexed,
@@ -167,7 +172,7 @@ class SqliteRunStore:
                         f"{self._path} has schema version {version}; this converge reads "
                         f"version {SCHEMA_VERSION}{newer(version)}"
                     )
-                for statement in INDEXES.values():
+                for statement in (*INDEXES.values(), COUNTS_INDEX):
                     connection.execute(statement)
                 connection.execute("COMMIT")
             except BaseException:
@@ -410,6 +415,13 @@ class SqliteRunStore:
         except _NoStoreError:
             return []
 
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
+        """`(seq, counts)` of each of the run's journal entries, in order (see `RowStore`)."""
+        try:
+            return await self._transaction(lambda db: entry_counts(db, run_id), write=False)
+        except _NoStoreError:
+            return []
+
     async def list_runs(
         self,
         *,
@@ -603,6 +615,8 @@ def upgrade(connection: sqlite3.Connection) -> int:
             updates, gates = reindexed(connection.execute(INDEX_SELECT).fetchall())
             connection.executemany(INDEX_UPDATE, updates)
             connection.executemany(GATE_INSERT, gates)
+        if version == 7 and counts_missing(connection.execute(JOURNAL_COLUMNS).description):
+            connection.execute(ADD_COUNTS)
         version += 1
         connection.execute(
             "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)

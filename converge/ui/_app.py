@@ -191,10 +191,12 @@ class _Console:
         try:
             if rest == ("events",) and get:
                 return await self._events(request, run_id)
-            if get and rest in ((), ("facts",)) and isinstance(store, RowStore):
+            if get and rest in ((), ("facts",), ("fork",)) and isinstance(store, RowStore):
                 head = await store.load_head(run_id)  # a large finished run: read its head
                 if head is not None and large(head):
-                    return await self._head(request, store, head, rest)
+                    answer = await self._head(request, store, head, rest)
+                    if answer is not None:  # else rows without counts: the whole record
+                        return answer
             record = await store.load(run_id)
         except RunNotFoundError:
             return self._missing(request, f"The store has no run {run_id}.")
@@ -252,11 +254,14 @@ class _Console:
 
     async def _head(
         self, request: Request, store: RowStore, head: RecordHead, rest: tuple[str, ...]
-    ) -> Response:
-        """The run page or a fact page of a large finished run stored as rows.
+    ) -> Response | None:
+        """The run page, a fact page or the fork form of a large finished run stored as rows.
 
-        Read from its head and the few rows they show, never the whole record.
+        Read from its head and the few rows they show, never the whole record (`None`: the
+        fork form of rows written before schema 8, which needs it).
         """
+        if rest == ("fork",):
+            return await self.forks.head_form(request, store, head)
         check = check_signature(head, signing_key())
         viewer = signed_in(request).viewer
         if rest == ("facts",):

@@ -34,7 +34,17 @@ from .._formation import EngineOptions, Formation, command_timeout, load_formati
 from .._kernel._fork import lineage_problem, proposed_inputs, records_root
 from .._kernel._state import new_run_id
 from .._review import check_signature, signing_key
-from ._fork_page import Family, Forked, ForkForm, diff_page, fork_page
+from ..stores._rows_read import broken, facts_at
+from ._fork_page import (
+    SHOWN_FACTS,
+    FactsAt,
+    Family,
+    Forked,
+    ForkForm,
+    diff_page,
+    fork_cycle,
+    fork_page,
+)
 from ._form import FormError, read_form
 from ._guard import signed_in
 from ._html import Viewer
@@ -84,8 +94,8 @@ class Forks:
     """Each posted fork form's one-time field (by reviewer): the fork it made, or `None`
     while it runs; a form posted twice (a double click) forks once."""
 
-    def trust(self, record: RunRecord) -> Trust:
-        """What checking `record` found, and whether the console may act on it."""
+    def trust(self, record: RunRecord | RecordHead) -> Trust:
+        """What checking `record` (or a head) found, and whether the console may act on it."""
         return trust(
             record, signing_key(), chosen=self.formation, trust_unsigned=self.trust_unsigned
         )
@@ -192,24 +202,51 @@ class Forks:
 
     def form(self, request: Request, record: RunRecord) -> Response:
         """The fork form, at the cycle `?at=` names (the last one by default)."""
-        at = request.query_params.get("at", "").strip() or str(record.cycles)
-        values = ForkForm(at=at)
-        error = ""
-        if not _whole(at) or int(at) > record.cycles:
-            error = f"error: {_at_problem(at, record)}"
-            values = ForkForm(at=str(record.cycles))
+        values, error = _asked(request, record)
         return self._form_page(request, record, values, error, 200 if not error else 400)
 
+    async def head_form(
+        self, request: Request, store: RowStore, head: RecordHead
+    ) -> Response | None:
+        """`form` of a finished run stored as rows, from its head and its entries' counts.
+
+        The facts in the context at the cycle are read from the first entries. `None` when
+        an entry has no counts (rows written before schema 8): the caller loads the record.
+
+        Raises:
+            StoreError: An entry read is missing or invalid, does not hold what its counts
+                say, or a fact shown does not match its digest.
+        """
+        record = head.record
+        values, error = _asked(request, record)
+        found = await facts_at(store, head, fork_cycle(record, values), SHOWN_FACTS)
+        if found is None:
+            return None
+        count, first = found
+        problem = broken(record.run_id, first)
+        if problem is not None:
+            raise StoreError(problem)
+        return self._form_page(
+            request, head, values, error, 200 if not error else 400, FactsAt(count, first)
+        )
+
     def _form_page(
-        self, request: Request, record: RunRecord, values: ForkForm, error: str, status: int
+        self,
+        request: Request,
+        source: RunRecord | RecordHead,
+        values: ForkForm,
+        error: str,
+        status: int,
+        facts: FactsAt | None = None,
     ) -> Response:
         html = fork_page(
-            record,
+            source if isinstance(source, RunRecord) else source.record,
             viewer=signed_in(request).viewer,
-            found=self.trust(record),
+            found=self.trust(source),
             values=values,
             error=error,
             once=secrets.token_urlsafe(18),
+            facts=facts,
         )
         return HTMLResponse(html, status_code=status)
 
@@ -382,6 +419,14 @@ class Forks:
             compared, viewer=viewer, checks=checks, key=params.get("key", ""), limit=limit
         )
         return HTMLResponse(html)
+
+
+def _asked(request: Request, record: RunRecord) -> tuple[ForkForm, str]:
+    """The form's values at the cycle `?at=` names (by default the last), and its error."""
+    at = request.query_params.get("at", "").strip() or str(record.cycles)
+    if not _whole(at) or int(at) > record.cycles:
+        return ForkForm(at=str(record.cycles)), f"error: {_at_problem(at, record)}"
+    return ForkForm(at=at), ""
 
 
 def _at_problem(at: str, record: RunRecord) -> str:

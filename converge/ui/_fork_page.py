@@ -27,12 +27,14 @@ from ._trust import Trust, banner, formation_note
 
 __all__ = [
     "FAMILY_CSS",
+    "FactsAt",
     "Family",
     "ForkForm",
     "Forked",
     "diff_page",
     "diff_url",
     "family_box",
+    "fork_cycle",
     "fork_from",
     "fork_page",
     "fork_url",
@@ -225,19 +227,42 @@ _INPUTS_HINT: Final = (
 )
 
 
-def _facts_at(facts: Sequence[FactRecord], cycle: int) -> str:
-    kept = [fact for fact in facts if fact.promotion.cycle <= cycle]
+@final
+@dataclass(frozen=True, slots=True)
+class FactsAt:
+    """The facts in a run's context at the end of a cycle: how many, and the first ones."""
+
+    count: int
+    first: tuple[FactRecord, ...]
+    """The first `SHOWN_FACTS` of them, in the record's order."""
+
+    @classmethod
+    def of(cls, facts: Sequence[FactRecord], cycle: int) -> FactsAt:
+        """Those of `facts` (a record's) promoted by the end of `cycle`."""
+        kept = [fact for fact in facts if fact.promotion.cycle <= cycle]
+        return cls(len(kept), tuple(kept[:SHOWN_FACTS]))
+
+
+def _facts_at(facts: FactsAt, cycle: int) -> str:
+    count = facts.count
     rows = "".join(
         f"<li><code>{esc(f'{fact.key}/{fact.id}')}</code>: {esc(fact.content[:200])} "
         f'<span class="muted">(cycle {fact.promotion.cycle}, {esc(fact.promotion.suggestor)})'
         "</span></li>"
-        for fact in kept[:SHOWN_FACTS]
+        for fact in facts.first[:SHOWN_FACTS]
     )
-    more = f"<li>... {len(kept) - SHOWN_FACTS} more</li>" if len(kept) > SHOWN_FACTS else ""
+    more = f"<li>... {count - SHOWN_FACTS} more</li>" if count > SHOWN_FACTS else ""
     return (
-        f'<details class="facts-at" data-facts-at="{len(kept)}"><summary>{len(kept)} fact(s) '
+        f'<details class="facts-at" data-facts-at="{count}"><summary>{count} fact(s) '
         f"in the context at the end of cycle {cycle}</summary><ul>{rows}{more}</ul></details>"
     )
+
+
+def fork_cycle(record: RunRecord, values: ForkForm) -> int:
+    """The cycle the fork page shows the context of: the one typed, at most the last."""
+    typed = values.at
+    whole = typed.isascii() and typed.isdecimal() and len(typed) <= 10
+    return min(int(typed), record.cycles) if whole else record.cycles
 
 
 def fork_page(
@@ -248,15 +273,15 @@ def fork_page(
     values: ForkForm,
     error: str = "",
     once: str = "",
+    facts: FactsAt | None = None,
 ) -> str:
     """The fork form for `record` at the cycle `values.at`, with `error` above it.
 
-    `once` identifies this form: posted twice, it forks once.
+    `once` identifies this form: posted twice, it forks once. `facts`: those in the context
+    at the end of that cycle (`fork_cycle`), when `record` does not hold its facts (a head's).
     """
     run_id = record.run_id
-    typed = values.at
-    whole = typed.isascii() and typed.isdecimal() and len(typed) <= 10
-    cycle = min(int(typed), record.cycles) if whole else record.cycles
+    cycle = fork_cycle(record, values)
     said = (
         f'<div class="message refused" data-message data-fork-error><p>{esc(error)}</p></div>'
         if error
@@ -277,7 +302,7 @@ def fork_page(
         "(rebuilt from the stored facts; no suggestor runs for it), applies your changes, and "
         "runs on live. Human decisions after that cycle are not carried over. The page "
         "answers once the fork stops or pauses.</p>"
-        f"{form}{_facts_at(record.facts, cycle)}"
+        f"{form}{_facts_at(FactsAt.of(record.facts, cycle) if facts is None else facts, cycle)}"
     )
     return page(
         f"Fork {run_id}",

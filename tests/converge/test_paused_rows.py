@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections.abc import Generator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,7 +25,7 @@ import pytest
 import test_store_rows
 from starlette.testclient import TestClient
 from test_durable import chain_engine, sql
-from test_store import open_store, scoped_postgres
+from test_store import copy_rows, open_store, scoped_postgres
 from test_store_rows import Target, entries, head_text, layout, set_entry, set_head
 
 from converge import (
@@ -428,11 +427,7 @@ def v6_target(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Targe
         assert anyio.run(lambda: made.list_runs()) == ()  # today's tables, empty
         made.close()
         target = ("postgres", scoped)
-        with closing(sqlite3.connect(V6_FIXTURE)) as fixture:
-            for table in ("converge_runs", "converge_journal", "converge_gates"):
-                for row in fixture.execute(f"SELECT * FROM {table}").fetchall():
-                    marks = ", ".join("?" * len(row))
-                    sql(target, f"INSERT INTO {table} VALUES ({marks})", *row)  # pyright: ignore[reportArgumentType]
+        copy_rows(V6_FIXTURE, scoped)
         yield target
 
 
@@ -460,7 +455,7 @@ async def test_a_schema_6_store_is_upgraded_in_place_and_resumes(v6_target: Targ
     loaded.verify_signature(key)
     assert loaded.trace.decisions == (decision,)
     [(version,)] = sql(target, "SELECT value FROM converge_meta WHERE key = 'schema_version'")
-    assert str(version) == str(SCHEMA_VERSION) == "7"  # upgraded in place, nothing else changed
+    assert str(version) == str(SCHEMA_VERSION) == "8"  # upgraded in place, nothing else changed
     store.close()
 
 

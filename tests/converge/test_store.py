@@ -80,6 +80,21 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tup
         yield kind, postgres_or_skip()
 
 
+def copy_rows(fixture: Path, url: str) -> None:
+    """Insert each row of a fixture store's tables, as they are, into the PostgreSQL store at
+    `url` (its columns first, in the same order)."""
+    import psycopg
+
+    with (
+        closing(sqlite3.connect(fixture)) as source,
+        psycopg.connect(url, autocommit=True) as connection,
+    ):
+        for table in ("converge_runs", "converge_journal", "converge_gates"):
+            for row in source.execute(f"SELECT * FROM {table}").fetchall():
+                marks = ", ".join("%s" for _ in row)
+                connection.execute(f"INSERT INTO {table} VALUES ({marks})", row)
+
+
 def open_store(kind: str, target: str) -> RunStore:
     return SqliteRunStore(target) if kind == "sqlite" else PostgresRunStore(target)
 

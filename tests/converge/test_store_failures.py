@@ -158,4 +158,4 @@ async def test_a_schema_3_store_is_upgraded_with_its_runs_failures_recounted(
             (schema,) = connection.execute(
                 "SELECT value FROM converge_meta WHERE key = 'schema_version'"
             ).fetchone()
-        assert schema == str(SCHEMA_VERSION) == "7"
+        assert schema == str(SCHEMA_VERSION) == "8"

@@ -364,7 +364,7 @@ async def test_a_schema_4_store_is_upgraded_and_indexed_from_its_records(tmp_pat
         (schema,) = upgraded.execute(
             "SELECT value FROM converge_meta WHERE key = 'schema_version'"
         ).fetchone()
-    assert schema == str(SCHEMA_VERSION) == "7"
+    assert schema == str(SCHEMA_VERSION) == "8"
 
 
 async def test_a_schema_4_store_read_only_is_refused_until_opened_for_writing(

@@ -206,8 +206,20 @@ async def test_a_journal_entry_changed_dropped_or_added_is_refused_naming_the_ru
     sql(target, "DELETE FROM converge_journal WHERE run_id = ? AND seq = ?", run_id, rows[-1][0])
     with pytest.raises(StoreError, match=f"run {run_id}: its journal"):
         await store.load(run_id)
-    sql(target, "INSERT INTO converge_journal VALUES (?, ?, ?)", run_id, rows[-1][0], rows[-1][1])
-    sql(target, "INSERT INTO converge_journal VALUES (?, ?, ?)", run_id, 999, rows[-1][1])
+    sql(
+        target,
+        "INSERT INTO converge_journal (run_id, seq, entry) VALUES (?, ?, ?)",
+        run_id,
+        rows[-1][0],
+        rows[-1][1],
+    )
+    sql(
+        target,
+        "INSERT INTO converge_journal (run_id, seq, entry) VALUES (?, ?, ?)",
+        run_id,
+        999,
+        rows[-1][1],
+    )
     with pytest.raises(StoreError, match=f"run {run_id}: its journal"):
         await store.load(run_id)
 
@@ -335,7 +347,7 @@ async def check_v5_store(store: RunStore, schema: LiteralString, target: Target)
     assert layout(target, V5_INTERRUPTED) == "rows"
     (await store.load(V5_INTERRUPTED)).verify_signature(key)
     [(version,)] = sql(target, schema)
-    assert str(version) == str(SCHEMA_VERSION) == "7"
+    assert str(version) == str(SCHEMA_VERSION) == "8"
 
 
 async def test_a_schema_5_store_is_upgraded_in_place(tmp_path: Path) -> None:

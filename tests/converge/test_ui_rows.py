@@ -85,6 +85,9 @@ class Counting:
     ) -> list[tuple[int, str]]:
         return await self.inner.journal(run_id, after=after, limit=limit)
 
+    async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
+        return await self.inner.entry_counts(run_id)
+
     async def list_runs(self, *, limit: int = 50) -> Sequence[RunSummary]:
         return await self.inner.list_runs(limit=limit)
 
@@ -332,3 +335,20 @@ def set_head(target: Target, run_id: str, text: str) -> None:
 def set_entry(target: Target, run_id: str, seq: int, entry: str) -> None:
     statement: LiteralString = "UPDATE converge_journal SET entry = ? WHERE run_id = ? AND seq = ?"
     sql(target, statement, entry, run_id, seq)
+
+
+def test_counts_edited_by_hand_read_as_a_failure_on_a_fact_page(target: Target) -> None:
+    run_id, _ = run_of(target, FACTS)
+    sql(
+        target,
+        "UPDATE converge_journal SET counts = ? WHERE run_id = ? AND seq = 2",
+        '{"cycle": 1, "keys": [["hypotheses", 3]]}',
+        run_id,
+    )
+    store = counting(target)
+    with console(store) as client:
+        facts = client.get(facts_path(run_id, "hypotheses", 7)).text
+    assert store.loads == 0
+    assert 'data-integrity="failed"' in facts
+    assert f"run {run_id}: the counts beside its journal entries are not those" in facts
+    assert 'data-integrity="shown"' not in facts
