@@ -20,7 +20,8 @@ cyclic garbage still young at a cycle's end outlives its collection until the ru
 The switch is the process's, so it is shared: concurrent runs (in tasks or threads) hold it
 together, and the last to end moves the objects back. It stays off when the collector is
 disabled, or when the process froze objects itself (`gc.freeze` at start-up, to share
-memory with forked workers): converge never unfreezes what it did not freeze.
+memory with forked workers): converge never unfreezes what it did not freeze. CPython 3.12
+starts with its built-in types' bases and MROs frozen, so there the switch stays off.
 """
 
 from __future__ import annotations
