@@ -249,9 +249,21 @@ async def key_facts(
     end = min(start + count, total)
     if start >= end:
         return ()
-    held = await located(store, head, key)
-    if held is None:
+    counted = await entry_counts(store, head)
+    if counted is None:
         return await _scanned(store, head, key, (start, end, total))
+    return await _counted(store, run_id, key, _held(counted, key), (start, end))
+
+
+async def _counted(
+    store: RowStore, run_id: str, key: str, held: list[tuple[int, int]], span: tuple[int, int]
+) -> tuple[FactRecord, ...]:
+    """`key_facts` from `held`, `(seq, facts of key)` of each entry: facts `start` to `end`.
+
+    Raises:
+        StoreError: An entry read is missing or invalid, or does not hold what `held` says.
+    """
+    start, end = span
     picked: list[object] = []
     position = 0  # of the first fact of `key` in the entry
     wanted = [(seq, n, position := position + n) for seq, n in held]
@@ -284,8 +296,11 @@ async def located(store: RowStore, head: RecordHead, key: str) -> list[tuple[int
             are not those the head's `counts_digest` commits to (changed by hand).
     """
     counted = await entry_counts(store, head)
-    if counted is None:
-        return None
+    return None if counted is None else _held(counted, key)
+
+
+def _held(counted: list[tuple[int, EntryCounts]], key: str) -> list[tuple[int, int]]:
+    """`(seq, facts of key)` of each entry, from its counts."""
     return [(seq, {k.value: n for k, n in counts.keys}.get(key, 0)) for seq, counts in counted]
 
 
@@ -356,7 +371,8 @@ async def facts_at(
     an entry saved after `cycle` or before holds only facts promoted by then, and one saved
     after the entry saved after `cycle` only facts promoted after it, so only the first
     entry saved after `cycle` is read whole (its facts promoted by `cycle` are kept), and the
-    facts shown are read from the first entries (`key_facts`). `None` when an entry has no
+    facts shown are read from the first entries (as `key_facts` reads them; the counts
+    are read and checked once). `None` when an entry has no
     counts (written before schema 8).
 
     Raises:
@@ -381,7 +397,7 @@ async def facts_at(
         name = key.value
         wanted = min(before.get(name, 0), shown - len(picked))
         if wanted > 0:
-            read = await key_facts(store, head, name, 0, wanted)
+            read = await _counted(store, run_id, name, _held(counted, name), (0, wanted))
             if len(read) != wanted:
                 raise StoreError(f"run {run_id}: its rows hold fewer facts of {visible(name)}")
             picked += read
