@@ -24,7 +24,7 @@ from ._hitl import GateDecision, GateRequest
 from ._integrity import changed_since
 from ._invariant import Violation
 from ._key import STORED, AnyKey, KeyField, key_rank
-from ._model import FrozenModel, trusted
+from ._model import Fields, FrozenModel, trusted, trusted_builder
 from ._proposal import ProposedFact
 from ._seal import seal, unchanged
 from ._text import storable
@@ -117,22 +117,38 @@ def fact_records(
     return tuple(records), problem
 
 
+class _RecordFields(Fields):
+    """A `FactRecord`'s fields as `_record` sets them (`_model.Fields`)."""
+
+    key: object
+    id: object
+    content: object
+    payload: object
+    confidence: object
+    provenance: object
+    target: object
+    evidence: object
+    promotion: object
+    digest: object
+
+
+_new_fields = object.__new__
+_build_record = trusted_builder(FactRecord)
+
+
 def _record(own: Mapping[str, object], leaf: bytes) -> FactRecord:
-    return trusted(
-        FactRecord,
-        {
-            "key": own["key"],
-            "id": own["id"],
-            "content": own["content"],
-            "payload": own["payload"],
-            "confidence": own["confidence"],
-            "provenance": own["provenance"],
-            "target": own["target"],
-            "evidence": own["evidence"],
-            "promotion": record_of(cast("PromotionValues", own["promotion"])),
-            "digest": leaf.hex(),
-        },
-    )
+    fields = _new_fields(_RecordFields)
+    fields.key = own["key"]
+    fields.id = own["id"]
+    fields.content = own["content"]
+    fields.payload = own["payload"]
+    fields.confidence = own["confidence"]
+    fields.provenance = own["provenance"]
+    fields.target = own["target"]
+    fields.evidence = own["evidence"]
+    fields.promotion = record_of(cast("PromotionValues", own["promotion"]))
+    fields.digest = leaf.hex()
+    return _build_record(fields.values())
 
 
 def _text(value: object) -> str:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, JsonValue, fie
 from pydantic_core import CoreSchema
 
 from ._key import KeyField
-from ._model import FrozenModel, share_state, trusted_builder
+from ._model import Fields, FrozenModel, share_state, trusted_builder
 
 __all__ = [
     "Fact",
@@ -85,6 +85,20 @@ _RECORD_FIELDS: Final = ("cycle", "suggestor", "suggestor_id", "clock", "gate", 
 if _RECORD_FIELDS != tuple(PromotionRecord.model_fields):  # pragma: no cover - a model edit
     raise RuntimeError("PromotionValues no longer follows PromotionRecord's fields")
 _build_record: Final = trusted_builder(PromotionRecord)
+
+
+class _RecordFields(Fields):
+    """A `PromotionRecord`'s fields as `record_of` sets them (`_model.Fields`)."""
+
+    cycle: object
+    suggestor: object
+    suggestor_id: object
+    clock: object
+    gate: object
+    approved_by: object
+
+
+_new_fields: Final = object.__new__
 _BROKEN: Final[PromotionValues] = (-1, "", -1, -1, "engine", None)
 """The values around a broken record's cycle (`record_of`)."""
 
@@ -115,16 +129,14 @@ def record_of(values: PromotionValues) -> PromotionRecord:
     except (TypeError, ValueError):
         cycle, suggestor, suggestor_id, clock, gate, approved_by = _BROKEN
         cycle = values
-    return _build_record(
-        {
-            "cycle": cycle,
-            "suggestor": suggestor,
-            "suggestor_id": suggestor_id,
-            "clock": clock,
-            "gate": gate,
-            "approved_by": approved_by,
-        }
-    )
+    fields = _new_fields(_RecordFields)
+    fields.cycle = cycle
+    fields.suggestor = suggestor
+    fields.suggestor_id = suggestor_id
+    fields.clock = clock
+    fields.gate = gate
+    fields.approved_by = approved_by
+    return _build_record(fields.values())
 
 
 @final

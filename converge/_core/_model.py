@@ -7,7 +7,15 @@ from typing import Any, ClassVar, Final, NoReturn, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["FrozenModel", "set_dict", "share_names", "share_state", "trusted", "trusted_builder"]
+__all__ = [
+    "Fields",
+    "FrozenModel",
+    "set_dict",
+    "share_names",
+    "share_state",
+    "trusted",
+    "trusted_builder",
+]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -64,6 +72,27 @@ def _names(names: Iterable[str]) -> _NameSet:
 
 
 _new = object.__new__
+
+
+class Fields:
+    """The fields of a record the kernel builds for every fact, set as the attributes of an
+    instance of a subclass, then handed to `trusted` as the record's `__dict__` (`values`).
+
+    CPython shares one table of keys between the `__dict__`s of a class's instances whose
+    attributes are set in the same order (key-sharing dictionaries, PEP 412): each holds
+    only its values. Ten fields take about 170 bytes where a `{...}` display takes 280, and
+    they are set about as fast. A run saved as rows keeps a `FactRecord` and its
+    `PromotionRecord` of every fact until its end: 21 MB less at 100,000 facts. The
+    `__dict__` is a plain `dict` to every reader, so a record reads, compares, copies,
+    pickles and dumps as any other. A subclass sets every attribute, always in one order:
+    otherwise CPython builds ordinary dicts, bigger but as correct.
+    """
+
+    def values(self) -> dict[str, object]:
+        """The attributes set, in the order set: the record's `__dict__`."""
+        return self.__dict__
+
+
 # The slots of every pydantic model, written through their descriptors (no lookup by name).
 _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__

@@ -22,7 +22,8 @@ import pytest
 from pydantic import BaseModel
 
 from converge import ContextKey, Engine, Execution, Fact, ProposedFact
-from converge._core._model import share_names, trusted
+from converge._core._checkpoint import FactRecord, fact_records
+from converge._core._model import Fields, share_names, trusted
 from converge._core._seal import Stamp
 from converge_suggestors import SeedSuggestor
 
@@ -141,3 +142,44 @@ def test_a_recorded_trace_keeps_its_proposals_with_shared_names() -> None:
     assert kept[0].__pydantic_fields_set__ is kept[1].__pydantic_fields_set__
     replayed = anyio.run(engine().replay, result.trace)
     assert replayed.integrity.merkle_root == result.integrity.merkle_root
+
+
+def test_the_records_of_a_runs_facts_read_as_validated_ones_with_compact_fields() -> None:
+    engine = Engine()
+    engine.register_suggestor(SeedSuggestor("a", "go"))
+    context = engine.run_sync(
+        inputs=[
+            ProposedFact(
+                key=ContextKey.SEEDS, id="p", content="ünï", provenance="t", payload={"n": [1]}
+            )
+        ]
+    ).context
+    records, problem = fact_records(context)
+    assert problem is None
+    assert len(records) == 2
+    for record in records:
+        validated = FactRecord.model_validate_json(record.model_dump_json())
+        assert record == validated
+        assert record.model_dump() == validated.model_dump()
+        assert record.model_dump_json() == validated.model_dump_json()
+        assert record.model_fields_set == validated.model_fields_set
+        assert list(record.__dict__) == list(validated.__dict__)  # the fields' own order
+        assert list(record.promotion.__dict__) == list(validated.promotion.__dict__)
+        assert pickle.loads(pickle.dumps(record)) == record
+        assert copy.deepcopy(record) == record
+        changed = record.model_copy(update={"id": "other"})
+        assert (changed.id, record.id) == ("other", validated.id)
+        with pytest.raises(pydantic.ValidationError):
+            record.id = "x"  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def test_a_fields_instance_holds_what_was_set_in_that_order() -> None:
+    class Pair(Fields):
+        first: object
+        second: object
+
+    pair = object.__new__(Pair)
+    pair.second = 2
+    pair.first = 1
+    assert pair.values() == {"second": 2, "first": 1}
+    assert list(pair.values()) == ["second", "first"]
