@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from time import monotonic
 from typing import Final, Protocol, final
 
@@ -90,9 +91,14 @@ class LeaseKeeper:
             self._wake.notify()
 
     def release(self, run: Leased) -> None:
-        """Stop renewing `run`'s lease (it stopped, or was taken over)."""
+        """Stop renewing `run`'s lease (it stopped, or was taken over).
+
+        The thread is woken, and stops when no run is left: it keeps no reference to a
+        released run (a run's saver holds its journal, which can be large).
+        """
         with self._wake:
             self._held.pop(id(run), None)
+            self._wake.notify()
 
     def holds(self, run: Leased) -> bool:
         """Whether `run`'s lease is being kept alive."""
@@ -108,20 +114,40 @@ class LeaseKeeper:
     def _main(self) -> None:
         while True:
             with self._wake:
-                held = list(self._held.values())
-                if not held:
+                pause = self._pause(self._held.values())
+                if pause is None:
                     self._thread = None
                     return
                 now = monotonic()
-                due = [run for run in held if run.version and now - run.fresh_at >= run.lease / 3]
+                due = [
+                    run
+                    for run in self._held.values()
+                    if run.version and now - run.fresh_at >= run.lease / 3
+                ]
                 if not due:
-                    self._wake.wait(min(_LONGEST_TICK, *(run.lease / 6 for run in held)))
+                    self._wake.wait(pause)
                     continue
-            failed: list[Leased] = []
-            anyio.run(self._renew_all, due, failed, backend="asyncio")
-            if failed:  # the store failed: try again a little later, not at once
+            pause = self._renew_all_of(due)
+            if pause is not None:  # the store failed: try again a little later, not at once
                 with self._wake:
-                    self._wake.wait(min(_LONGEST_TICK, *(run.lease / 6 for run in failed)))
+                    self._wake.wait(pause)
+
+    @staticmethod
+    def _pause(runs: Iterable[Leased]) -> float | None:
+        """How long to sleep before looking at `runs` again; `None` when there are none."""
+        pauses = [run.lease / 6 for run in runs]
+        return min(_LONGEST_TICK, *pauses) if pauses else None
+
+    def _renew_all_of(self, due: list[Leased]) -> float | None:
+        """Renew the leases of `due`; how long to wait before trying the failed ones again.
+
+        `None`: none failed. No reference to a run outlives the call: a thread asleep must
+        not keep a finished run's saver, and its journal, alive.
+        """
+        failed: list[Leased] = []
+        anyio.run(self._renew_all, due, failed, backend="asyncio")
+        due.clear()
+        return self._pause(failed)
 
     async def _renew_all(self, due: list[Leased], failed: list[Leased]) -> None:
         async with anyio.create_task_group() as group:

@@ -5,21 +5,25 @@
   renewed from the keeper's thread), a `converge resume` in a second process refuses to
   take it over, and the run converges with no continuation in its trace;
 - the keeper renews only the runs it holds, lets a run taken over go, and its thread stops
-  when it holds none.
+  when it holds none;
+- a released run is let go at once, even while the thread sleeps for another run.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import anyio
 import pytest
 
 from converge import RunStatus, SqliteRunStore, StaleRecordError
+from converge.stores import _lease as lease
 from converge.stores._lease import LeaseKeeper
 
 HERE = Path(__file__).resolve().parent
@@ -151,3 +155,30 @@ def test_lease_keeper_renews_held_runs_and_lets_a_taken_one_go() -> None:
     time.sleep(0.5)
     assert len(held.renewals) == before
     assert keeper._thread is None  # pyright: ignore[reportPrivateUsage]  # no run, no thread
+
+
+def test_lease_keeper_lets_go_of_a_released_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run's saver holds its journal, which can be large: the keeper's thread,
+    asleep for another run, must not keep it alive."""
+    monkeypatch.setattr(lease, "_LONGEST_TICK", 60.0)  # the thread sleeps up to a minute
+    keeper = LeaseKeeper()
+    other = Run("other", lease=600.0)
+    done = Run("done", lease=600.0)
+    done.fresh_at -= 300  # due at once: the thread reads it, renews it, then sleeps
+    keeper.hold(other)
+    keeper.hold(done)
+    deadline = time.monotonic() + 10
+    while not done.renewals:
+        assert time.monotonic() < deadline, "never renewed"
+        time.sleep(0.01)
+    gone = weakref.ref(done)
+    keeper.release(done)
+    del done
+    while gone() is not None:
+        assert time.monotonic() < deadline, "the keeper's thread still holds a released run"
+        gc.collect()
+        time.sleep(0.01)
+    keeper.release(other)
+    while keeper._thread is not None:  # pyright: ignore[reportPrivateUsage]
+        assert time.monotonic() < deadline, "the keeper's thread did not stop"
+        time.sleep(0.01)
