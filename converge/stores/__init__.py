@@ -13,7 +13,8 @@ package loads no database driver.
 """
 
 from .._core._public import publish as _publish
-from ._journal import CycleDelta, assemble, assemble_final
+from ._assembly import assemble, assemble_final
+from ._journal import CycleDelta
 from .postgres import PostgresRunStore
 from .sqlite import SqliteRunStore
 

@@ -19,7 +19,7 @@ from .._core._store import (
     RunRecord,
     RunSummary,
 )
-from ._journal import read_head
+from ._assembly import read_head
 from ._sql import (
     COLUMNS,
     COUNTS_SELECT,

@@ -1,11 +1,11 @@
-"""A running run on its way to the store, and back: journal entries and their assembly.
+"""A running run on its way to the store: journal entries and the chain they make.
 
 `Journal` follows one run and turns its state after each cycle into a `RunProgress`: a new
 `ProgressHead` and one `CycleDelta` holding only what was added since the save before (new
 facts, rejections and decisions, and the cycle traces that are new or were rewritten). Each
 entry's JSON is chained into the head's `journal_digest`, and the head is signed with the
-engine's key. `assemble` is the way back: it checks the chain and builds the `RunRecord` of a
-running or interrupted run, whose `checkpoint` (with no pending gates) is where it continues.
+engine's key; when the run ends or pauses, `Journal.final` ends it with a `RecordHead`. The
+way back, from a head and its entries to a `RunRecord`, is `_assembly`'s.
 """
 
 from __future__ import annotations
@@ -14,16 +14,11 @@ from collections.abc import Sequence
 from hashlib import sha256
 from typing import Literal, TypeAlias, final
 
-from pydantic import ValidationError
-
-from .._core._canonical import merkle_root
 from .._core._checkpoint import Checkpoint, FactRecord, fact_records
 from .._core._context import ContextSnapshot
 from .._core._evidence import cited_facts
-from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
-from .._core._integrity import IntegrityProof
-from .._core._key import STORED, AnyKey, in_key_order, key_rank
+from .._core._key import AnyKey, in_key_order
 from .._core._model import FrozenModel, trusted
 from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
@@ -31,29 +26,16 @@ from .._core._stop import RunStatus, StopReason
 from .._core._store import (
     SHOWN_REJECTIONS,
     EntryCounts,
-    Interruption,
     ProgressHead,
     RecordHead,
     RunFinal,
     RunProgress,
     RunRecord,
 )
-from .._core._trace import CycleTrace, Rejection, RunTrace
+from .._core._trace import CycleTrace, Rejection
 from .._kernel._state import RunState
 
-__all__ = [
-    "CycleDelta",
-    "Journal",
-    "assemble",
-    "assemble_final",
-    "chain",
-    "counts_genesis",
-    "genesis",
-    "mismatch",
-    "read_head",
-    "said",
-    "unchained",
-]
+__all__ = ["CycleDelta", "Journal", "chain", "counts_genesis", "genesis"]
 
 
 @final
@@ -384,253 +366,4 @@ def _same_run(record: RunRecord, checkpoint: Checkpoint) -> bool:
     return all(
         len(held) == len(own) and all(a is b or a == b for a, b in zip(held, own, strict=True))
         for held, own in pairs
-    )
-
-
-def assemble(
-    head_text: str,
-    entries: Sequence[str],
-    *,
-    run_id: str,
-    status: RunStatus,
-    interruption: Interruption | None,
-    version: int,
-) -> RunRecord:
-    """The record of a running or interrupted run, from its stored head and journal.
-
-    Raises:
-        StoreError: The head is invalid or another run's, or the journal does not chain to
-            the head's digest (an entry was changed, dropped, added or reordered).
-    """
-    try:
-        head = ProgressHead.model_validate_json(head_text, context=STORED)
-    except ValueError as error:
-        raise StoreError(f"run {run_id}: the stored progress head is invalid ({error})") from None
-    if head.run_id != run_id:
-        raise StoreError(f"the row of run {run_id} holds the progress of run {head.run_id}")
-    deltas = _deltas(run_id, entries, head.journal_length, head.journal_digest)
-    facts = sum(len(delta.facts) for delta in deltas)
-    if facts != head.fact_count:
-        raise StoreError(
-            f"run {run_id}: its journal holds {facts} facts, its head says {head.fact_count}"
-        )
-    return _record(head, deltas, status=status, interruption=interruption, version=version)
-
-
-def assemble_final(
-    head_text: str, entries: Sequence[str], *, run_id: str, version: int
-) -> RunRecord:
-    """The record of a finished or paused run stored as rows, from its head and journal.
-
-    It is the record saved: its own signature (and a paused run's checkpoint's) and Merkle
-    root verify as if it had been saved whole.
-
-    Raises:
-        StoreError: The head is invalid or another run's, or the journal does not chain to
-            the head's digest, or holds another number of facts, rejections or decisions,
-            or other facts than those the head cites.
-    """
-    head = read_head(head_text, run_id)
-    deltas = _deltas(run_id, entries, head.journal_length, head.journal_digest)
-    record = head.record
-    facts = tuple(
-        sorted((f for delta in deltas for f in delta.facts), key=lambda f: key_rank(f.key))
-    )
-    rejections = tuple(r for delta in deltas for r in delta.rejections)
-    decisions = tuple(d for delta in deltas for d in delta.decisions)
-    problem = mismatch(head, len(facts), len(rejections), decisions) or _miscited(head, facts)
-    if problem is not None:
-        raise StoreError(problem)
-    cycles = _cycles(deltas)
-    trace = record.trace.model_copy(update={"cycles": cycles})
-    checkpoint = record.checkpoint
-    if checkpoint is not None:
-        checkpoint = checkpoint.model_copy(
-            update={"facts": facts, "rejections": rejections, "cycles": cycles}
-        )
-    return record.model_copy(
-        update={
-            "facts": facts,
-            "rejections": rejections,
-            "trace": trace,
-            "checkpoint": checkpoint,
-            "version": version,
-        }
-    )
-
-
-def _miscited(head: RecordHead, facts: Sequence[FactRecord]) -> str | None:
-    """Why the facts `head` cites are not those its gates cite in its journal (`None`: same)."""
-    record = head.record
-    if record.checkpoint is None or cited_facts(record.pending, facts) == head.cited:
-        return None
-    return f"run {record.run_id}: the facts its head cites differ from its journal's"
-
-
-def mismatch(
-    head: RecordHead, facts: int, rejections: int, decisions: Sequence[GateDecision]
-) -> str | None:
-    """Why a journal of `facts` facts, `rejections` rejections and `decisions` is not `head`'s.
-
-    `None` when it is.
-    """
-    record = head.record
-    said = (record.integrity.fact_count, head.rejections, len(record.trace.decisions))
-    held = (facts, rejections, len(decisions))
-    if held != said:
-        return (
-            f"run {record.run_id}: its journal holds {held[0]} facts, {held[1]} rejections "
-            f"and {held[2]} decisions; its head says {said[0]}, {said[1]} and {said[2]}"
-        )
-    if tuple(decisions) != record.trace.decisions:
-        return f"run {record.run_id}: its journal's human decisions differ from its head's"
-    return None
-
-
-def read_head(head_text: str, run_id: str) -> RecordHead:
-    """The head of a finished run stored as rows, checked to be that run's.
-
-    Raises:
-        StoreError: The head is invalid or another run's.
-    """
-    try:
-        head = RecordHead.model_validate_json(head_text, context=STORED)
-    except ValidationError as error:
-        raise StoreError(f"run {run_id}: the stored record is invalid ({said(error)})") from None
-    if head.record.run_id != run_id:
-        raise StoreError(f"the row of run {run_id} holds the record of run {head.record.run_id}")
-    return head
-
-
-def said(error: ValidationError) -> str:
-    """A validation error in one line: how many errors, and where and what the first is."""
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "record"
-    return f"{error.error_count()} error(s); {where}: {first['msg']}"
-
-
-def _deltas(run_id: str, entries: Sequence[str], length: int, digest: str) -> list[CycleDelta]:
-    """The journal's entries, checked against the head's `length` and chained `digest`."""
-    running = genesis(run_id)
-    deltas: list[CycleDelta] = []
-    for index, entry in enumerate(entries):
-        running = chain(running, entry)
-        try:
-            deltas.append(CycleDelta.model_validate_json(entry, context=STORED))
-        except ValueError as error:
-            raise StoreError(
-                f"run {run_id}: journal entry {index + 1} is invalid ({error})"
-            ) from None
-    problem = unchained(run_id, (len(entries), running), (length, digest))
-    if problem is not None:
-        raise StoreError(problem)
-    return deltas
-
-
-def unchained(run_id: str, read: tuple[int, str], head: tuple[int, str]) -> str | None:
-    """Why a journal read as `read` (entries, digest) is not the one `head` commits to.
-
-    `head` is the head's length and digest; `None` when they are the same.
-    """
-    if read == head:
-        return None
-    return (
-        f"run {run_id}: its journal ({read[0]} entries) does not match its head "
-        f"({head[0]} entries): an entry was changed, dropped or added"
-    )
-
-
-def _cycles(deltas: Sequence[CycleDelta]) -> tuple[CycleTrace, ...]:
-    """The cycle traces of the entries in cycle order, each as its last entry has it."""
-    by_cycle: dict[int, CycleTrace] = {}
-    for delta in deltas:
-        for cycle in delta.cycles:
-            by_cycle[cycle.cycle] = cycle
-    return tuple(by_cycle[number] for number in sorted(by_cycle))
-
-
-def _record(
-    head: ProgressHead,
-    deltas: Sequence[CycleDelta],
-    *,
-    status: RunStatus,
-    interruption: Interruption | None,
-    version: int,
-) -> RunRecord:
-    facts = sorted(
-        (fact for delta in deltas for fact in delta.facts), key=lambda f: key_rank(f.key)
-    )
-    cycles = _cycles(deltas)
-    checkpoint = _continuation_point(
-        head,
-        tuple(facts),
-        cycles,
-        rejections=tuple(r for delta in deltas for r in delta.rejections),
-        decisions=tuple(d for delta in deltas for d in delta.decisions),
-    )
-    root = checkpoint.merkle_root
-    said = {"cancelled": "its caller cancelled it", "lost": "its process stopped saving"}
-    detail = f"saved after cycle {head.cycle}" + (
-        f"; interrupted: {said[interruption]}" if interruption is not None else ""
-    )
-    trace = RunTrace(
-        run_id=head.run_id,
-        inputs=head.inputs,
-        initial_root=head.initial_root,
-        cycles=cycles,
-        decisions=checkpoint.decisions,
-        input_violations=head.input_violations,
-        detail=detail,
-        continuations=head.continuations,
-    )
-    return RunRecord(
-        run_id=head.run_id,
-        stop_reason=None,
-        detail=detail,
-        cycles=head.cycle,
-        tokens=head.tokens,
-        integrity=IntegrityProof(merkle_root=root, clock=head.clock, fact_count=len(facts)),
-        trace=trace,
-        facts=checkpoint.facts,
-        rejections=checkpoint.rejections,
-        checkpoint=checkpoint,
-        name=head.name,
-        formation=head.formation,
-        progress=head,
-        status=status,
-        interruption=interruption,
-        version=version,
-    )
-
-
-def _continuation_point(
-    head: ProgressHead,
-    facts: tuple[FactRecord, ...],
-    cycles: tuple[CycleTrace, ...],
-    *,
-    rejections: tuple[Rejection, ...],
-    decisions: tuple[GateDecision, ...],
-) -> Checkpoint:
-    """The checkpoint (no pending gates) an interrupted run continues from."""
-    return Checkpoint(
-        run_id=head.run_id,
-        registrations=head.registrations,
-        invariants=head.invariants,
-        facts=facts,
-        merkle_root=merkle_root(bytes.fromhex(fact.digest) for fact in facts),
-        clock=head.clock,
-        version=head.version,
-        cycle=head.cycle,
-        dirty=head.dirty,
-        tokens=head.tokens,
-        elapsed_seconds=head.elapsed_seconds,
-        refused=head.refused,
-        pending=(),
-        decisions=decisions,
-        rejections=rejections,
-        cycles=cycles,
-        inputs=head.inputs,
-        input_violations=head.input_violations,
-        initial_root=head.initial_root,
-        continuations=head.continuations,
     )

@@ -24,7 +24,8 @@ from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
 from .._core._key import STORED, AnyKey, key_rank
 from .._core._store import RecordHead, RowStore
-from ._journal import CycleDelta, chain, genesis, mismatch, unchained
+from ._assembly import mismatch, unchained
+from ._journal import CycleDelta, chain, genesis
 from ._rows_read import entry_counts
 
 __all__ = ["RowsCheck", "rows_problem"]

@@ -7,7 +7,7 @@ the keys the formation declared by then, as a stored trace is): its facts' recor
 never built. Each entry's JSON goes into the chained digest as `converge verify` chains it
 (`_journal.chain`); once the last entry is read, the chain must be the head's, or the
 replay fails. A cycle an entry records again (the last one saved, rewritten since: human
-decisions, violations) replaces the one read before, as `_journal.assemble_final` has it.
+decisions, violations) replaces the one read before, as `_assembly.assemble_final` has it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from .._core._exceptions import ReplayError
 from .._core._key import STORED
 from .._core._store import RecordHead, RowStore
 from .._core._trace import CycleTrace
-from ._journal import chain, genesis, said, unchained
+from ._assembly import said, unchained
+from ._journal import chain, genesis
 
 __all__ = ["JournalCycles"]
 

@@ -25,7 +25,7 @@ from .._core._store import (
     RunRecord,
     RunSummary,
 )
-from ._journal import assemble, assemble_final, said
+from ._assembly import assemble, assemble_final, said
 
 __all__ = [
     "ADD_COUNTS",
