@@ -20,6 +20,17 @@ from .._core._store import (
     RunSummary,
 )
 from ._assembly import read_head
+from ._conversions import (
+    counts_text,
+    final_row,
+    gate_rows,
+    judge,
+    lease_until,
+    progress_row,
+    stored_record,
+    to_row,
+    to_summary,
+)
 from ._sql import (
     COLUMNS,
     COUNTS_SELECT,
@@ -34,15 +45,6 @@ from ._sql import (
     UPDATE,
     UPSERT,
     RunFilter,
-    counts_text,
-    final_row,
-    gate_rows,
-    judge,
-    lease_until,
-    progress_row,
-    stored_record,
-    to_row,
-    to_summary,
     where,
 )
 

@@ -32,6 +32,7 @@ from .._core._store import (
     RunRecord,
     RunSummary,
 )
+from ._conversions import recounted, reindexed
 from ._db import (
     delete_run,
     entry_counts,
@@ -63,8 +64,6 @@ from ._sql import (
     RunFilter,
     counts_missing,
     newer,
-    recounted,
-    reindexed,
 )
 
 if TYPE_CHECKING:

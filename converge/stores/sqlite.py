@@ -39,6 +39,7 @@ from .._core._store import (
     RunRecord,
     RunSummary,
 )
+from ._conversions import recounted, reindexed
 from ._db import (
     delete_run,
     entry_counts,
@@ -71,8 +72,6 @@ from ._sql import (
     RunFilter,
     counts_missing,
     newer,
-    recounted,
-    reindexed,
 )
 from ._sqlite_file import has_log, identity, open_uri, shm_of, wal_mode
 
