@@ -31,7 +31,6 @@ from .._core._exceptions import RunNotFoundError, StoreError
 from .._core._live_text import LiveText
 from .._core._stop import RunStatus, StopReason
 from .._core._store import (
-    SCHEMA_VERSION,
     PendingGate,
     RecordHead,
     RunFinal,
@@ -39,7 +38,6 @@ from .._core._store import (
     RunRecord,
     RunSummary,
 )
-from ._conversions import recounted, reindexed
 from ._db import (
     delete_run,
     entry_counts,
@@ -55,25 +53,10 @@ from ._db import (
     write_record,
 )
 from ._live_rows import side_drop, side_put, side_read
-from ._sql import (
-    ADD_COUNTS,
-    COUNTS_INDEX,
-    GATE_INSERT,
-    GATES_TABLE,
-    INDEX_SELECT,
-    INDEX_UPDATE,
-    INDEXES,
-    JOURNAL_COLUMNS,
-    JOURNAL_TABLE,
-    RECOUNT_SELECT,
-    RECOUNT_UPDATE,
-    RUN_COLUMNS,
-    UPGRADES,
-    RunFilter,
-    counts_missing,
-    newer,
-)
-from ._sqlite_file import has_log, identity, open_uri, shm_of, wal_mode
+from ._sql import RunFilter
+from ._sqlite_db import SqliteDb, lower, stored_time
+from ._sqlite_file import identity, open_read_only, open_uri, open_writable
+from ._sqlite_schema import NoStoreError
 
 if TYPE_CHECKING:
     import sqlite3
@@ -137,111 +120,17 @@ class SqliteRunStore:
         return self._read_only
 
     def _connect(self) -> sqlite3.Connection:
-        import sqlite3
-
         if self._read_only:
             return self._connect_read_only()
-        if not self._ready:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(
-            self._path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        connection.execute("PRAGMA busy_timeout = 30000")
-        if not self._ready:
-            wal_mode(connection)
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                connection.execute(
-                    "CREATE TABLE IF NOT EXISTS converge_meta "
-                    "(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-                )
-                connection.execute(
-                    "CREATE TABLE IF NOT EXISTS converge_runs ("
-                    + RUN_COLUMNS.format(time="TEXT")
-                    + ")"
-                )
-                connection.execute(
-                    "CREATE INDEX IF NOT EXISTS converge_runs_saved_at ON converge_runs (saved_at)"
-                )
-                connection.execute(JOURNAL_TABLE)
-                connection.execute(GATES_TABLE)
-                version = upgrade(connection)
-                if version != SCHEMA_VERSION:  # rolled back below: nothing changed
-                    raise StoreError(
-                        f"{self._path} has schema version {version}; this converge reads "
-                        f"version {SCHEMA_VERSION}{newer(version)}"
-                    )
-                for statement in (*INDEXES.values(), COUNTS_INDEX):
-                    connection.execute(statement)
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                connection.close()
-                raise
-            self._ready = True
+        connection = open_writable(self._path, first=not self._ready)
+        self._ready = True
         connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         return connection
 
     def _connect_read_only(self) -> sqlite3.Connection:
-        import sqlite3
-
         if self._uri is not None:
             return open_uri(self._uri)
-        if not self._path.is_file():
-            raise _NoStoreError(f"no store at {self._path}")
-        uri = f"{self._path.absolute().as_uri()}?mode=ro"
-        try:
-            connection = self._checked(open_uri(uri))
-        except sqlite3.OperationalError as error:
-            # A WAL file needs its -shm file, missing here and not creatable (a read-only
-            # folder: SQLITE_CANTOPEN as root, SQLITE_READONLY_DIRECTORY otherwise). With no
-            # write-ahead log to read, the file alone is the whole store: read it as it is.
-            name = error.sqlite_errorname
-            if name != "SQLITE_CANTOPEN" and not name.startswith("SQLITE_READONLY"):
-                raise StoreError(f"cannot read {self._path}: {error}") from None
-            if shm_of(self._path).exists():
-                raise StoreError(f"cannot read {self._path}: {error}") from None
-            if has_log(self._path):
-                raise StoreError(
-                    f"cannot read {self._path} read-only: its write-ahead log "
-                    f"({self._path.name}-wal) holds saves that need the missing "
-                    f"{self._path.name}-shm file, which this folder does not let it create"
-                ) from None
-            uri += "&immutable=1"
-            connection = self._checked(open_uri(uri))
-        self._uri = uri
-        return connection
-
-    def _checked(self, connection: sqlite3.Connection) -> sqlite3.Connection:
-        """`connection`, once it reads a converge store of this schema version (else closed)."""
-        import sqlite3
-
-        try:
-            row = connection.execute(
-                "SELECT value FROM converge_meta WHERE key = 'schema_version'"
-            ).fetchone()
-        except sqlite3.OperationalError as error:
-            if error.sqlite_errorname != "SQLITE_ERROR":  # e.g. SQLITE_CANTOPEN
-                connection.close()
-                raise
-            (tables,) = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            connection.close()
-            if tables == 0:  # being created by a writer right now: no runs yet
-                raise _NoStoreError(f"no store at {self._path} yet") from None
-            raise StoreError(f"{self._path} is not a converge store ({error})") from None
-        except sqlite3.DatabaseError as error:
-            connection.close()
-            raise StoreError(f"{self._path} is not a converge store ({error})") from None
-        version = None if row is None else int(str(row[0]))
-        if version != SCHEMA_VERSION:
-            connection.close()
-            upgrade = (
-                " (read-only: opening it for writing upgrades it)" if version in UPGRADES else ""
-            )
-            raise StoreError(
-                f"{self._path} has schema version {version}; this converge reads version "
-                f"{SCHEMA_VERSION}{upgrade}{newer(version)}"
-            )
+        connection, self._uri = open_read_only(self._path)
         return connection
 
     async def _run(self, work: Callable[[sqlite3.Connection], T], *, run_id: str = "") -> T:
@@ -255,7 +144,7 @@ class SqliteRunStore:
                     connection = self._connection = self._connect()
                     # `lower` as Python has it, so that a search ignores the case of any
                     # letter, as PostgreSQL's does (SQLite's own knows only ASCII)
-                    connection.create_function("lower", 1, _lower, deterministic=True)
+                    connection.create_function("lower", 1, lower, deterministic=True)
                     self._file = identity(self._path)
                     # Closed when the store goes, before the connection's own finaliser
                     # could warn (garbage cycles included), or at interpreter exit.
@@ -284,12 +173,12 @@ class SqliteRunStore:
         self._uri = None
 
     async def _transaction(
-        self, work: Callable[[_Db], T], *, write: bool = True, run_id: str = ""
+        self, work: Callable[[SqliteDb], T], *, write: bool = True, run_id: str = ""
     ) -> T:
         def task(connection: sqlite3.Connection) -> T:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                value = work(_Db(connection))
+                value = work(SqliteDb(connection))
                 if write and identity(self._path) != self._file:  # gone while we waited
                     self._moved(connection, run_id)
             except BaseException:
@@ -381,7 +270,7 @@ class SqliteRunStore:
             return await self._transaction(
                 lambda db: load_record(db, run_id, now, str(self._path)), write=False
             )
-        except _NoStoreError:  # a read-only store that does not exist has no runs
+        except NoStoreError:  # a read-only store that does not exist has no runs
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}") from None
 
     async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None:
@@ -397,7 +286,7 @@ class SqliteRunStore:
             return await self._transaction(
                 lambda db: load_head(db, run_id, str(self._path), paused=paused), write=False
             )
-        except _NoStoreError:
+        except NoStoreError:
             raise RunNotFoundError(f"no run {run_id!r} in {self._path}") from None
 
     async def journal(
@@ -411,14 +300,14 @@ class SqliteRunStore:
             return await self._transaction(
                 lambda db: journal_page(db, run_id, after, limit), write=False
             )
-        except _NoStoreError:
+        except NoStoreError:
             return []
 
     async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
         """`(seq, counts)` of each of the run's journal entries, in order (see `RowStore`)."""
         try:
             return await self._transaction(lambda db: entry_counts(db, run_id), write=False)
-        except _NoStoreError:
+        except NoStoreError:
             return []
 
     async def list_runs(
@@ -450,7 +339,7 @@ class SqliteRunStore:
             status=status,
             formation=formation,
             pending=pending,
-            since=None if since is None else _text(since),
+            since=None if since is None else stored_time(since),
             search=search,
         )
         now = self._clock()
@@ -461,7 +350,7 @@ class SqliteRunStore:
                     write=False,
                 )
             )
-        except _NoStoreError:  # a read-only store that does not exist has no runs
+        except NoStoreError:  # a read-only store that does not exist has no runs
             return ()
 
     async def pending_gates(self, *, limit: int = 50, offset: int = 0) -> tuple[PendingGate, ...]:
@@ -472,7 +361,7 @@ class SqliteRunStore:
                     lambda db: list_gates(db, limit=limit, offset=offset), write=False
                 )
             )
-        except _NoStoreError:
+        except NoStoreError:
             return ()
 
     async def delete(self, run_id: str, /, *, force: bool = False) -> None:
@@ -508,7 +397,7 @@ class SqliteRunStore:
             StoreError: The store is read-only; nothing was deleted.
         """
         self._writable("")
-        selected = RunFilter(status=status, formation=formation, before=_text(older_than))
+        selected = RunFilter(status=status, formation=formation, before=stored_time(older_than))
         now = self._clock()
         return tuple(
             await self._transaction(
@@ -555,69 +444,3 @@ class SqliteRunStore:
         """
         record = await self.load(run_id)
         return record.checkpoint if record.pending else None
-
-
-def _lower(text: str | None) -> str | None:
-    return None if text is None else str(text).lower()
-
-
-def _text(moment: datetime) -> str:
-    """`moment` as `saved_at` is stored: ISO 8601 text in UTC."""
-    return moment.astimezone(UTC).isoformat()
-
-
-class _NoStoreError(StoreError):
-    """A read-only store's file does not exist."""
-
-
-@final
-class _Db:
-    """A SQLite connection as the shared operations use it."""
-
-    __slots__ = ("_connection",)
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._connection = connection
-
-    def one(
-        self, statement: LiteralString, values: tuple[object, ...], /
-    ) -> tuple[object, ...] | None:
-        row = self._connection.execute(statement, values).fetchone()
-        return None if row is None else tuple(row)
-
-    def all(
-        self, statement: LiteralString, values: tuple[object, ...], /
-    ) -> list[tuple[object, ...]]:
-        return [tuple(row) for row in self._connection.execute(statement, values).fetchall()]
-
-    def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
-        self._connection.execute(statement, values)
-
-
-def upgrade(connection: sqlite3.Connection) -> int:
-    """Bring the schema up to `SCHEMA_VERSION` in place (inside the caller's transaction)."""
-    connection.execute(
-        "INSERT OR IGNORE INTO converge_meta VALUES ('schema_version', ?)",
-        (str(SCHEMA_VERSION),),
-    )
-    (text,) = connection.execute(
-        "SELECT value FROM converge_meta WHERE key = 'schema_version'"
-    ).fetchone()
-    version = int(text)
-    while version in UPGRADES and version < SCHEMA_VERSION:
-        for statement in UPGRADES[version]:
-            connection.execute(statement)
-        if version == 3:
-            rows = connection.execute(RECOUNT_SELECT).fetchall()
-            connection.executemany(RECOUNT_UPDATE, recounted(rows))
-        if version == 4:
-            updates, gates = reindexed(connection.execute(INDEX_SELECT).fetchall())
-            connection.executemany(INDEX_UPDATE, updates)
-            connection.executemany(GATE_INSERT, gates)
-        if version == 7 and counts_missing(connection.execute(JOURNAL_COLUMNS).description):
-            connection.execute(ADD_COUNTS)
-        version += 1
-        connection.execute(
-            "UPDATE converge_meta SET value = ? WHERE key = 'schema_version'", (str(version),)
-        )
-    return version

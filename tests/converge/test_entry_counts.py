@@ -36,7 +36,7 @@ from converge import (
 )
 from converge._core._store import SCHEMA_VERSION
 from converge.stores import _rows_read as rows_read
-from converge.stores import _sql, sqlite
+from converge.stores import _sql, _sqlite_schema
 from converge.stores._journal import chain, counts_genesis
 from converge.stores._rows_check import rows_problem
 from tests.cli_runs import cli, run_id_of
@@ -179,9 +179,11 @@ def test_a_converge_that_reads_schema_7_refuses_a_schema_8_store_and_changes_not
     run_id = paging_run(("sqlite", str(path)))
     target = ("sqlite", str(path))
     rows = sql(target, "SELECT * FROM converge_journal ORDER BY seq")
-    monkeypatch.setattr(sqlite, "SCHEMA_VERSION", 7)  # as converge before schema 8 reads
+    monkeypatch.setattr(_sqlite_schema, "SCHEMA_VERSION", 7)  # as converge before schema 8 reads
     monkeypatch.setattr(_sql, "SCHEMA_VERSION", 7)
-    monkeypatch.setattr(sqlite, "UPGRADES", {k: v for k, v in _sql.UPGRADES.items() if k < 7})
+    monkeypatch.setattr(
+        _sqlite_schema, "UPGRADES", {k: v for k, v in _sql.UPGRADES.items() if k < 7}
+    )
     for read_only in (False, True):
         store = SqliteRunStore(path, read_only=read_only)
         with pytest.raises(StoreError, match="written by a newer converge") as refused:
