@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, LiteralString, TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 import anyio.to_thread
 
@@ -24,7 +24,6 @@ from .._core._exceptions import RunNotFoundError, StoreError
 from .._core._live_text import LiveText
 from .._core._stop import RunStatus, StopReason
 from .._core._store import (
-    SCHEMA_VERSION,
     PendingGate,
     RecordHead,
     RunFinal,
@@ -32,7 +31,6 @@ from .._core._store import (
     RunRecord,
     RunSummary,
 )
-from ._conversions import recounted, reindexed
 from ._db import (
     delete_run,
     entry_counts,
@@ -48,23 +46,9 @@ from ._db import (
     write_record,
 )
 from ._live_rows import pg_drop, pg_put, pg_read
-from ._sql import (
-    ADD_COUNTS,
-    GATE_INSERT,
-    GATES_TABLE,
-    INDEX_SELECT,
-    INDEX_UPDATE,
-    INDEXES,
-    JOURNAL_COLUMNS,
-    JOURNAL_TABLE,
-    RECOUNT_SELECT,
-    RECOUNT_UPDATE,
-    RUN_COLUMNS,
-    UPGRADES,
-    RunFilter,
-    counts_missing,
-    newer,
-)
+from ._postgres_db import PostgresDb
+from ._postgres_schema import NoTablesError, create, read_only
+from ._sql import RunFilter
 
 if TYPE_CHECKING:
     import psycopg
@@ -129,43 +113,9 @@ class PostgresRunStore:
             self._dsn, autocommit=True
         )
         if self._read_only:
-            return _read_only(connection)
+            return read_only(connection)
         if not self._ready:
-            try:
-                with connection.transaction():
-                    connection.execute("SELECT pg_advisory_xact_lock(7402061)")
-                    connection.execute(
-                        "CREATE TABLE IF NOT EXISTS converge_meta "
-                        "(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-                    )
-                    connection.execute(
-                        "CREATE TABLE IF NOT EXISTS converge_runs ("
-                        + RUN_COLUMNS.format(time="TIMESTAMPTZ")
-                        + ")"
-                    )
-                    connection.execute(JOURNAL_TABLE)
-                    connection.execute(GATES_TABLE)
-                    version = _upgrade(connection)
-                    if version != SCHEMA_VERSION:  # rolled back: nothing changed
-                        raise StoreError(
-                            f"the database has schema version {version}; this converge reads "
-                            f"version {SCHEMA_VERSION}{newer(version)}"
-                        )
-                    # Only the missing ones: CREATE INDEX takes a SHARE lock on the table
-                    # even when the index exists, and would queue behind (and then ahead of)
-                    # any open write transaction of another process.
-                    made = {
-                        str(row[0])
-                        for row in connection.execute(
-                            "SELECT indexname FROM pg_indexes WHERE tablename = 'converge_runs'"
-                        ).fetchall()
-                    }
-                    for name, statement in INDEXES.items():
-                        if name not in made:
-                            connection.execute(statement)
-            except BaseException:
-                connection.close()
-                raise
+            create(connection)
             self._ready = True
         return connection
 
@@ -184,7 +134,7 @@ class PostgresRunStore:
 
         return await anyio.to_thread.run_sync(task)
 
-    async def _transaction(self, work: Callable[[_Db], T], *, read: bool = False) -> T:
+    async def _transaction(self, work: Callable[[PostgresDb], T], *, read: bool = False) -> T:
         """`work` in one transaction: one consistent snapshot when `read`.
 
         Writes run at read committed, so a concurrent save makes a versioned write find no
@@ -195,7 +145,7 @@ class PostgresRunStore:
             with connection.transaction():
                 if read:
                     connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                return work(_Db(connection))
+                return work(PostgresDb(connection))
 
         return await self._run(task)
 
@@ -277,7 +227,7 @@ class PostgresRunStore:
             return await self._transaction(
                 lambda db: load_record(db, run_id, now, "the PostgreSQL store"), read=True
             )
-        except _NoTablesError:
+        except NoTablesError:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
 
     async def load_head(self, run_id: str, /, *, paused: bool = False) -> RecordHead | None:
@@ -293,7 +243,7 @@ class PostgresRunStore:
             return await self._transaction(
                 lambda db: load_head(db, run_id, "the PostgreSQL store", paused=paused), read=True
             )
-        except _NoTablesError:
+        except NoTablesError:
             raise RunNotFoundError(f"no run {run_id!r} in the PostgreSQL store") from None
 
     async def journal(
@@ -307,14 +257,14 @@ class PostgresRunStore:
             return await self._transaction(
                 lambda db: journal_page(db, run_id, after, limit), read=True
             )
-        except _NoTablesError:
+        except NoTablesError:
             return []
 
     async def entry_counts(self, run_id: str, /) -> list[tuple[int, str | None]]:
         """`(seq, counts)` of each of the run's journal entries, in order (see `RowStore`)."""
         try:
             return await self._transaction(lambda db: entry_counts(db, run_id), read=True)
-        except _NoTablesError:
+        except NoTablesError:
             return []
 
     async def list_runs(
@@ -343,7 +293,7 @@ class PostgresRunStore:
                     read=True,
                 )
             )
-        except _NoTablesError:  # a read-only store of a database without its tables
+        except NoTablesError:  # a read-only store of a database without its tables
             return ()
 
     async def pending_gates(self, *, limit: int = 50, offset: int = 0) -> tuple[PendingGate, ...]:
@@ -354,7 +304,7 @@ class PostgresRunStore:
                     lambda db: list_gates(db, limit=limit, offset=offset), read=True
                 )
             )
-        except _NoTablesError:
+        except NoTablesError:
             return ()
 
     async def delete(self, run_id: str, /, *, force: bool = False) -> None:
@@ -422,100 +372,3 @@ class PostgresRunStore:
         """
         record = await self.load(run_id)
         return record.checkpoint if record.pending else None
-
-
-class _NoTablesError(StoreError):
-    """A read-only store's database has no converge tables."""
-
-
-def _read_only(
-    connection: psycopg.Connection[tuple[object, ...]],
-) -> psycopg.Connection[tuple[object, ...]]:
-    """`connection`, its transactions made read-only, once it reads a store of this schema.
-
-    Raises:
-        _NoTablesError: The database has no converge tables (closed).
-        StoreError: It has another schema version (closed).
-    """
-    import psycopg
-
-    try:
-        connection.execute("SET default_transaction_read_only = on")
-        row = connection.execute(
-            "SELECT value FROM converge_meta WHERE key = 'schema_version'"
-        ).fetchone()
-    except psycopg.errors.UndefinedTable:
-        connection.close()
-        raise _NoTablesError("the PostgreSQL store has no converge tables") from None
-    except BaseException:
-        connection.close()
-        raise
-    version = None if row is None else int(str(row[0]))
-    if version != SCHEMA_VERSION:
-        connection.close()
-        upgrade = " (read-only: opening it for writing upgrades it)" if version in UPGRADES else ""
-        raise StoreError(
-            f"the database has schema version {version}; this converge reads version "
-            f"{SCHEMA_VERSION}{upgrade}{newer(version)}"
-        )
-    return connection
-
-
-@final
-class _Db:
-    """A psycopg connection as the shared operations use it (`?` becomes `%s`)."""
-
-    __slots__ = ("_connection",)
-
-    def __init__(self, connection: psycopg.Connection[tuple[object, ...]]) -> None:
-        self._connection = connection
-
-    def one(
-        self, statement: LiteralString, values: tuple[object, ...], /
-    ) -> tuple[object, ...] | None:
-        row = self._connection.execute(_pg(statement), values).fetchone()
-        return None if row is None else tuple(row)
-
-    def all(
-        self, statement: LiteralString, values: tuple[object, ...], /
-    ) -> list[tuple[object, ...]]:
-        return [tuple(row) for row in self._connection.execute(_pg(statement), values).fetchall()]
-
-    def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
-        self._connection.execute(_pg(statement), values)
-
-
-def _pg(statement: LiteralString) -> LiteralString:
-    """A shared `?`-placeholder statement in psycopg's `%s` style."""
-    return statement.replace("?", "%s")
-
-
-def _upgrade(connection: psycopg.Connection[tuple[object, ...]]) -> int:
-    """Bring the schema up to `SCHEMA_VERSION` in place (inside the caller's transaction)."""
-    connection.execute(
-        "INSERT INTO converge_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO NOTHING",
-        (str(SCHEMA_VERSION),),
-    )
-    row = connection.execute(
-        "SELECT value FROM converge_meta WHERE key = 'schema_version'"
-    ).fetchone()
-    version = 0 if row is None else int(str(row[0]))
-    while version in UPGRADES and version < SCHEMA_VERSION:
-        for statement in UPGRADES[version]:
-            connection.execute(statement)
-        if version == 3:
-            rows = connection.execute(RECOUNT_SELECT).fetchall()
-            with connection.cursor() as cursor:
-                cursor.executemany(RECOUNT_UPDATE.replace("?", "%s"), recounted(rows))
-        if version == 4:
-            updates, gates = reindexed(connection.execute(INDEX_SELECT).fetchall())
-            with connection.cursor() as cursor:
-                cursor.executemany(INDEX_UPDATE.replace("?", "%s"), updates)
-                cursor.executemany(GATE_INSERT.replace("?", "%s"), gates)
-        if version == 7 and counts_missing(connection.execute(JOURNAL_COLUMNS).description):
-            connection.execute(ADD_COUNTS)
-        version += 1
-        connection.execute(
-            "UPDATE converge_meta SET value = %s WHERE key = 'schema_version'", (str(version),)
-        )
-    return version
