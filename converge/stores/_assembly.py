@@ -4,8 +4,8 @@
 and entries, whose `checkpoint` (with no pending gates) is where it continues;
 `assemble_final` puts back the record of a finished or paused run stored as rows. Both
 check the entries against the head first: they must chain to its `journal_digest` and hold
-what it says. The checks (`unchained`, `mismatch`, `read_head`) are here for the stores that
-read a run's rows a page at a time.
+what it says. Those checks (`read_head`, `unchained`, `mismatch`, `said`) serve the readers
+that take a run's rows a page at a time too (`_rows_check`, `_rows_replay`, `_db`).
 """
 
 from __future__ import annotations
