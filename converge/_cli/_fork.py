@@ -28,7 +28,7 @@ from .._core._escape import VisibleLines, error_text, json_visible, visible
 from .._core._exceptions import ForkError, ReplayError, StoreError
 from .._core._key import key_named
 from .._core._proposal import ProposedFact
-from .._core._store import RunRecord
+from .._core._record import RunRecord
 from .._diff import RunDiff, diff_runs
 from .._formation import EngineOptions, command_timeout, load_formation, locate
 from .._kernel._fork import proposed_inputs, records_root

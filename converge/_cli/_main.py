@@ -46,8 +46,9 @@ from .._core._error import Stopped, SuggestorExitError, UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
 from .._core._exceptions import ConvergeError, RunNotFoundError, StaleRecordError
 from .._core._hitl import GateDecision
+from .._core._record import RunRecord
 from .._core._result import ConvergeResult
-from .._core._store import RunRecord, RunStore
+from .._core._store import RunStore
 from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
 from .._kernel._abort import stopped_by
 from .._kernel._calls import describe_error

@@ -39,9 +39,11 @@ from .._core._error import UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
 from .._core._exceptions import ReplayError, RunNotFoundError, StoreError
 from .._core._key import STORED
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._result import ConvergeResult
 from .._core._stop import StopReason
-from .._core._store import RecordHead, RowStore, RunRecord, RunStore
+from .._core._store import RowStore, RunStore
 from .._core._trace import Rejection, RunTrace
 from .._formation import load_formation
 from .._kernel._fork import lineage_problem

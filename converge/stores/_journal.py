@@ -25,19 +25,12 @@ from .._core._hitl import GateDecision
 from .._core._integrity import IntegrityProof
 from .._core._key import STORED, AnyKey, in_key_order, key_rank
 from .._core._model import FrozenModel, trusted
+from .._core._progress import EntryCounts, ProgressHead, RunProgress
+from .._core._record import Interruption, RunRecord
+from .._core._record_head import SHOWN_REJECTIONS, RecordHead, RunFinal
 from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
-from .._core._store import (
-    SHOWN_REJECTIONS,
-    EntryCounts,
-    Interruption,
-    ProgressHead,
-    RecordHead,
-    RunFinal,
-    RunProgress,
-    RunRecord,
-)
 from .._core._trace import CycleTrace, Rejection, RunTrace
 from .._kernel._state import RunState
 

@@ -35,8 +35,11 @@ from .._core._escape import VisibleLines, error_text
 from .._core._events import EngineEvent
 from .._core._exceptions import ConvergeError, RunNotFoundError, StoreError
 from .._core._hitl import GateDecision
+from .._core._listing import RunSummary
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RecordHead, RowStore, RunRecord, RunStore, RunSummary
+from .._core._store import RowStore, RunStore
 from .._formation import EngineOptions, Formation, command_timeout
 from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
 from ..stores import PostgresRunStore, SqliteRunStore

@@ -27,8 +27,10 @@ from .._core._error import UsageError
 from .._core._escape import error_text
 from .._core._exceptions import ConvergeError, ForkError, RunNotFoundError, StoreError
 from .._core._key import AnyKey, key_named
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._result import ConvergeResult
-from .._core._store import RecordHead, RowStore, RunRecord, RunStore
+from .._core._store import RowStore, RunStore
 from .._diff import diff_runs
 from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
 from .._kernel._fork import lineage_problem, proposed_inputs, records_root
