@@ -51,6 +51,7 @@ from ._gate_page import cited, gate_page, live_gates
 from ._guard import Guard, signed_in
 from ._head_page import head_banner, head_page
 from ._inbox import INBOX_LIMIT, inbox_box
+from ._lineage import Lineage
 from ._live import run_events
 from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
@@ -130,9 +131,9 @@ class _Console:
             settings.store,
             settings.formation,
             settings.trust_unsigned,
-            settings.limit,
             lambda: self.tasks,
         )
+        self.lineage = Lineage(settings.store, settings.limit)
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -284,7 +285,7 @@ class _Console:
             shown, problem = Ends((), (), ()), str(error).strip()
         else:
             problem = broken(head.record.run_id, [*shown.first, *shown.last])
-        family = await self.forks.head_family(head)
+        family = await self.lineage.head_family(head)
         html = head_page(
             head,
             shown,
@@ -298,7 +299,7 @@ class _Console:
         return HTMLResponse(html)
 
     async def _run_page(self, request: Request, record: RunRecord) -> Response:
-        family = await self.forks.family(record)
+        family = await self.lineage.family(record)
         html = run_page(
             record,
             viewer=signed_in(request).viewer,
