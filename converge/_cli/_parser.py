@@ -22,7 +22,7 @@ from ._batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
 from ._command import FORMATION_HELP, WIDTH, Commands, command, exit_statuses, json_option
 from ._fork import InputAction, PayloadAction
 from ._output import BATCH_INCOMPLETE, FAILURES, VERIFY_FAILED, UsageParser, who
-from ._read_args import checking, listing
+from ._read_args import read_commands
 from ._types import at_least_one, cycle, port, seconds
 
 __all__ = ["demo_names", "parser"]
@@ -104,8 +104,7 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _running(commands, default_demo, demo_package)
     _resume(commands)
-    listing(commands)
-    checking(commands)
+    read_commands(commands)
     _forking(commands)
     _batch(commands)
     _console(commands)

@@ -11,15 +11,20 @@ from ._command import FORMATION_HELP, Commands, command, json_option
 from ._output import VERIFY_FAILED, UsageParser
 from ._types import age, at_least_one, cycle, moment, offset, status_or_reason
 
-__all__ = ["checking", "listing"]
+__all__ = ["read_commands"]
 
 
-def listing(commands: Commands) -> None:
-    """`runs`, `show` and `review`: read stored runs (the store is opened read-only)."""
+def read_commands(commands: Commands) -> None:
+    """`runs`, `show` and `review`: read stored runs (the store is opened read-only);
+    `verify`, `replay` and `report`: check or report stored runs (read-only too)."""
     _runs(commands)
     _show(commands)
     _review(commands)
     _prune(commands)
+    _verify(commands)
+    _replay(commands)
+    _report(commands)
+    _export(commands)
 
 
 def _runs(commands: Commands) -> None:
@@ -137,14 +142,6 @@ def _page(sub: UsageParser, what: str) -> None:
     sub.add_argument(
         "--offset", type=offset, default=0, metavar="K", help=f"skip the first K {what}"
     )
-
-
-def checking(commands: Commands) -> None:
-    """`verify`, `replay` and `report`: check or report stored runs (read-only too)."""
-    _verify(commands)
-    _replay(commands)
-    _report(commands)
-    _export(commands)
 
 
 def _verify(commands: Commands) -> None:
