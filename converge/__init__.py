@@ -53,23 +53,16 @@ from ._core._integrity import IntegrityProof, verify
 from ._core._invariant import Invariant, InvariantClass, InvariantResult, Violation
 from ._core._join import missing, ready
 from ._core._key import AnyKey, ContextKey, Key, KeyLike, key_named, known_keys
+from ._core._listing import PendingGate, RunSummary
 from ._core._pack import GateVerdict, Pack
+from ._core._progress import EntryCounts, ProgressHead, RunProgress
 from ._core._proposal import ProposedFact
 from ._core._public import publish as _publish
+from ._core._record import RunRecord
+from ._core._record_head import RecordHead, RunFinal
 from ._core._result import Conflict, ConvergeResult
 from ._core._stop import RunStatus, StopReason
-from ._core._store import (
-    EntryCounts,
-    PendingGate,
-    ProgressHead,
-    RecordHead,
-    RowStore,
-    RunFinal,
-    RunProgress,
-    RunRecord,
-    RunStore,
-    RunSummary,
-)
+from ._core._store import RowStore, RunStore
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._tokens import TokenSink, TokenStreamed, token_sink
 from ._core._trace import (

@@ -18,8 +18,8 @@ from pydantic import Field
 from ._core._checkpoint import FactRecord
 from ._core._key import AnyKey, KeyField, key_rank
 from ._core._model import FrozenModel
+from ._core._record import RunRecord
 from ._core._stop import StopReason
-from ._core._store import RunRecord
 from ._kernel._fork import records_root
 
 __all__ = ["FactChange", "FactSide", "KeyDiff", "RunDiff", "diff_runs"]

@@ -15,9 +15,10 @@ from ._core._exceptions import ConfigurationError, InvalidResumeError, ReplayErr
 from ._core._hitl import GateDecision, HitlPolicy, utc_now
 from ._core._invariant import Invariant
 from ._core._proposal import ProposedFact
+from ._core._record import RunRecord
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus
-from ._core._store import RunRecord, RunStore
+from ._core._store import RunStore
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._tokens import TokenStreamed, unheard
 from ._core._trace import Continuation, CycleTrace, RunTrace

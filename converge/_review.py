@@ -23,10 +23,13 @@ from ._core._checkpoint import Checkpoint
 from ._core._error import UsageError
 from ._core._exceptions import InvalidResumeError, StaleRecordError, StoreError
 from ._core._hitl import GateDecision
+from ._core._listing import RunSummary
 from ._core._model import FrozenModel
+from ._core._record import RunRecord
+from ._core._record_head import RecordHead
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus, StopReason
-from ._core._store import RecordHead, RowStore, RunRecord, RunStore, RunSummary
+from ._core._store import RowStore, RunStore
 from ._formation import EngineOptions, Formation, load_formation
 
 __all__ = [

@@ -31,7 +31,8 @@ from typing import Final, TextIO
 from .._core._checkpoint import FactRecord
 from .._core._escape import json_visible, visible
 from .._core._key import AnyKey, key_rank
-from .._core._store import RecordHead, RowStore
+from .._core._record_head import RecordHead
+from .._core._store import RowStore
 from .._review import signing_key
 from ..stores._rows_check import RowsCheck
 from ._output import VERIFY_FAILED

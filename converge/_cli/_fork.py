@@ -28,13 +28,15 @@ from .._core._escape import VisibleLines, error_text, json_visible, visible
 from .._core._exceptions import ForkError, ReplayError, StoreError
 from .._core._key import key_named
 from .._core._proposal import ProposedFact
-from .._core._store import RunRecord
+from .._core._record import RunRecord
 from .._diff import RunDiff, diff_runs
 from .._formation import EngineOptions, command_timeout, load_formation, locate
 from .._kernel._fork import proposed_inputs, records_root
 from .._review import formation_locator, signing_key
 from ._output import VERIFY_FAILED, Progress, exit_status, program, summary_lines
-from ._read import cmd_replay, json_document, write_report
+from ._read import json_document
+from ._replay import cmd_replay
+from ._report import write_report
 from ._store import open_store, report_path, store_argument
 
 __all__ = ["InputAction", "PayloadAction", "cmd_diff", "cmd_fork", "cmd_replay_or_live"]

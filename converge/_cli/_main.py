@@ -16,7 +16,7 @@ signing key, read once at start; both variables are then dropped from the enviro
 (`_cli_records.take_signing_key`), before any formation is imported.
 
 Every command but `ui` takes `--json`: one JSON document on standard output instead of
-text, with the same exit status (the shapes are in `_cli/_read.py` and `docs/cli.md`).
+text, with the same exit status (the shapes are in each command's module and `docs/cli.md`).
 
 Exit status: 0 converged (or verified); 1 error; 2 usage; 3 a budget ran out; 4 an invariant
 was violated; 5 a conflict; 6 awaiting a human; 7 verification or replay failed; 8 someone
@@ -46,8 +46,9 @@ from .._core._error import Stopped, SuggestorExitError, UsageError
 from .._core._escape import VisibleLines, error_text, json_visible, visible
 from .._core._exceptions import ConvergeError, RunNotFoundError, StaleRecordError
 from .._core._hitl import GateDecision
+from .._core._record import RunRecord
 from .._core._result import ConvergeResult
-from .._core._store import RunRecord, RunStore
+from .._core._store import RunStore
 from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
 from .._kernel._abort import stopped_by
 from .._kernel._calls import describe_error
@@ -72,17 +73,14 @@ from ._output import (
     summary_lines,
 )
 from ._parser import demo_names, parser
-from ._read import (
-    cmd_report,
-    cmd_review,
-    cmd_runs,
-    cmd_show,
-    cmd_verify,
-    write_report,
-)
+from ._report import cmd_report, write_report
 from ._retain import cmd_prune
+from ._review import cmd_review
+from ._runs import cmd_runs
+from ._show import cmd_show
 from ._store import close_stores, given_store, open_store, report_path, store_argument
 from ._ui import cmd_ui
+from ._verify import cmd_verify
 
 __all__ = ["main"]
 

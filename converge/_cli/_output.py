@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
 
-from .._core._checkpoint import key_spans
+from .._core._checkpoint import FactRecord, key_spans
 from .._core._escape import hidden_character, visible
 from .._core._events import CycleFinished, EngineEvent
 from .._core._invariant import Violation
+from .._core._record import RunRecord
+from .._core._record_head import SHOWN_REJECTIONS, RecordHead
 from .._core._shortfall import Shortfall, cycle_of
 from .._core._stop import StopReason
-from .._core._store import SHOWN_REJECTIONS, FactRecord, RecordHead, RunRecord
 from .._core._trace import Execution, Rejection
 from .._kernel._log import LOGGER_NAME, LogLine
 from .._kernel._verdict import verdict

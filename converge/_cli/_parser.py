@@ -2,42 +2,31 @@
 
 Every command's `--help` has a description, its options (`--store`, `--key-file` and
 `--debug` too, which work before or after the command) and the exit statuses it can return.
-Numeric options are checked by their argparse type, so a bad value is a usage error (status 2).
+Numeric options are checked by their argparse type (`_types`), so a bad value is a usage error
+(status 2). The arguments of the commands that read stored runs are in `_read_args`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import math
-import re
 import textwrap
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Final, NoReturn, TypeAlias
+from typing import Final, NoReturn
 
-from .._core._stop import RunStatus, StopReason
 from .._review import STALE
 from .._version import __version__
 from ..dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 from ..stores._durable import DEFAULT_LEASE
 from ._batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
+from ._command import FORMATION_HELP, WIDTH, Commands, command, exit_statuses, json_option
 from ._fork import InputAction, PayloadAction
-from ._output import (
-    BATCH_INCOMPLETE,
-    BROKEN_PIPE,
-    FAILURES,
-    INTERRUPTED,
-    VERIFY_FAILED,
-    UsageParser,
-    who,
-)
+from ._output import BATCH_INCOMPLETE, FAILURES, VERIFY_FAILED, UsageParser, who
+from ._read_args import read_commands
+from ._types import at_least_one, cycle, port, seconds
 
-__all__ = ["MAX_COUNT", "at_least_one", "demo_names", "parser", "port", "seconds"]
+__all__ = ["demo_names", "parser"]
 
-Commands: TypeAlias = "argparse._SubParsersAction[UsageParser]"  # pyright: ignore[reportPrivateUsage]
-
-_FORMATION_HELP = "the formation to load (default: the one the stored run names)"
 _STORE_HELP = (
     "run store: a SQLite file or a PostgreSQL DSN (env CONVERGE_STORE; default .converge/runs.db)"
 )
@@ -45,14 +34,7 @@ _KEY_FILE_HELP = (
     "read the signing key from FILE (else env CONVERGE_SIGNING_KEY_FILE or "
     "CONVERGE_SIGNING_KEY); both variables are dropped from the environment at start"
 )
-_WIDTH: Final = 78
 
-_ALWAYS: Final = (
-    (1, "an error: one line on standard error, often with a hint line"),
-    (2, "a usage error (an unknown option, a missing argument, a bad value)"),
-    (INTERRUPTED, "interrupted (Ctrl-C, or a suggestor raised KeyboardInterrupt)"),
-    (BROKEN_PIPE, "the reader of the output went away (`| head`): nothing more is written"),
-)
 _RUN: Final = (
     (0, "the run converged"),
     (3, "a budget ran out (cycles, facts, tokens or time)"),
@@ -70,58 +52,6 @@ _ALL: Final = (
     *_STALE,
     (BATCH_INCOMPLETE, "batch: an input did not end as a stored run"),
 )
-
-
-def _text(*paragraphs: str) -> str:
-    return "\n\n".join(textwrap.fill(paragraph, _WIDTH) for paragraph in paragraphs)
-
-
-def _statuses(own: Sequence[tuple[int, str]]) -> str:
-    """The epilog listing the exit statuses a command returns: its `own`, then the usual."""
-    rows = sorted((*own, *_ALWAYS))
-    return "exit status:\n" + "\n".join(f"  {code:<5}{meaning}" for code, meaning in rows)
-
-
-MAX_COUNT: Final = 1_000_000_000
-"""The largest count an option takes (cycles, runs listed, workers): more is a usage error,
-not an overflow where the number meets a store or a cluster."""
-
-
-def at_least_one(value: str) -> int:
-    """A whole number from 1 to `MAX_COUNT` (an argparse type: anything else is a usage
-    error)."""
-    shown = value if len(value) <= 40 else f"{value[:40]}..."
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {shown!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {shown.strip()}")
-    if number > MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT:_}, got {shown.strip()}")
-    return number
-
-
-def seconds(value: str) -> float:
-    """A positive, finite number of seconds (an argparse type)."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
-    if not (math.isfinite(number) and number > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
-    return number
-
-
-def port(value: str) -> int:
-    """A TCP port, 0 to 65535; 0 lets the system choose (an argparse type)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, got {value!r}") from None
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {number}")
-    return number
 
 
 def demo_names(package: str) -> tuple[str, ...] | None:
@@ -147,7 +77,7 @@ class _DemoHelp(argparse.Action):
             if names is None
             else f"demos: {', '.join(names)}"
         )
-        parser.epilog = f"{textwrap.fill(listing, _WIDTH)}\n\n{parser.epilog}"
+        parser.epilog = f"{textwrap.fill(listing, WIDTH)}\n\n{parser.epilog}"
         parser.print_help()
         parser.exit()
 
@@ -157,7 +87,7 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     parser = UsageParser(
         prog="converge",
         description="Run converge formations; review, verify, replay and report stored runs.",
-        epilog=_statuses(_ALL)
+        epilog=exit_statuses(_ALL)
         + "\n\n`converge COMMAND --help` describes a command, its options and the\n"
         "statuses it returns.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -174,8 +104,7 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _running(commands, default_demo, demo_package)
     _resume(commands)
-    _listing(commands)
-    _checking(commands)
+    read_commands(commands)
     _forking(commands)
     _batch(commands)
     _console(commands)
@@ -194,29 +123,9 @@ def parser(default_demo: str, demo_package: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _command(
-    commands: Commands,
-    name: str,
-    summary: str,
-    description: Sequence[str],
-    statuses: Sequence[tuple[int, str]],
-    *,
-    add_help: bool = True,
-) -> UsageParser:
-    """Add the command `name`: `summary` in `converge --help`, the rest in its own."""
-    return commands.add_parser(
-        name,
-        help=summary,
-        description=_text(*description),
-        epilog=_statuses(statuses),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        add_help=add_help,
-    )
-
-
 def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
     """`run` and `demo`: the commands that start runs."""
-    run = _command(
+    run = command(
         commands,
         "run",
         "run a formation file or module",
@@ -230,7 +139,7 @@ def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
         (*_RUN, *_TAKEN),
     )
     run.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
-    demo = _command(
+    demo = command(
         commands,
         "demo",
         "run a bundled demo",
@@ -267,7 +176,7 @@ def _running(commands: Commands, default_demo: str, demo_package: str) -> None:
 
 def _resume(commands: Commands) -> None:
     """`resume`: decide a paused run, or continue an interrupted one."""
-    resume = _command(
+    resume = command(
         commands,
         "resume",
         "decide a paused run's gates, or continue an interrupted run",
@@ -287,13 +196,13 @@ def _resume(commands: Commands) -> None:
     resume.add_argument("--reject", nargs="*", default=[], metavar="GATE", help="gates to refuse")
     resume.add_argument("--by", type=who, help="who decides (required with decisions)")
     resume.add_argument("--reason", help="why, for rejections")
-    resume.add_argument("--formation", help=_FORMATION_HELP)
+    resume.add_argument("--formation", help=FORMATION_HELP)
     _run_options(resume, "the resumed run's record")
 
 
 def _run_options(sub: UsageParser, record: str) -> None:
     """The options of the commands that run cycles: `--json`, `--allow-failures`, `--lease`."""
-    _json(sub, record)
+    json_option(sub, record)
     sub.add_argument(
         "--allow-failures",
         action="store_true",
@@ -313,242 +222,6 @@ def _lease(sub: UsageParser, what: str) -> None:
     )
 
 
-def _json(sub: UsageParser, what: str) -> None:
-    sub.add_argument("--json", action="store_true", help=f"print {what} as one JSON document")
-
-
-def _listing(commands: Commands) -> None:
-    """`runs`, `show` and `review`: read stored runs (the store is opened read-only)."""
-    runs = _command(
-        commands,
-        "runs",
-        "list stored runs",
-        (
-            "List the stored runs, the most recently saved first: id, when it was last saved "
-            "(UTC), status, stop reason, cycles, facts and formation name.",
-        ),
-        ((0, "listed (also when there are none)"),),
-    )
-    _page(runs, "runs")
-    runs.add_argument(
-        "--status",
-        type=status_or_reason,
-        metavar="STATUS",
-        help="only runs with this status (running, paused, finished, interrupted) or stop "
-        "reason (converged, awaiting_human, ...)",
-    )
-    runs.add_argument("--formation", metavar="NAME", help="only runs of this formation name")
-    runs.add_argument("--pending", action="store_true", help="only runs waiting on a human gate")
-    runs.add_argument(
-        "--since",
-        type=moment,
-        metavar="WHEN",
-        help="only runs saved since WHEN: an ISO 8601 time (UTC unless it says) or an age "
-        "such as 90m, 12h or 7d",
-    )
-    runs.add_argument(
-        "--search", metavar="TEXT", help="only runs whose id or formation name holds TEXT"
-    )
-    _json(runs, "a list of run summaries")
-    show = _command(
-        commands,
-        "show",
-        "show a stored run",
-        (
-            "Print a stored run's summary, then every fact by key with its provenance, "
-            "confidence, cycle, gate and approver, then the rejections.",
-        ),
-        ((0, "shown"),),
-    )
-    show.add_argument("run_id")
-    _json(show, "the run record")
-    review = _command(
-        commands,
-        "review",
-        "show the gates a paused run waits on",
-        (
-            "For each gate a paused run waits on: the proposal, who proposed it in which "
-            "cycle, its confidence, evidence, payload and deadline; then the command that "
-            "decides them.",
-        ),
-        ((0, "the run waits for no one"), (6, "the run awaits a human")),
-    )
-    review.add_argument(
-        "run_id",
-        nargs="?",
-        help="the paused run; without it, the inbox: every gate waiting in the store, the "
-        "longest waiting first",
-    )
-    _page(review, "gates (the inbox)")
-    _json(review, "the pending gates and the commands")
-    prune = _command(
-        commands,
-        "prune",
-        "delete old stored runs",
-        (
-            "Delete the runs last saved more than AGE ago, with everything stored about them, "
-            "in one transaction. A running run is never deleted, nor a paused one (waiting "
-            "for a human) unless --status names it (paused or awaiting_human) and "
-            "--keep-paused is not given.",
-        ),
-        ((0, "pruned (also when nothing was old enough)"),),
-    )
-    prune.add_argument(
-        "--older-than", type=age, required=True, metavar="AGE", help="e.g. 30d, 12h or 90m"
-    )
-    prune.add_argument(
-        "--status",
-        type=status_or_reason,
-        metavar="STATUS",
-        help="only runs with this status or stop reason",
-    )
-    prune.add_argument("--formation", metavar="NAME", help="only runs of this formation")
-    prune.add_argument("--keep-paused", action="store_true", help="never delete a paused run")
-    prune.add_argument(
-        "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
-    )
-    prune.add_argument(
-        "--vacuum", action="store_true", help="then give the freed space back (SQLite: VACUUM)"
-    )
-    _json(prune, '{"deleted": [RUN_ID...], "dry_run": BOOL}')
-
-
-def _page(sub: UsageParser, what: str) -> None:
-    sub.add_argument(
-        "--limit", type=at_least_one, default=20, metavar="N", help=f"at most N {what} (default 20)"
-    )
-    sub.add_argument(
-        "--offset", type=_offset, default=0, metavar="K", help=f"skip the first K {what}"
-    )
-
-
-_AGE: Final = re.compile(r"(\d{1,9})([smhdw])")
-_UNIT: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def age(value: str) -> timedelta:
-    """An age such as `30d`, `12h`, `90m`, `45s` or `2w` (an argparse type)."""
-    found = _AGE.fullmatch(value.strip())
-    if found is None:
-        shown = value if len(value) <= 40 else f"{value[:40]}..."
-        raise argparse.ArgumentTypeError(
-            f"must be a number and a unit (s, m, h, d or w), e.g. 30d; got {shown!r}"
-        )
-    return timedelta(seconds=int(found[1]) * _UNIT[found[2]])
-
-
-def moment(value: str) -> datetime:
-    """An ISO 8601 time (UTC unless it names its zone) or an age before now (an argparse
-    type)."""
-    if _AGE.fullmatch(value.strip()):
-        return datetime.now(UTC) - age(value)
-    try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
-        shown = value if len(value) <= 40 else f"{value[:40]}..."
-        raise argparse.ArgumentTypeError(
-            f"must be an ISO 8601 time (2026-01-31T12:00) or an age (7d); got {shown!r}"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-def status_or_reason(value: str) -> RunStatus | StopReason:
-    """A run status or a stop reason, by its value (an argparse type)."""
-    for kind in (RunStatus, StopReason):
-        try:
-            return kind(value)
-        except ValueError:
-            continue
-    known = ", ".join([*(s.value for s in RunStatus), *(r.value for r in StopReason)])
-    shown = value if len(value) <= 40 else f"{value[:40]}..."
-    raise argparse.ArgumentTypeError(f"must be one of {known}; got {shown!r}")
-
-
-def _checking(commands: Commands) -> None:
-    """`verify`, `replay` and `report`: check or report stored runs (read-only too)."""
-    verify = _command(
-        commands,
-        "verify",
-        "check a run's facts against its proof",
-        (
-            "Recompute every fact's digest and the Merkle root of a stored run, or of a run "
-            "record in a JSON file (what --json prints), and check them against the run's "
-            "integrity proof.",
-        ),
-        ((0, "verified"), (VERIFY_FAILED, "the facts do not match the proof")),
-    )
-    verify.add_argument("target", metavar="RUN_ID|FILE")
-    _json(verify, "the outcome")
-    replay = _command(
-        commands,
-        "replay",
-        "re-merge a run's recorded effects",
-        (
-            "Merge a stopped run's recorded effects and decisions again with its formation's "
-            "engine, calling no suggestor; the result must have the stored integrity proof.",
-        ),
-        ((0, "the replay gave the recorded run"), (VERIFY_FAILED, "it did not")),
-    )
-    replay.add_argument("run_id")
-    replay.add_argument("--formation", help=_FORMATION_HELP)
-    replay.add_argument(
-        "--live-from",
-        type=_cycle,
-        metavar="CYCLE",
-        help="replay up to CYCLE (the root checked), then run the current suggestors live "
-        "as a new run linked to this one (a fork)",
-    )
-    _json(replay, "the outcome (with --live-from: the new run's record)")
-    report = _command(
-        commands,
-        "report",
-        "write a run's HTML report",
-        ("Write a stored run's self-contained HTML report.",),
-        ((0, "written"),),
-    )
-    report.add_argument("run_id")
-    report.add_argument("-o", "--output", help="file to write (default .converge/reports/ID.html)")
-    _json(report, '{"report": PATH}')
-    export = _command(
-        commands,
-        "export",
-        "write every fact of a run as JSON lines or CSV",
-        (
-            "Check a stored run as verify does, then write every fact, in order: one JSON "
-            "object a line (--format jsonl, exactly as stored) or a CSV table (--format csv, "
-            "for spreadsheets). Nothing is written when the check fails.",
-        ),
-        ((0, "written"), (VERIFY_FAILED, "the facts do not match the proof: nothing written")),
-    )
-    export.add_argument("run_id")
-    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
-    export.add_argument(
-        "-o", "--output", help="file to write (default: standard output); replaced whole"
-    )
-    _json(export, '{"exported": PATH, "format": FORMAT, "facts": N} (with -o)')
-
-
-def _whole(value: str, what: str) -> int:
-    """`value` as a whole number from 0 to `MAX_COUNT`, or an argparse error naming `what`."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {value[:40]!r}") from None
-    if not 0 <= number <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_COUNT:_}, got {number}")
-    return number
-
-
-def _offset(value: str) -> int:
-    """How many to skip, 0 or more (an argparse type)."""
-    return _whole(value, "a whole number")
-
-
-def _cycle(value: str) -> int:
-    """A cycle number, 0 or more (an argparse type)."""
-    return _whole(value, "a cycle number")
-
-
 def _forking(commands: Commands) -> None:
     """`fork` and `diff`: branch a stored run at a cycle, compare two runs."""
     _fork(commands)
@@ -557,7 +230,7 @@ def _forking(commands: Commands) -> None:
 
 def _fork(commands: Commands) -> None:
     """`fork`: a new run from a stored run's context at a cycle, with facts changed there."""
-    fork = _command(
+    fork = command(
         commands,
         "fork",
         "start a new run from a stored run's context at a cycle",
@@ -576,7 +249,7 @@ def _fork(commands: Commands) -> None:
         ),
     )
     fork.add_argument("run_id", metavar="RUN")
-    fork.add_argument("--at", type=_cycle, required=True, metavar="CYCLE", help="the cycle")
+    fork.add_argument("--at", type=cycle, required=True, metavar="CYCLE", help="the cycle")
     fork.add_argument(
         "--input",
         action=InputAction,
@@ -603,13 +276,13 @@ def _fork(commands: Commands) -> None:
         metavar="N",
         help="override the formation's cycle budget (counted from the parent's first cycle)",
     )
-    fork.add_argument("--formation", help=_FORMATION_HELP)
+    fork.add_argument("--formation", help=FORMATION_HELP)
     _run_options(fork, "the fork's record")
 
 
 def _diff(commands: Commands) -> None:
     """`diff`: two stored runs compared fact by fact."""
-    diff = _command(
+    diff = command(
         commands,
         "diff",
         "compare two stored runs fact by fact",
@@ -631,12 +304,12 @@ def _diff(commands: Commands) -> None:
         metavar="N",
         help="at most N facts per list (default 1000; the counts are whole)",
     )
-    _json(diff, "the comparison")
+    json_option(diff, "the comparison")
 
 
 def _batch(commands: Commands) -> None:
     """`batch`: one run per input line, on a Dask cluster (see `_cli_batch`)."""
-    batch = _command(
+    batch = command(
         commands,
         "batch",
         "run a formation once per input line, on Dask",
@@ -672,12 +345,12 @@ def _batch(commands: Commands) -> None:
     for flag, text in BATCH_FLAGS:
         batch.add_argument(flag, action="store_true", help=text)
     _lease(batch, "a run")
-    _json(batch, "the batch result")
+    json_option(batch, "the batch result")
 
 
 def _console(commands: Commands) -> None:
     """`ui`: the review console in the browser (see `_cli_ui`); it has no --json."""
-    ui = _command(
+    ui = command(
         commands,
         "ui",
         "serve the review console in the browser (the 'ui' extra)",

@@ -1,79 +1,39 @@
 """`ProcessPool`: worker processes started with a scrubbed environment, lent one call at a time.
 
-A worker is `python -m converge._isolation._worker` started with `subprocess.Popen`, joined
-to the engine by a `socketpair` (the only descriptor it inherits beside `/dev/null` on 0, 1
-and 2), in a session of its own (a Ctrl-C meant for the engine does not reach it), with an
-environment that holds only `PATH`, the locale, `TZ`, `TMPDIR`, `HOME` and the `PYTHONPATH`
-that finds converge. The pool is shared by the threads and event loops of one process: a
-lock guards its idle list, and a call that finds every worker busy polls for one (at most
-every 5 ms) rather than waiting on a primitive of one event loop.
+A worker (`_process`) is `python -m converge._isolation._worker` started with
+`subprocess.Popen`, joined to the engine by a `socketpair` (the only descriptor it inherits
+beside `/dev/null` on 0, 1 and 2), in a session of its own (a Ctrl-C meant for the engine
+does not reach it), with an environment that holds only `PATH`, the locale, `TZ`, `TMPDIR`,
+`HOME` and the `PYTHONPATH` that finds converge (`_guard`). The pool is shared by the
+threads and event loops of one process: a lock guards its idle list, and a call that finds
+every worker busy polls for one (at most every 5 ms) rather than waiting on a primitive of
+one event loop.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
-import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
-from itertools import count
-from pathlib import Path
 from time import perf_counter
-from typing import final
 
 import anyio
-from pydantic import JsonValue
 
-from .._core._checkpoint import fact_records
-from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError
-from .._core._fact import Fact
-from .._core._key import AnyKey
-from ._wire import WireError, encode, read_frame, receive_frame, send_frame, write_frame
+from ._guard import guard_engine, scrubbed_environment
+from ._process import WorkerProcess
+from ._wire import WireError, read_frame, write_frame
 
-__all__ = [
-    "ProcessPool",
-    "WorkerProcess",
-    "arguments_json",
-    "exit_said",
-    "scrubbed_environment",
-    "spec_id",
-    "spin_seconds",
-]
+__all__ = ["SPIN_SECONDS", "ProcessPool", "spin_seconds"]
 
-_KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "HOME", "SYSTEMROOT")
-"""The only variables of the engine's environment a worker sees (never a key, a token, a
-password or a store's address)."""
-
-_SPEC_IDS = count(1)
 _POOLS: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
 _RECHECK = 0.005
 """The longest a call waits for a worker before looking again (a worker given back by
 another thread wakes no one)."""
-
-
-_PR_SET_DUMPABLE = 4
-_GUARDED: list[bool] = []
-
-
-def guard_engine() -> None:
-    """Mark this process non-dumpable (Linux), once: a process of the same user may then
-    read neither its memory (`/proc/<pid>/mem`) nor the environment it started with
-    (`/proc/<pid>/environ`) without `CAP_SYS_PTRACE`, which workers give up. It also
-    turns off this process's core dumps."""
-    if _GUARDED:
-        return
-    _GUARDED.append(True)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux
-        pass
 
 
 SPIN_SECONDS = 0.0003
@@ -100,101 +60,6 @@ def spin_seconds(loadavg: str = "/proc/loadavg") -> float:
         pass
     _load[0], _load[1] = now, spun
     return spun
-
-
-def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a worker's environment holds: `_KEPT_VARIABLES` from `environ`, and the
-    `PYTHONPATH` of the directory this converge is imported from."""
-    kept = {name: environ[name] for name in _KEPT_VARIABLES if name in environ}
-    kept["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    return kept
-
-
-def exit_said(returncode: int | None) -> str:
-    """How a worker ended, in words: its exit status or the signal that killed it."""
-    if returncode is None:
-        return "stopped answering"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        hint = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with status {returncode}"
-
-
-@final
-class WorkerProcess:
-    """One worker: its process, its end of the socket, and what it has been sent."""
-
-    __slots__ = ("built", "pid", "process", "sent", "sock", "version")
-
-    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
-        self.process: subprocess.Popen[bytes] = process
-        self.pid: int = process.pid
-        self.sock: socket.socket = sock
-        self.built: set[int] = set()
-        """The specs this worker has built a suggestor for."""
-        self.sent: dict[AnyKey, tuple[int, Fact]] = {}
-        """Per key, how many facts the worker's context copy holds and the last of them."""
-        self.version: int | None = 0
-        """How many facts the worker's copy holds; `None`: unknown, start it again."""
-
-    def forget(self) -> None:
-        """The worker's copy is in doubt (a call failed): the next call starts it again."""
-        self.sent.clear()
-        self.version = None
-
-    def delta(self, snapshot: ContextSnapshot) -> tuple[bool, list[JsonValue], str | None]:
-        """Whether the worker must start its copy again, the facts to send it, and what
-        changed below the API in `snapshot` (`None`: nothing)."""
-        sent = self.sent
-        reset = self.version is None or snapshot.version < self.version
-        if not reset:
-            for key, (held, last) in sent.items():
-                facts = snapshot.get(key)
-                if len(facts) < held or facts[held - 1] is not last:
-                    reset = True  # another run, an older cycle, a fork: not this line
-                    break
-        since = None if reset else {key: held for key, (held, _) in sent.items()}
-        records, problem = fact_records(snapshot, since)
-        if reset:
-            sent.clear()
-        for key in snapshot.keys() if records else ():
-            facts = snapshot.get(key)
-            sent[key] = (len(facts), facts[-1])
-        self.version = snapshot.version
-        return reset, [record.model_dump(mode="json") for record in records], problem
-
-    async def ask(self, message: dict[str, object], spun: float = 0.0) -> dict[str, object]:
-        """Send one message and wait for the reply, polling for it `spun` seconds first
-        (`ProcessPool.spin`)."""
-        await send_frame(self.sock, encode(message))
-        return await receive_frame(self.sock, spun)
-
-    def kill(self, *, dying: bool = True) -> str:
-        """Kill the worker (if it still runs) and say how it ended.
-
-        `dying`: its socket closed, so it is on its way out: give it a moment to end by
-        itself, so that its own exit status or signal is what is said.
-        """
-        process = self.process
-        ended = process.poll()
-        if ended is None and dying:
-            try:
-                ended = process.wait(0.2)
-            except subprocess.TimeoutExpired:
-                ended = None
-        said = exit_said(ended)
-        if ended is None:
-            process.kill()
-            try:
-                process.wait(2.0)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
-                pass
-        self.sock.close()
-        return said
 
 
 class ProcessPool:
@@ -444,28 +309,6 @@ class ProcessPool:
 
     def __repr__(self) -> str:
         return f"WorkerPool(workers={self._size}, memory_limit={self._memory_limit!r})"
-
-
-def arguments_json(locator: str, arguments: Mapping[str, object]) -> dict[str, JsonValue]:
-    """`arguments` as they travel to the worker: JSON, checked one by one.
-
-    Raises:
-        ConfigurationError: An argument does not serialise as JSON; the message names it.
-    """
-    for name, value in arguments.items():
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as error:
-            raise ConfigurationError(
-                f"isolated {locator!r}: argument {name!r} cannot be sent to a worker as JSON "
-                f"({error})"
-            ) from None
-    return json.loads(json.dumps(dict(arguments)))
-
-
-def spec_id() -> int:
-    """A number for one isolated suggestor, unique in this process."""
-    return next(_SPEC_IDS)
 
 
 @atexit.register

@@ -25,7 +25,9 @@ from .._core._context import Context, ContextSnapshot
 from .._core._effect import AgentEffect
 from .._core._exceptions import ConfigurationError, WorkerError
 from .._core._key import AnyKey, key_named
-from ._pool import ProcessPool, WorkerProcess, arguments_json, spec_id
+from ._pool import ProcessPool
+from ._process import WorkerProcess
+from ._spec import arguments_json, spec_id
 from ._wire import WireError
 
 __all__ = ["CANCELLED", "IsolatedSuggestor", "WorkerPool", "default_pool", "isolated"]

@@ -25,8 +25,8 @@ from .._core._exceptions import ConfigurationError, ForkError
 from .._core._hitl import GateRequest
 from .._core._key import AnyKey, ContextKey, Key, declared, key_rank, undeclared_names
 from .._core._proposal import ProposedFact
+from .._core._record import RunRecord
 from .._core._stop import RunStatus
-from .._core._store import RunRecord
 from .._core._trace import RunTrace
 from ._arguments import checked_inputs
 from ._state import RunState

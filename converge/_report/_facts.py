@@ -22,7 +22,7 @@ from typing import Final
 from .._core._checkpoint import FactRecord, key_spans
 from .._core._escape import esc
 from .._core._key import AnyKey, ContextKey
-from .._core._store import RunRecord
+from .._core._record import RunRecord
 from .._kernel._verdict import verdict
 from ._parts import ref_link, section, table
 from ._svg import LINEAGE_LIMIT, key_colour

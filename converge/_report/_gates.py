@@ -18,7 +18,7 @@ from pydantic import JsonValue
 from .._core._escape import esc
 from .._core._hitl import GateRequest
 from .._core._key import ContextKey
-from .._core._store import RunRecord
+from .._core._record import RunRecord
 from ._parts import format_time, ref_link, section, table
 
 __all__ = ["flatten_payload", "gates"]

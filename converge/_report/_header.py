@@ -14,9 +14,10 @@ from typing import Final
 
 from .._core._escape import esc
 from .._core._invariant import Violation
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._shortfall import Shortfall
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RecordHead, RunRecord
 from .._core._trace import Execution, Rejection, RunTimes
 from ._facts import FactTable
 from ._parts import (

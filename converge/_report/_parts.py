@@ -13,7 +13,7 @@ from typing import Final
 
 from .._core._escape import esc
 from .._core._invariant import Violation
-from .._core._store import RunRecord
+from .._core._record import RunRecord
 from .._core._trace import Execution, RunTimes
 from ._svg import format_ms
 

@@ -18,8 +18,8 @@ from typing import Final
 
 from .._core._collector import paused_collector
 from .._core._escape import esc
+from .._core._record import RunRecord
 from .._core._stop import StopReason
-from .._core._store import RunRecord
 from .._core._trace import Execution, Rejection
 from .._version import __version__
 from ._assets import CSS, POLICY, SCRIPT

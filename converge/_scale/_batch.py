@@ -22,8 +22,9 @@ from pydantic import TypeAdapter
 
 from .._core._exceptions import RunNotFoundError, StaleRecordError
 from .._core._proposal import ProposedFact
+from .._core._record import RunRecord
 from .._core._stop import RunStatus
-from .._core._store import RunRecord, RunStore
+from .._core._store import RunStore
 from .._engine import Engine
 from .._formation import Formation, command_timeout, load_formation
 from ..stores._durable import Durability

@@ -24,7 +24,11 @@ import anyio
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import StaleRecordError
-from .._core._store import RecordHead, RunFinal, RunProgress, RunRecord, RunStore, RunSummary
+from .._core._listing import RunSummary
+from .._core._progress import RunProgress
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead, RunFinal
+from .._core._store import RunStore
 from ..stores._db import Db, write_final, write_progress, write_record
 
 if TYPE_CHECKING:

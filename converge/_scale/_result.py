@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import final
 
 from .._core._model import FrozenModel
+from .._core._record import RunRecord, failure_count
 from .._core._result import ConvergeResult
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RunRecord, failure_count
 from .._core._trace import RunTrace
 
 __all__ = ["BatchFailure", "BatchResult", "StoredRun", "as_stored", "first_failure", "of_result"]

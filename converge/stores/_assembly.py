@@ -21,8 +21,10 @@ from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
 from .._core._integrity import IntegrityProof
 from .._core._key import STORED, key_rank
+from .._core._progress import ProgressHead
+from .._core._record import Interruption, RunRecord
+from .._core._record_head import RecordHead
 from .._core._stop import RunStatus
-from .._core._store import Interruption, ProgressHead, RecordHead, RunRecord
 from .._core._trace import CycleTrace, Rejection, RunTrace
 from ._journal import CycleDelta, chain, genesis
 

@@ -16,16 +16,11 @@ from pydantic import ValidationError
 
 from .._core._exceptions import StoreError
 from .._core._key import STORED
+from .._core._listing import RunSummary
+from .._core._progress import EntryCounts, ProgressHead, RunProgress
+from .._core._record import Interruption, RunRecord
+from .._core._record_head import RecordHead
 from .._core._stop import RunStatus, StopReason
-from .._core._store import (
-    EntryCounts,
-    Interruption,
-    ProgressHead,
-    RecordHead,
-    RunProgress,
-    RunRecord,
-    RunSummary,
-)
 from ._assembly import assemble, assemble_final, said
 
 __all__ = [

@@ -10,15 +10,11 @@ from datetime import datetime
 from typing import LiteralString, Protocol
 
 from .._core._exceptions import RunNotFoundError, StaleRecordError, StoreError
+from .._core._listing import PendingGate, RunSummary
+from .._core._progress import RunProgress
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead, RunFinal
 from .._core._stop import RunStatus
-from .._core._store import (
-    PendingGate,
-    RecordHead,
-    RunFinal,
-    RunProgress,
-    RunRecord,
-    RunSummary,
-)
 from ._assembly import read_head
 from ._conversions import (
     counts_text,

@@ -21,9 +21,10 @@ import anyio
 from .._core._checkpoint import FactRecord
 from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
+from .._core._record import RunRecord, kept_facts, record_of
 from .._core._result import ConvergeResult
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RowStore, RunRecord, RunStore, kept_facts, record_of
+from .._core._store import RowStore, RunStore
 from .._kernel._log import warn
 from ._journal import Journal
 from ._lease import LEASES

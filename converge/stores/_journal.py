@@ -20,18 +20,12 @@ from .._core._evidence import cited_facts
 from .._core._hitl import GateDecision
 from .._core._key import AnyKey, in_key_order
 from .._core._model import FrozenModel, trusted
+from .._core._progress import EntryCounts, ProgressHead, RunProgress
+from .._core._record import RunRecord
+from .._core._record_head import SHOWN_REJECTIONS, RecordHead, RunFinal
 from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
-from .._core._store import (
-    SHOWN_REJECTIONS,
-    EntryCounts,
-    ProgressHead,
-    RecordHead,
-    RunFinal,
-    RunProgress,
-    RunRecord,
-)
 from .._core._trace import CycleTrace, Rejection
 from .._kernel._state import RunState
 

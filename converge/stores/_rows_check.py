@@ -23,7 +23,8 @@ from .._core._checkpoint import FactRecord, restore_fact
 from .._core._exceptions import StoreError
 from .._core._hitl import GateDecision
 from .._core._key import STORED, AnyKey, key_rank
-from .._core._store import RecordHead, RowStore
+from .._core._record_head import RecordHead
+from .._core._store import RowStore
 from ._assembly import mismatch, unchained
 from ._journal import CycleDelta, chain, genesis
 from ._rows_read import entry_counts

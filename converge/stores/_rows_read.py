@@ -21,7 +21,9 @@ from .._core._checkpoint import FactRecord, restore_fact
 from .._core._escape import visible
 from .._core._exceptions import StoreError
 from .._core._key import STORED
-from .._core._store import EntryCounts, RecordHead, RowStore
+from .._core._progress import EntryCounts
+from .._core._record_head import RecordHead
+from .._core._store import RowStore
 from .._core._trace import CycleTrace
 from ._journal import chain, counts_genesis
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._core._exceptions import ReplayError
 from .._core._key import STORED
-from .._core._store import RecordHead, RowStore
+from .._core._record_head import RecordHead
+from .._core._store import RowStore
 from .._core._trace import CycleTrace
 from ._assembly import said, unchained
 from ._journal import chain, genesis

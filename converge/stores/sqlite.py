@@ -28,16 +28,12 @@ import anyio.to_thread
 
 from .._core._checkpoint import Checkpoint
 from .._core._exceptions import RunNotFoundError, StoreError
+from .._core._listing import PendingGate, RunSummary
 from .._core._live_text import LiveText
+from .._core._progress import RunProgress
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead, RunFinal
 from .._core._stop import RunStatus, StopReason
-from .._core._store import (
-    PendingGate,
-    RecordHead,
-    RunFinal,
-    RunProgress,
-    RunRecord,
-    RunSummary,
-)
 from ._db import (
     delete_run,
     entry_counts,

@@ -18,10 +18,11 @@ of the docs.
 """
 
 from .._core._public import publish as _publish
-from ._app import ConsoleSettings, create_app
+from ._app import create_app
 from ._auth import Reviewer, Reviewers, new_token, token_digest
 from ._serve import serve
 from ._sessions import Sessions
+from ._settings import ConsoleSettings
 
 __all__ = [
     "ConsoleSettings",

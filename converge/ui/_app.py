@@ -5,25 +5,21 @@ the rest in memory) or `Authorization: Bearer`, and for a POST this console's ex
 Every POST must also carry the reviewer's CSRF token. Every page that shows a record checks
 its signature and says what it found; the console imports the formation a record names only
 when its signature verified (or with `trust_unsigned`). Decisions go through
-`resume_stored`, the path `converge resume` takes, so a run decided here and one decided on
-the command line race under the same rules: one wins, the other is told who decided. The
-run page, fact pages and event stream of a large finished run stored as rows read its head
-and the rows they show (`_head_page`), never the whole record.
+`resume_stored` (`_decisions`), the path `converge resume` takes, so a run decided here and
+one decided on the command line race under the same rules: one wins, the other is told who
+decided. The run page, fact pages and event stream of a large finished run stored as rows
+read its head and the rows they show (`_head_page`), never the whole record.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final, final
 from urllib.parse import unquote
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -31,78 +27,34 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from .._core._error import UsageError
-from .._core._escape import VisibleLines, error_text
-from .._core._events import EngineEvent
+from .._core._escape import error_text
 from .._core._exceptions import ConvergeError, RunNotFoundError, StoreError
 from .._core._hitl import GateDecision
+from .._core._listing import RunSummary
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RecordHead, RowStore, RunRecord, RunStore, RunSummary
-from .._formation import EngineOptions, Formation, command_timeout
-from .._review import check_signature, paused_checkpoint, resume_stored, signing_key
+from .._core._store import RowStore, RunStore
+from .._review import check_signature, paused_checkpoint, signing_key
 from ..stores import PostgresRunStore, SqliteRunStore
-from ..stores._durable import DEFAULT_LEASE
 from ..stores._rows_read import Ends, broken, ends, large
-from ._auth import Reviewers
+from ._decisions import gate_decisions, resume, undecided_gates
 from ._fact_page import FactPageError, fact_page, head_fact_page
 from ._fork import Forks
 from ._fork_page import family_box, fork_from
 from ._form import FormError, read_form
-from ._gate_page import cited, gate_page, live_gates
+from ._gate_page import cited, gate_page
 from ._guard import Guard, signed_in
 from ._head_page import head_banner, head_page
 from ._inbox import INBOX_LIMIT, inbox_box
+from ._lineage import Lineage
 from ._live import run_events
 from ._origin import Origin
 from ._pages import Filters, Listed, message_page, run_page, run_url, runs_page
-from ._sessions import Sessions
-from ._signin import SignedIn
+from ._settings import ConsoleSettings
 from ._trust import Trust, banner, trust
 
-__all__ = ["ConsoleSettings", "create_app"]
-
-_LOG: Final = logging.getLogger("converge.ui")
-_LONGEST_REASON: Final = 2000
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ConsoleSettings:
-    """What a console serves and how: the store, who may review, and where formations live."""
-
-    store: RunStore
-    reviewers: Reviewers
-    formation: str | None = None
-    """The formation to resume runs with; by default the one each stored run names."""
-    store_argument: str = ""
-    """`--store ...` for the commands the pages print (`""`: the default store)."""
-    poll_seconds: float = 0.5
-    """How often a live run page's event stream reads the store."""
-    limit: int = 200
-    """How many of the newest runs the runs list reads."""
-    sessions: Sessions = field(default_factory=Sessions)
-    """The signed-in browsers and one-time links (`Sessions.link` makes one to print)."""
-    origin: str | None = None
-    """The console's public origin behind a TLS proxy (`https://review.example.com`); by
-    default the address and port it is bound to."""
-    trust_unsigned: bool = False
-    """Import the formation a record names although no signing key authenticates it."""
-
-    def __post_init__(self) -> None:
-        if self.origin is not None:
-            Origin.parse(self.origin)  # refuse a bad origin when the console is built
-
-
-@final
-class _Claim:
-    """An observer that says when a resumed run has claimed its record (its first event)."""
-
-    event_types: Final = frozenset({"run_started"})
-
-    def __init__(self, claimed: Callable[[], None]) -> None:
-        self._claimed = claimed
-
-    def on_event(self, event: EngineEvent, /) -> None:
-        self._claimed()
+__all__ = ["create_app"]
 
 
 async def _selected(store: RunStore, filters: Filters, limit: int) -> Sequence[RunSummary]:
@@ -130,9 +82,9 @@ class _Console:
             settings.store,
             settings.formation,
             settings.trust_unsigned,
-            settings.limit,
             lambda: self.tasks,
         )
+        self.lineage = Lineage(settings.store, settings.limit)
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -284,7 +236,7 @@ class _Console:
             shown, problem = Ends((), (), ()), str(error).strip()
         else:
             problem = broken(head.record.run_id, [*shown.first, *shown.last])
-        family = await self.forks.head_family(head)
+        family = await self.lineage.head_family(head)
         html = head_page(
             head,
             shown,
@@ -298,7 +250,7 @@ class _Console:
         return HTMLResponse(html)
 
     async def _run_page(self, request: Request, record: RunRecord) -> Response:
-        family = await self.forks.family(record)
+        family = await self.lineage.family(record)
         html = run_page(
             record,
             viewer=signed_in(request).viewer,
@@ -347,7 +299,7 @@ class _Console:
         signed = signed_in(request)
         try:
             form = await read_form(request)
-            decisions = _decisions(form, signed) if gate_id is not None else []
+            decisions = gate_decisions(form, signed) if gate_id is not None else []
         except FormError as error:
             return self._say(request, "Bad request", f"{error}: nothing was decided.", 400)
         if not signed.csrf_holds(form.get("csrf")):
@@ -362,7 +314,7 @@ class _Console:
         if found.refusal:
             said = f"Nothing was decided: {found.refusal}."
             return self._say(request, "Cannot resume this run", said, 409, record)
-        undecided = self._undecided(record, gate_id, decisions)
+        undecided = undecided_gates(record, gate_id, decisions)
         if undecided:
             said = f"Choose approve or reject for {', '.join(undecided)}."
             return self._say(request, "No decision", said, 400)
@@ -380,17 +332,6 @@ class _Console:
             return self._decided(request, current, gate_id, said=outcome)
         return RedirectResponse(run_url(record.run_id), status_code=303)
 
-    def _undecided(
-        self, record: RunRecord, gate_id: str | None, decisions: list[GateDecision]
-    ) -> list[str]:
-        """The live gates the form left without a decision (none when continuing a run)."""
-        checkpoint = record.checkpoint
-        if gate_id is None or checkpoint is None or record.status is not RunStatus.PAUSED:
-            return []
-        decided = {decision.gate_id for decision in decisions}
-        live = live_gates(checkpoint, datetime.now(UTC))
-        return [gate.gate_id for gate in live if gate.gate_id not in decided]
-
     async def _start(self, run_id: str, decisions: list[GateDecision], seen: str) -> str | None:
         """Resume the run in the console's task group.
 
@@ -401,56 +342,8 @@ class _Console:
         if tasks is None:
             raise UsageError("the console is not running")
         version = int(seen) if seen.isdecimal() else -1
-        outcome: str | None = await tasks.start(self._resume, run_id, decisions, version)
+        outcome: str | None = await tasks.start(resume, self.settings, run_id, decisions, version)
         return outcome
-
-    async def _resume(
-        self,
-        run_id: str,
-        decisions: list[GateDecision],
-        seen: int,
-        *,
-        task_status: TaskStatus[str | None],
-    ) -> None:
-        started = False
-
-        def claimed() -> None:
-            nonlocal started
-            if not started:
-                started = True
-                task_status.started(None)
-
-        def options(formation: Formation, locator: str) -> EngineOptions:
-            chosen: EngineOptions = {
-                "store": self.settings.store,
-                "formation": locator,
-                "durability": "cycle",
-                "lease": DEFAULT_LEASE,
-                "observers": (_Claim(claimed),),
-                "suggestor_timeout": command_timeout(formation),
-            }
-            key = signing_key()
-            if key is not None:
-                chosen["signing_key"] = key
-            return chosen
-
-        try:
-            resumed = await resume_stored(
-                self.settings.store,
-                run_id,
-                decisions,
-                formation=self.settings.formation,
-                options=options,
-                err=VisibleLines(sys.stderr),
-                seen_version=seen,
-            )
-        except Exception:
-            if not started:
-                raise
-            _LOG.exception("run %s failed after it resumed", run_id)
-            return
-        if not started:
-            task_status.started(resumed if isinstance(resumed, str) else None)
 
     # -- answers -------------------------------------------------------------------------
 
@@ -513,26 +406,6 @@ def _parts(request: Request) -> tuple[str, tuple[str, ...]] | None:
         return None
     decoded = [unquote(segment) for segment in segments]
     return decoded[0], tuple(decoded[1:])
-
-
-def _decisions(form: dict[str, str], signed: SignedIn) -> list[GateDecision]:
-    """The decisions a form takes, recorded as the signed-in reviewer's.
-
-    Raises:
-        FormError: A reason is longer than 2,000 characters.
-    """
-    decisions: list[GateDecision] = []
-    for name, value in form.items():
-        if not name.startswith("gate:") or value not in {"approve", "reject"}:
-            continue
-        gate = name.removeprefix("gate:")
-        reason = form.get(f"reason:{gate}", "").strip() or None
-        if reason is not None and len(reason) > _LONGEST_REASON:
-            raise FormError(f"the reason for {gate} is longer than {_LONGEST_REASON} characters")
-        approved = value == "approve"
-        by = signed.reviewer.name
-        decisions.append(GateDecision(gate_id=gate, approved=approved, by=by, reason=reason))
-    return decisions
 
 
 def create_app(settings: ConsoleSettings) -> ASGIApp:

@@ -17,7 +17,9 @@ from urllib.parse import quote
 from .._core._checkpoint import FactRecord
 from .._core._escape import esc
 from .._core._exceptions import StoreError
-from .._core._store import RecordHead, RowStore, RunRecord
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
+from .._core._store import RowStore
 from .._report._facts import fact_row, facts_table
 from ..stores._rows_read import broken, key_facts
 from ._html import Viewer, page

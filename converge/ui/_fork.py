@@ -1,11 +1,12 @@
-"""Forking a run from the console, its parent and forks, and the diff of two runs.
+"""Forking a run from the console, and the diff of two runs.
 
 The fork form posts what `converge fork` takes on the command line; it is checked the same
 way (the same one-line errors) before anything runs, and a fork that cannot be made as
 asked writes nothing. The console forks only a record it would resume: its signature
 verified (or no key is set and it trusts unsigned records, or `--formation` names the
 formation). The fork runs in the console's task group and the page answers once it has
-stopped or paused (it is saved then), with the new run's page.
+stopped or paused (it is saved then), with the new run's page. A run's parent and forks
+are `_lineage`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Final, final
 
 import anyio
@@ -27,19 +27,19 @@ from .._core._error import UsageError
 from .._core._escape import error_text
 from .._core._exceptions import ConvergeError, ForkError, RunNotFoundError, StoreError
 from .._core._key import AnyKey, key_named
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._result import ConvergeResult
-from .._core._store import RecordHead, RowStore, RunRecord, RunStore
+from .._core._store import RowStore, RunStore
 from .._diff import diff_runs
 from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
-from .._kernel._fork import lineage_problem, proposed_inputs, records_root
+from .._kernel._fork import proposed_inputs, records_root
 from .._kernel._state import new_run_id
 from .._review import check_signature, signing_key
 from ..stores._rows_read import broken, facts_at
 from ._fork_page import (
     SHOWN_FACTS,
     FactsAt,
-    Family,
-    Forked,
     ForkForm,
     diff_page,
     fork_cycle,
@@ -61,14 +61,6 @@ MAX_DIFF_LIMIT: Final = 10_000
 MAX_ONCE: Final = 10_000
 """How many posted fork forms the console remembers (the oldest are forgotten)."""
 
-_Listed = tuple[str | None, int, bool]
-"""A listed run's parent (`None`: it is no fork), its fork cycle, and whether its
-signature check failed."""
-
-
-def _no_listed() -> dict[tuple[str, datetime], _Listed]:
-    return {}
-
 
 def _no_once() -> dict[tuple[str, str], str | None]:
     return {}
@@ -77,19 +69,14 @@ def _no_once() -> dict[tuple[str, str], str | None]:
 @final
 @dataclass(frozen=True, slots=True)
 class Forks:
-    """The console's fork, lineage and diff handlers over one store."""
+    """The console's fork and diff handlers over one store."""
 
     store: RunStore
     formation: str | None
     """The console's `--formation`, if any."""
     trust_unsigned: bool
-    limit: int
-    """How many of the newest runs to search for a run's forks."""
     tasks: Callable[[], TaskGroup | None]
     """The console's task group, where forks run."""
-    _listed: dict[tuple[str, datetime], _Listed] = field(default_factory=_no_listed)
-    """Each listed fork's lineage by its id and save time: a record saved again is read
-    again, one that was not is not."""
     _once: dict[tuple[str, str], str | None] = field(default_factory=_no_once)
     """Each posted fork form's one-time field (by reviewer): the fork it made, or `None`
     while it runs; a form posted twice (a double click) forks once."""
@@ -99,104 +86,6 @@ class Forks:
         return trust(
             record, signing_key(), chosen=self.formation, trust_unsigned=self.trust_unsigned
         )
-
-    async def family(self, record: RunRecord) -> Family:
-        """`record`'s parent and its forks among the newest runs.
-
-        For the parent: whether the store has it, whether its signature check failed, and
-        whether the lineage verifies as `converge verify` checks it.
-        """
-        key = signing_key()
-        lineage = record.lineage
-        present, failed, problem = False, "", None
-        if lineage is not None:
-            parent, failed = await self._parent(lineage.parent_run_id, key, heads=False)
-            present = parent is not None
-            trusted = parent if isinstance(parent, RunRecord) and not failed else None
-            problem = await anyio.to_thread.run_sync(lambda: lineage_problem(record, trusted))
-        forks, scanned = await self._forks(record.run_id, key)
-        return Family(present, forks, scanned, failed, problem)
-
-    async def head_family(self, head: RecordHead) -> Family:
-        """`family` of a large finished run stored as rows, from heads alone.
-
-        The parent's presence and signature are read from its head when it has one; the
-        lineage is not checked (that needs the fork's facts): `converge verify` checks it.
-        """
-        key = signing_key()
-        record = head.record
-        lineage = record.lineage
-        present, failed = False, ""
-        if lineage is not None:
-            parent, failed = await self._parent(lineage.parent_run_id, key, heads=True)
-            present = parent is not None
-        forks, scanned = await self._forks(record.run_id, key)
-        return Family(present, forks, scanned, failed, None, lineage_checked=lineage is None)
-
-    async def _parent(
-        self, run_id: str, key: bytes | None, *, heads: bool
-    ) -> tuple[RunRecord | RecordHead | None, str]:
-        """A fork's parent, and what its failed signature check said (`""`: it did not).
-
-        `None` when the store does not have it; its head when `heads` and it is a finished
-        run stored as rows.
-        """
-        try:
-            parent = await (self._head_or_record(run_id) if heads else self.store.load(run_id))
-        except RunNotFoundError:
-            return None, ""
-        check = check_signature(parent, key)
-        return parent, check.message if check.failed else ""
-
-    async def _head_or_record(self, run_id: str) -> RunRecord | RecordHead:
-        """The head of `run_id` when it is a finished run stored as rows, else its record.
-
-        Raises:
-            RunNotFoundError: The store has no run `run_id`.
-        """
-        store = self.store
-        head = await store.load_head(run_id) if isinstance(store, RowStore) else None
-        return head if head is not None else await store.load(run_id)
-
-    async def _forks(self, run_id: str, key: bytes | None) -> tuple[tuple[Forked, ...], int]:
-        """The forks of `run_id` among the newest runs, and how many runs were searched.
-
-        Only the runs whose listing names `run_id` as their parent are read (their head, or
-        their record), each once while it is not saved again: each must say so itself, and
-        its signature is checked.
-        """
-        listed = await self.store.list_runs(limit=self.limit)
-        forks: list[Forked] = []
-        marks = {(summary.run_id, summary.saved_at) for summary in listed}
-        for stale in [mark for mark in self._listed if mark not in marks]:
-            del self._listed[stale]  # keep what the newest runs need, no more
-        for summary in listed:
-            if summary.parent_run_id != run_id or summary.run_id == run_id:
-                continue
-            mark = (summary.run_id, summary.saved_at)
-            found = self._listed.get(mark)
-            if found is None:
-                found = self._listed[mark] = await self._lineage_of(summary.run_id, key)
-            parent_id, at_cycle, bad = found
-            if parent_id == run_id:
-                forks.append(Forked(summary.run_id, at_cycle, summary.outcome, bad))
-        return tuple(forks), len(listed)
-
-    async def _lineage_of(self, run_id: str, key: bytes | None) -> _Listed:
-        """A listed run's parent and fork cycle, and whether its signature check failed.
-
-        The parent is `None` when the run is no fork or its record cannot be read. A
-        finished run stored as rows is read from its head.
-        """
-        try:
-            other = await self._head_or_record(run_id)
-        except Exception:  # one unreadable row hides no other fork
-            return (None, 0, False)
-        lineage = other.record.lineage if isinstance(other, RecordHead) else other.lineage
-        if lineage is None:
-            return (None, 0, False)
-        bad = check_signature(other, key).failed
-        return (lineage.parent_run_id, lineage.at_cycle, bad)
 
     # -- the fork form -------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from urllib.parse import urlencode
 
 from .._core._checkpoint import FactRecord
 from .._core._escape import esc
+from .._core._record import RunRecord
 from .._core._stop import RunStatus
-from .._core._store import RunRecord
 from .._diff import FactSide, KeyDiff, RunDiff
 from .._review import SignatureCheck
 from ._html import Viewer, hidden, page

@@ -21,7 +21,8 @@ from .._core._exceptions import StoreError
 from .._core._hitl import GateRequest
 from .._core._key import ContextKey
 from .._core._proposal import ProposedFact
-from .._core._store import RecordHead, RunRecord
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._report._gates import flatten_payload
 from .._report._parts import format_time
 from ._html import Viewer, hidden, page

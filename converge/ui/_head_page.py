@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from .._core._checkpoint import FactRecord
 from .._core._escape import esc
-from .._core._store import RecordHead
+from .._core._record_head import RecordHead
 from .._core._trace import CycleTrace
 from .._report._facts import fact_row, facts_table
 from .._report._header import decisions_list, flaws_note, head_header

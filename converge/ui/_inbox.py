@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._core._escape import esc
-from .._core._store import PendingGate
+from .._core._listing import PendingGate
 from .._report._parts import format_time
 from ._pages import gate_url, run_url
 

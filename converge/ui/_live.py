@@ -25,8 +25,9 @@ from starlette.responses import StreamingResponse
 from .._core._escape import visible
 from .._core._exceptions import RunNotFoundError
 from .._core._live_text import LiveText, TokenRelay
+from .._core._record import RunRecord
 from .._core._stop import RunStatus
-from .._core._store import RowStore, RunRecord, RunStore
+from .._core._store import RowStore, RunStore
 from .._report._svg import short
 from ..stores._rows_read import large
 

@@ -8,8 +8,10 @@ from typing import Final
 from urllib.parse import quote
 
 from .._core._escape import esc
+from .._core._listing import RunSummary
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._core._stop import RunStatus, StopReason
-from .._core._store import RecordHead, RunRecord, RunSummary
 from .._report._header import badge_class
 from .._report._parts import RunTimes, format_seconds, format_time, run_times
 from .._report._render import report_body

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import uvicorn
 
-from ._app import ConsoleSettings, create_app
+from ._app import create_app
+from ._settings import ConsoleSettings
 
 __all__ = ["serve"]
 

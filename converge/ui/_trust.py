@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import final
 
 from .._core._escape import esc
-from .._core._store import RecordHead, RunRecord
+from .._core._record import RunRecord
+from .._core._record_head import RecordHead
 from .._review import SignatureCheck, check_signature
 
 __all__ = ["Trust", "banner", "formation_note", "trust"]

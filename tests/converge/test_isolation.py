@@ -47,7 +47,8 @@ from converge import (
     render_report,
     verify,
 )
-from converge._isolation._pool import ProcessPool, scrubbed_environment
+from converge._isolation._guard import scrubbed_environment
+from converge._isolation._pool import ProcessPool
 from converge._isolation._suggestor import CANCELLED
 from converge_suggestors import ReactOnceSuggestor, SeedSuggestor
 

@@ -24,7 +24,7 @@ from converge import (
     StopReason,
     render_report,
 )
-from converge._core._store import RunRecord
+from converge._core._record import RunRecord
 
 H = ContextKey.HYPOTHESES
 SEED = ProposedFact(key=ContextKey.SEEDS, id="s", content="go", provenance="test")

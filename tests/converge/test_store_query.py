@@ -138,7 +138,7 @@ async def test_list_runs_judges_a_running_run_by_its_lease_in_the_query(
 
 async def _running(store: Store, name: str) -> str:
     """A run stopped by its caller after its first per-cycle save, left `RUNNING`."""
-    from converge._core._store import ProgressHead
+    from converge._core._progress import ProgressHead
 
     run_id = uuid.uuid4().hex
     head = ProgressHead(
