@@ -36,7 +36,7 @@ from .._core._model import trusted
 from .._core._text import storable
 from ._abort import SuggestorAbort
 from ._calls import CUT, Recorder, Returned, Slot, failure, returned
-from ._gate import admit, stand_in
+from ._admit import admit, stand_in
 from ._registry import Registration
 from ._watch import CancelWatch, raise_if_cancelled
 

@@ -30,9 +30,10 @@ from .._core._result import Conflict, ConvergeResult
 from .._core._stop import StopReason
 from .._core._trace import Rejection
 from ._abort import SuggestorAbort
+from ._admit import storable_inputs
 from ._calls import records
 from ._config import RunConfig
-from ._gate import Gate, storable_inputs
+from ._gate import Gate
 from ._live import LiveEffects
 from ._log import EventLog
 from ._merge import ConflictMode, Merger
