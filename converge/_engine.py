@@ -25,7 +25,8 @@ from ._kernel._abort import reraise
 from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
 from ._kernel._config import RunConfig
 from ._kernel._executor import ErrorMode
-from ._kernel._fork import checked_fork, fork_state, replay_start, replay_trace
+from ._kernel._fork import fork_state, replay_start, replay_trace
+from ._kernel._fork_changes import checked_fork
 from ._kernel._gate import PromotionPolicy
 from ._kernel._merge import ConflictMode
 from ._kernel._pause import current_version, resume_state
