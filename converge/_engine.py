@@ -29,11 +29,12 @@ from ._kernel._fork import fork_state, replay_start, replay_trace
 from ._kernel._fork_changes import checked_fork
 from ._kernel._gate import PromotionPolicy
 from ._kernel._merge import ConflictMode
+from ._kernel._outcome import FactChecks
 from ._kernel._pause import current_version, resume_state
 from ._kernel._registry import Registry
 from ._kernel._replay import RecordedEffects, replay_run
 from ._kernel._retry import NO_RETRY, RetryPolicy
-from ._kernel._run import FactChecks, RunLoop
+from ._kernel._run import RunLoop
 from ._kernel._state import RunState, new_run_id
 from ._kernel._stream import stream_run
 from ._kernel._sync import Backend, call_sync
