@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from .._core._canonical import payload_json
 from .._core._checkpoint import FactRecord
 from .._core._exceptions import ConfigurationError, ForkError
-from .._core._key import ContextKey, Key, declared, undeclared_names
+from .._core._key import ContextKey, declared, undeclared_names
 from .._core._proposal import ProposedFact
 from .._core._store import RunRecord
 from ._arguments import checked_inputs
 from ._fork import ForkPoint, fork_point
+from ._gate import model_reason
 
 __all__ = ["check_inputs", "checked_fork", "proposed_inputs", "resolve_retractions"]
 
@@ -147,18 +147,6 @@ def check_inputs(inputs: Sequence[ProposedFact]) -> None:
             )
         if isinstance(key, ContextKey):
             continue
-        problem = _payload_problem(key, proposal)
+        problem = model_reason(key, proposal.payload)
         if problem is not None:
             raise ForkError(f"inputs[{index}] ({proposal.ref}): {problem}")
-
-
-def _payload_problem(key: Key[BaseModel], proposal: ProposedFact) -> str | None:
-    try:
-        key.payload.model_validate_json(payload_json(proposal.payload), strict=True)
-    except ValidationError as error:
-        said = "; ".join(
-            f"{'.'.join(str(part) for part in detail['loc']) or 'payload'}: {detail['msg']}"
-            for detail in error.errors(include_url=False)
-        )
-        return f"payload does not fit {key.payload.__qualname__}, the model of key {key}: {said}"
-    return None

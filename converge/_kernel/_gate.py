@@ -37,6 +37,7 @@ __all__ = [
     "Verdict",
     "field_reason",
     "identical",
+    "model_reason",
 ]
 
 _INVISIBLE: Final = (
@@ -91,7 +92,7 @@ class PromotionPolicy(FrozenModel, frozen=True):
         return Gate(self, kind=gate, refused=frozenset(refused)).check(admitted, writes)
 
 
-def _model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
+def model_reason(key: Key[BaseModel], payload: JsonValue | None) -> str | None:
     """Why `payload` does not validate as `key`'s model (pydantic's words), or `None`.
 
     Strict JSON validation: the payload must already be the model's JSON (`"42"` is not an
@@ -303,7 +304,7 @@ class Gate:
             return f"target is only allowed under proposals, not under {key}"
         typed = key if type(key) is Key else target if type(target) is Key else None
         if typed is not None:
-            reason = _model_reason(typed, payload)
+            reason = model_reason(typed, payload)
             if reason is not None:
                 return reason
         refused = self.refused
