@@ -33,7 +33,8 @@ from typing import Final, final
 from converge import ContextSnapshot, Fact, PromotionPolicy, ProposedFact, Suggestor
 from converge._core._key import AnyKey
 from converge._core._seal import Stamp
-from converge._kernel._gate import Gate, admit
+from converge._kernel._admit import admit
+from converge._kernel._gate import Gate
 from converge._kernel._run import INPUT_SUGGESTOR_ID
 
 from ._common import prepare

@@ -1,9 +1,10 @@
-"""`Engine`: registrations, settings, and the entry points of a run."""
+"""`Engine`: registrations, settings, and the entry points of a run (each run, resume and
+fork started by its `_launch.Launcher`)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from contextlib import aclosing
 from datetime import datetime
 from typing import Literal, final, overload
 
@@ -11,34 +12,28 @@ from ._core._budget import Budget
 from ._core._checkpoint import Checkpoint
 from ._core._context import ContextSnapshot
 from ._core._events import EngineEvent, Observer
-from ._core._exceptions import ConfigurationError, InvalidResumeError, ReplayError
+from ._core._exceptions import ConfigurationError
 from ._core._hitl import GateDecision, HitlPolicy, utc_now
 from ._core._invariant import Invariant
 from ._core._proposal import ProposedFact
 from ._core._record import RunRecord
 from ._core._result import ConvergeResult
-from ._core._stop import RunStatus
 from ._core._store import RunStore
 from ._core._suggestor import Suggestor, SuggestorId
 from ._core._tokens import TokenStreamed, unheard
-from ._core._trace import Continuation, CycleTrace, RunTrace
-from ._kernel._abort import reraise
-from ._kernel._arguments import check_label, check_settings, checked_inputs, checked_start
+from ._core._trace import CycleTrace, RunTrace
+from ._kernel._arguments import check_label, check_settings, checked_inputs
 from ._kernel._config import RunConfig
 from ._kernel._executor import ErrorMode
-from ._kernel._fork import checked_fork, fork_state, replay_start, replay_trace
 from ._kernel._gate import PromotionPolicy
 from ._kernel._merge import ConflictMode
-from ._kernel._pause import current_version, resume_state
 from ._kernel._registry import Registry
-from ._kernel._replay import RecordedEffects, replay_run
+from ._kernel._replay import replay_run
 from ._kernel._retry import NO_RETRY, RetryPolicy
-from ._kernel._run import FactChecks, RunLoop
-from ._kernel._state import RunState, new_run_id
 from ._kernel._stream import stream_run
 from ._kernel._sync import Backend, call_sync
-from .stores._durable import DEFAULT_LEASE, CycleSaver, Durability, RunKeeper, with_lease
-from .stores._relay import relaying
+from ._launch import Launcher
+from .stores._durable import DEFAULT_LEASE, Durability, RunKeeper
 
 __all__ = ["Engine"]
 
@@ -124,7 +119,7 @@ class Engine:
         )
         if self._config.signing_key is not None and not self._config.signing_key:
             raise ConfigurationError("signing_key must not be empty")
-        self._inputs = checked_inputs(inputs)
+        given = checked_inputs(inputs)
         self._registry = Registry()
         self._keeper = RunKeeper(
             store,
@@ -133,6 +128,7 @@ class Engine:
             label=(name, formation),
             key=self._config.signing_key,
         )
+        self._launcher = Launcher(self._config, given, self._registry, self._keeper)
 
     def __repr__(self) -> str:
         return f"Engine(suggestors={len(self._registry.names)}, budget={self._config.budget!r})"
@@ -225,46 +221,7 @@ class Engine:
                 stopped there (`error.result` is `None`) and the store keeps it as of its last
                 saved cycle, to be continued with `resume_run` once its lease runs out.
         """
-        return await unheard(self._run(self._config, context, inputs, run_id))
-
-    async def _run(
-        self,
-        config: RunConfig,
-        context: ContextSnapshot | None,
-        inputs: Iterable[ProposedFact] | None,
-        run_id: str | None = None,
-    ) -> ConvergeResult:
-        start = checked_start(context, run_id)
-        given = self._inputs if inputs is None else checked_inputs(inputs)
-        state = RunState.start(start, given, run_id=run_id)
-        view = self._registry.view()
-        saver = self._keeper.saver(state.run_id, view.fingerprint, 0)
-
-        async def run_and_save() -> ConvergeResult:
-            async with self._relaying(state.run_id, config) as relayed:
-                loop = RunLoop(relayed, view, state, saver, **self._fact_checks(saver))
-                result = await loop.start()
-            return await self._keeper.save(result, 0, saver)
-
-        return await reraise(with_lease(saver, run_and_save))
-
-    def _relaying(self, run_id: str, config: RunConfig) -> AbstractAsyncContextManager[RunConfig]:
-        """The run's `config`, relaying its tokens to the store while in the block
-        (`stores._relay.relaying`); without a store, `config` as it is, and no relay to set
-        up or check for (1 % of a W4 run's instructions)."""
-        store = self._keeper.store
-        return nullcontext(config) if store is None else relaying(store, run_id, config)
-
-    def _fact_checks(self, saver: CycleSaver | None) -> FactChecks:
-        """Whether a run's facts leave this process (saved or signed), so the run ends with
-        every fact checked against the leaf the context kept at its promotion; and whether
-        that check keeps their records, for a record saved whole when the run stops (a
-        run saved per cycle has its journal's)."""
-        store = self._keeper.store
-        return {
-            "check_facts": store is not None or self._config.signing_key is not None,
-            "keep_facts": store is not None and saver is None,
-        }
+        return await unheard(self._launcher.run(self._config, context, inputs, run_id))
 
     @property
     def store(self) -> RunStore | None:
@@ -304,17 +261,7 @@ class Engine:
                 stopped there (`error.result` is `None`) and the store keeps it as of its last
                 saved cycle, to be continued with `resume_run` once its lease runs out.
         """
-        if run_id is not None and checkpoint.run_id != run_id:
-            raise InvalidResumeError(
-                f"the checkpoint is of run {checkpoint.run_id}, not of run {run_id}"
-            )
-        if not checkpoint.pending:
-            raise InvalidResumeError(
-                f"the checkpoint of run {checkpoint.run_id} waits on no gate: it is where an "
-                "interrupted run continues; continue it with Engine.resume_run(run_id)"
-            )
-        expected = await current_version(self._keeper.store, checkpoint)
-        return await self._resume(checkpoint, tuple(decisions), expected=expected)
+        return await self._launcher.resume(checkpoint, decisions, run_id)
 
     async def resume_run(
         self, run_id: str, decisions: Iterable[GateDecision] = (), /
@@ -337,61 +284,7 @@ class Engine:
                 out), or decisions were given for an interrupted run; or as for `resume`.
             StaleRecordError: Someone else continued or resumed the run first.
         """
-        store = self._keeper.store
-        if store is None:
-            raise ConfigurationError("resume_run needs an engine with a store")
-        record = await store.load(run_id)
-        record.verify_signature(self._config.signing_key)
-        given = tuple(decisions)
-        checkpoint = record.checkpoint
-        if record.status is RunStatus.PAUSED and checkpoint is not None:
-            return await self._resume(checkpoint, given, expected=record.version)
-        if record.status is not RunStatus.INTERRUPTED or checkpoint is None:
-            raise InvalidResumeError(
-                f"run {run_id} is {record.status.value} ({record.detail})"
-                f"{record.decided_by()}; only a paused or interrupted run can be resumed"
-            )
-        if given:
-            raise InvalidResumeError(
-                f"run {run_id} is interrupted, not waiting for a decision; it continues "
-                "without decisions"
-            )
-        cause = record.interruption or "lost"
-        continuation = Continuation(after_cycle=checkpoint.cycle, cause=cause)
-        return await self._resume(
-            checkpoint, (), expected=record.version, key=None, continuation=continuation
-        )
-
-    async def _resume(
-        self,
-        checkpoint: Checkpoint,
-        decisions: tuple[GateDecision, ...],
-        *,
-        expected: int,
-        key: bytes | Literal[False] | None = False,
-        continuation: Continuation | None = None,
-    ) -> ConvergeResult:
-        """Resume `checkpoint` (verified with `key`; the engine's own unless given)."""
-        view = self._registry.view()
-        state, chosen = resume_state(
-            checkpoint,
-            decisions,
-            fingerprint=view.fingerprint,
-            key=self._config.signing_key if key is False else key,
-            now=self._config.clock(),
-            hitl=self._config.hitl,
-        )
-        if continuation is not None:
-            state.continuations = (*state.continuations, continuation)
-        saver = self._keeper.saver(state.run_id, view.fingerprint, expected)
-
-        async def resume_and_save() -> ConvergeResult:
-            async with self._relaying(state.run_id, self._config) as relayed:
-                loop = RunLoop(relayed, view, state, saver, **self._fact_checks(saver))
-                result = await loop.resume(checkpoint.pending, chosen)
-            return await self._keeper.save(result, expected, saver)
-
-        return await unheard(reraise(with_lease(saver, resume_and_save)))
+        return await self._launcher.resume_run(run_id, decisions)
 
     async def replay(
         self, trace: RunTrace, context: ContextSnapshot | None = None
@@ -458,39 +351,15 @@ class Engine:
             ReplayError: With `replay`, an effect is missing, a suggestor differs, or the
                 replayed root is not the stored one.
         """
-        record.verify_signature(self._config.signing_key)
-        point, given, retracted = checked_fork(record, at_cycle, inputs, retract, cascade=cascade)
-        checked_start(None, run_id)
-        if replay:
-            await self._replayed_to(record, at_cycle, point.root)
-        state = fork_state(
+        return await self._launcher.fork(
             record,
-            point,
-            inputs=given,
-            retracted=retracted,
-            kind="replay" if replay else "fork",
-            run_id=run_id or new_run_id(),
+            at_cycle,
+            inputs,
+            retract,
+            cascade=cascade,
+            replay=replay,
+            run_id=run_id,
         )
-        view = self._registry.view()
-        loop = RunLoop(self._config, view, state, None, **self._fact_checks(None))
-
-        async def fork_and_save() -> ConvergeResult:
-            return await self._keeper.save(await loop.start(held=point.held), 0, None)
-
-        return await unheard(reraise(fork_and_save()))
-
-    async def _replayed_to(self, record: RunRecord, cycle: int, root: str) -> None:
-        """Merge `record`'s recorded effects up to `cycle` again; refuse another root."""
-        trace = replay_trace(record, cycle)
-        view = self._registry.view()
-        loop = RunLoop(self._config, view, replay_start(record))
-        replayed = await loop.start(await RecordedEffects.open(trace, view.registrations))
-        got = replayed.context.merkle_root()
-        if got != root:
-            raise ReplayError(
-                f"replaying run {record.run_id} to cycle {cycle} gives root {got}, not the "
-                f"stored {root}: the recorded effects or the registrations differ"
-            )
 
     @overload
     def stream(
@@ -530,7 +399,7 @@ class Engine:
         """
 
         async def run(config: RunConfig) -> ConvergeResult:
-            return await self._run(config, context, inputs)
+            return await self._launcher.run(config, context, inputs)
 
         async with aclosing(stream_run(run, self._config, buffer, tokens=tokens)) as items:
             async for item in items:

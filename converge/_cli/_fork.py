@@ -31,7 +31,8 @@ from .._core._proposal import ProposedFact
 from .._core._record import RunRecord
 from .._diff import RunDiff, diff_runs
 from .._formation import EngineOptions, command_timeout, load_formation, locate
-from .._kernel._fork import proposed_inputs, records_root
+from .._kernel._fork import records_root
+from .._kernel._fork_changes import proposed_inputs
 from .._review import formation_locator, signing_key
 from ._output import VERIFY_FAILED, Progress, exit_status, program, summary_lines
 from ._read import json_document

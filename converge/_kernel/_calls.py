@@ -25,7 +25,8 @@ from .._core._model import share_names, trusted, trusted_builder
 from .._core._proposal import ProposedFact
 from .._core._text import storable
 from .._core._trace import Execution, Outcome
-from ._gate import PromotionPolicy, admit, check_hashable, field_reason
+from ._admit import admit, check_hashable
+from ._gate import PromotionPolicy, field_reason
 from ._recordable import recordable
 from ._registry import Registration
 

@@ -3,7 +3,7 @@
 Results come back in registration order, never completion order. A failure or timeout is
 isolated into an `Execution` record unless the engine is set to re-raise. A `BaseException`
 other than a cancellation (`KeyboardInterrupt`, `SystemExit`) cancels the cycle's other calls
-and stops the run (`_abort`).
+and stops the run (`_abort`). What a call returned is checked by `_effect_check`.
 
 Only a cancellation somebody requested is a cancellation: a suggestor that raises the
 backend's cancellation exception while nothing is cancelling its call has failed. A result
@@ -18,29 +18,25 @@ the run's (a cancel scope of its own measured W4 +41 %).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from math import inf
-from operator import itemgetter
 from time import perf_counter
 from types import CoroutineType
-from typing import Any, Final, Literal, cast, final
+from typing import Any, Literal, final
 
 import anyio
 import anyio.lowlevel
 
 from .._core._call_note import take_note
-from .._core._canonical import FrozenDict, freeze_json
 from .._core._context import ContextSnapshot
-from .._core._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
-from .._core._model import trusted
-from .._core._text import storable
+from .._core._effect import AgentEffect
 from ._abort import SuggestorAbort
 from ._calls import CUT, Recorder, Returned, Slot, failure, returned
-from ._gate import admit, stand_in
+from ._effect_check import checked_effect
 from ._registry import Registration
 from ._watch import CancelWatch, raise_if_cancelled
 
-__all__ = ["LATE", "ErrorMode", "Executor", "checked_effect"]
+__all__ = ["LATE", "ErrorMode", "Executor"]
 
 ErrorMode = Literal["isolate", "raise"]
 
@@ -292,135 +288,6 @@ class Executor:
             slot.late = True
             return True
         return False
-
-
-_EFFECT_FIELDS: Final = itemgetter("proposals", "tokens", "tokens_unknown", "refused", "metadata")
-"""An effect's fields from its `__dict__`, in one call (`KeyError` when one is left out)."""
-
-
-def checked_effect(effect: object, name: str) -> AgentEffect | str:
-    """`effect` as returned, when it is an `AgentEffect` as validation leaves it; a valid
-    copy when only its refusals or metadata need making valid; else what is wrong with it.
-
-    An effect built around validation (`BaseModel.model_construct`) may hold anything.
-    Its proposals are the gate's to check (`Gate`); everything else the engine keeps or
-    merges is checked here, so nothing of it reaches the trace unvalidated: the proposals a
-    tuple, the tokens an `int` in [0, 2**63 - 1] (`tokens_unknown` a `bool`), each refusal
-    a `Refusal` with a text reason (a proposal that does not validate becomes its stand-in),
-    the metadata a JSON object within `MAX_METADATA_BYTES` (its text made storable).
-    """
-    if type(effect) is not AgentEffect:
-        return f"execute() of {name!r} returned {type(effect).__name__}, expected AgentEffect"
-    own: Mapping[str, object] = effect.__dict__
-    try:
-        proposals, tokens, unknown, refused, metadata = _EFFECT_FIELDS(own)
-    except KeyError:  # a field left out (model_construct): `_checked_fields` says which
-        pass
-    else:
-        # what nearly every effect is, as validation leaves it, with no refusal and no
-        # metadata: the fields read in one call, tested in one condition
-        if (
-            type(proposals) is tuple
-            and type(tokens) is int
-            and 0 <= tokens <= MAX_TOKENS
-            and type(unknown) is bool
-            and type(refused) is tuple
-            and not refused
-            and metadata is None
-        ):
-            return effect
-    return _checked_fields(effect, own, name)
-
-
-def _checked_fields(effect: AgentEffect, own: Mapping[str, object], name: str) -> AgentEffect | str:
-    """`checked_effect` off its fast path: each field of `own` (the `__dict__` of `effect`)
-    checked on its own, a missing one read as absent, so that the refusal names every field
-    that is wrong; when none is, `effect` itself, or a valid copy if its refusals or metadata
-    needed making valid or `tokens_unknown` was left out.
-    """
-    proposals = own.get("proposals")
-    tokens = own.get("tokens")
-    unknown = own.get("tokens_unknown", False)
-    refused = own.get("refused")
-    metadata = own.get("metadata")
-    problems: list[str] = []
-    if type(proposals) is not tuple:
-        problems.append(f"proposals: {_kind(proposals)}")
-    if type(unknown) is not bool:
-        problems.append(f"tokens_unknown: {_kind(unknown)}")
-    if type(tokens) is not int:
-        problems.append(f"tokens: {_kind(tokens)}")
-    elif not 0 <= tokens <= MAX_TOKENS:
-        problems.append("tokens: an int outside [0, 2**63 - 1]")
-    checked_refused = _refusals(refused, problems)
-    checked_metadata = _metadata(metadata, problems)
-    if problems:  # an AgentEffect built around validation (model_construct)
-        return (
-            f"execute() of {name!r} returned an AgentEffect that skipped validation "
-            f"({'; '.join(problems)})"
-        )
-    if checked_refused is refused and checked_metadata is metadata and "tokens_unknown" in own:
-        return effect
-    return trusted(
-        AgentEffect,
-        {
-            "proposals": proposals,
-            "tokens": tokens,
-            "tokens_unknown": unknown,
-            "refused": checked_refused,
-            "metadata": checked_metadata,
-        },
-    )
-
-
-def _kind(value: object) -> str:
-    return type(value).__name__
-
-
-def _refusals(refused: object, problems: list[str]) -> object:
-    """`refused` if every refusal is valid, or their valid copies; a problem added if not."""
-    if not isinstance(refused, tuple):
-        problems.append(f"refused: {_kind(refused)}")
-        return refused
-    items = cast("tuple[object, ...]", refused)
-    checked: list[Refusal] = []
-    changed = False
-    for index, refusal in enumerate(items):
-        if type(refusal) is not Refusal:
-            problems.append(f"refused[{index}]: {_kind(refusal)}")
-            continue
-        fields: Mapping[str, object] = refusal.__dict__
-        reason = fields.get("reason")
-        if not isinstance(reason, str) or not reason:
-            problems.append(f"refused[{index}].reason: {_kind(reason)}, not a text")
-            continue
-        text = storable(reason)
-        proposal: object = fields.get("proposal")
-        admitted = admit(proposal)
-        valid = stand_in(proposal) if isinstance(admitted, str) else admitted
-        if text is not reason or valid is not proposal:
-            changed = True
-            refusal = trusted(Refusal, {"proposal": valid, "reason": text})
-        checked.append(refusal)
-    return tuple(checked) if changed else items
-
-
-def _metadata(metadata: object, problems: list[str]) -> object:
-    """`metadata` if it is valid, or its valid copy; a problem added if neither."""
-    if metadata is None:
-        return None
-    checked: object = metadata
-    try:
-        if type(metadata) is not FrozenDict:
-            if not isinstance(metadata, dict):
-                raise ValueError(f"a {_kind(metadata)}, not a JSON object")
-            checked = freeze_json(cast("object", metadata), "metadata", escape=True)
-        problem = metadata_problem(cast("FrozenDict", checked))
-    except ValueError as error:
-        problem = str(error)
-    if problem is not None:
-        problems.append(f"metadata: {problem}")
-    return checked
 
 
 _Steps = Generator[Any, Any, object] | Coroutine[Any, Any, object]

@@ -7,7 +7,8 @@ Lamport clock once per fact, so those facts are exactly the ones with a clock up
 last of them: a fork keeps them with their promotion records unchanged, and every fact it
 promotes itself gets a later clock. That is what `lineage_problem` checks a fork against.
 No suggestor runs: each kept fact is restored through the verifying restore, and the
-stored digests of all the parent's facts must hash to its recorded root first.
+stored digests of all the parent's facts must hash to its recorded root first. What the
+fork changes there (retractions, inputs) is `_fork_changes`'s.
 """
 
 from __future__ import annotations
@@ -16,33 +17,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import final
 
-from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
-
-from .._core._canonical import EMPTY_ROOT, merkle_root, payload_json
+from .._core._canonical import EMPTY_ROOT, merkle_root
 from .._core._checkpoint import FactRecord, ForkKind, Lineage, restore_fact, restore_snapshot
 from .._core._context import ContextSnapshot
-from .._core._exceptions import ConfigurationError, ForkError
+from .._core._exceptions import ForkError
 from .._core._hitl import GateRequest
-from .._core._key import AnyKey, ContextKey, Key, declared, key_rank, undeclared_names
+from .._core._key import AnyKey, key_rank
 from .._core._proposal import ProposedFact
 from .._core._record import RunRecord
 from .._core._stop import RunStatus
 from .._core._trace import RunTrace
-from ._arguments import checked_inputs
 from ._state import RunState
 
 __all__ = [
     "ForkPoint",
-    "check_inputs",
-    "checked_fork",
     "fork_point",
     "fork_state",
     "lineage_problem",
-    "proposed_inputs",
     "records_root",
     "replay_start",
     "replay_trace",
-    "resolve_retractions",
 ]
 
 
@@ -181,144 +175,6 @@ def _dirty_at(record: RunRecord, cycle: int, facts: Sequence[FactRecord]) -> fro
     if gained or cycle > 0:
         return gained
     return frozenset(fact.key for fact in facts)
-
-
-def checked_fork(
-    record: RunRecord,
-    cycle: int,
-    inputs: Iterable[ProposedFact],
-    retract: Iterable[str],
-    *,
-    cascade: bool,
-) -> tuple[ForkPoint, tuple[ProposedFact, ...], tuple[FactRecord, ...]]:
-    """What a fork of `record` at the end of `cycle` starts from, all checked before
-    anything runs: the point (`fork_point`), its inputs (`check_inputs`) and the facts it
-    retracts (`resolve_retractions`), each refused in that order.
-
-    Raises:
-        ConfigurationError: An input is not a `ProposedFact`, or `retract` is a `str`.
-        ForkError: As `fork_point`, `check_inputs` and `resolve_retractions` raise it, or a
-            kept fact's key is not declared in this process.
-    """
-    point = fork_point(record, cycle)
-    given = checked_inputs(inputs)
-    check_inputs(given)
-    if isinstance(retract, str):
-        raise ConfigurationError("retract must be a sequence of fact references, not a str")
-    retracted = resolve_retractions(point, tuple(retract), cascade=cascade)
-    unknown = undeclared_names(fact.key for fact in point.facts)
-    if unknown:
-        raise ForkError(
-            f"run {record.run_id} names keys this process has not declared: {unknown}; "
-            "import the module that declares them (Key(name, payload=...)) first"
-        )
-    return point, given, retracted
-
-
-def resolve_retractions(
-    point: ForkPoint, retract: Sequence[str], *, cascade: bool
-) -> tuple[FactRecord, ...]:
-    """The facts to remove at the fork: each of `retract` (a `"key/id"` reference, or an id
-    that names one fact), and with `cascade` every fact whose evidence reaches one of them.
-
-    Raises:
-        ForkError: A reference names no fact of the context at the fork cycle, or an id
-            names facts under more than one key.
-    """
-    by_ref = {f"{fact.key}/{fact.id}": fact for fact in point.facts}
-    chosen: set[str] = set()
-    for given in retract:
-        if given in by_ref:
-            chosen.add(given)
-            continue
-        named = [ref for ref, fact in by_ref.items() if fact.id == given]
-        if len(named) == 1:
-            chosen.add(named[0])
-            continue
-        if named:
-            raise ForkError(
-                f"--retract {given}: facts under several keys have that id ({', '.join(named)}); "
-                "name one as KEY/ID"
-            )
-        raise ForkError(
-            f"--retract {given}: run {point.run_id} has no such fact at the end of cycle "
-            f"{point.cycle}"
-        )
-    if cascade and chosen:
-        chosen = _reaching(point.facts, chosen)
-    return tuple(fact for fact in point.facts if f"{fact.key}/{fact.id}" in chosen)
-
-
-def _reaching(facts: Sequence[FactRecord], removed: set[str]) -> set[str]:
-    """`removed` and every fact whose evidence reaches one of them, through any chain."""
-    cited_by: dict[str, list[str]] = {}
-    for fact in facts:
-        ref = f"{fact.key}/{fact.id}"
-        for cited in fact.evidence:
-            cited_by.setdefault(cited, []).append(ref)
-    reached = set(removed)
-    frontier = list(removed)
-    while frontier:
-        for citing in cited_by.get(frontier.pop(), ()):
-            if citing not in reached:
-                reached.add(citing)
-                frontier.append(citing)
-    return reached
-
-
-_INPUTS = TypeAdapter(tuple[ProposedFact, ...])
-
-
-def proposed_inputs(documents: Sequence[JsonValue]) -> tuple[ProposedFact, ...]:
-    """A fork's inputs from JSON documents (`--input`, `--inputs FILE.json`, the console's
-    form), each a proposed fact.
-
-    Raises:
-        ForkError: The first document that is not a proposed fact, named by index and
-            `key/id`, with the field and what is wrong with it.
-    """
-    try:
-        return _INPUTS.validate_python(documents)
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        where = first["loc"][0] if first["loc"] else 0
-        item = documents[where] if isinstance(where, int) and where < len(documents) else {}
-        ref = f"{item.get('key')}/{item.get('id')}" if isinstance(item, dict) else "?"
-        said = f"{'.'.join(str(p) for p in first['loc'][1:]) or 'input'}: {first['msg']}"
-        raise ForkError(f"inputs[{where}] ({ref}): {said}") from None
-
-
-def check_inputs(inputs: Sequence[ProposedFact]) -> None:
-    """Refuse an input under a key this process has not declared, or whose payload does not
-    fit its typed key: a fork with one would record it as an invalid input, and it is
-    refused before anything runs instead.
-
-    Raises:
-        ForkError: The first input that does not fit, named by index and reference.
-    """
-    for index, proposal in enumerate(inputs):
-        key = proposal.key
-        if not declared(key):
-            raise ForkError(
-                f"inputs[{index}] ({proposal.ref}): key {key} is not declared in this process"
-            )
-        if isinstance(key, ContextKey):
-            continue
-        problem = _payload_problem(key, proposal)
-        if problem is not None:
-            raise ForkError(f"inputs[{index}] ({proposal.ref}): {problem}")
-
-
-def _payload_problem(key: Key[BaseModel], proposal: ProposedFact) -> str | None:
-    try:
-        key.payload.model_validate_json(payload_json(proposal.payload), strict=True)
-    except ValidationError as error:
-        said = "; ".join(
-            f"{'.'.join(str(part) for part in detail['loc']) or 'payload'}: {detail['msg']}"
-            for detail in error.errors(include_url=False)
-        )
-        return f"payload does not fit {key.payload.__qualname__}, the model of key {key}: {said}"
-    return None
 
 
 def fork_state(

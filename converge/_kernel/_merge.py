@@ -33,7 +33,8 @@ from .._core._result import Conflict
 from .._core._seal import Stamp
 from .._core._text import storable
 from .._core._trace import Rejection
-from ._gate import RESTATED, Clash, Gate, Hold, Reject, stand_in, unhashable
+from ._admit import stand_in, unhashable
+from ._gate import RESTATED, Clash, Gate, Hold, Reject
 from ._recordable import recordable
 
 __all__ = ["ConflictMode", "Merger"]

@@ -15,7 +15,8 @@ from pydantic import JsonValue
 from .._core._canonical import payload_json
 from .._core._proposal import ProposedFact
 from .._core._text import storable, utf8_size
-from ._gate import PromotionPolicy, admit, check_hashable, stand_in
+from ._admit import admit, check_hashable, stand_in
+from ._gate import PromotionPolicy
 
 __all__ = ["PREVIEW", "recordable"]
 

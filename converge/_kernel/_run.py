@@ -4,16 +4,17 @@
 of its registrations, so registering more suggestors never disturbs a run in progress. There
 is one cycle: `RunLoop._cycles` awaits what it needs, and `RunLoop._merged` merges what
 came back without awaiting. An `EffectSource` feeds it, live (`_live.LiveEffects`) or
-recorded (`_replay.RecordedEffects`). Only this module changes a `RunState`; `_pause` turns
-one into a checkpoint and back. Everything the loop has to say goes through `RunEvents`.
+recorded (`_replay.RecordedEffects`). Only this module changes a `RunState` (and `_decisions`,
+which merges a paused run's human decisions into it); `_pause` turns one into a checkpoint
+and back, `_outcome` into the result the run stops with. Everything the loop has to say goes
+through `RunEvents`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from time import perf_counter
-from typing import Protocol, TypedDict, final
+from typing import Protocol, final
 
 import anyio
 import anyio.lowlevel
@@ -30,26 +31,26 @@ from .._core._result import Conflict, ConvergeResult
 from .._core._stop import StopReason
 from .._core._trace import Rejection
 from ._abort import SuggestorAbort
+from ._admit import storable_inputs
 from ._calls import records
 from ._config import RunConfig
-from ._gate import Gate, storable_inputs
+from ._decisions import apply_decisions
+from ._gate import Gate
 from ._live import LiveEffects
 from ._log import EventLog
 from ._merge import ConflictMode, Merger
+from ._outcome import run_result
 from ._pause import checkpoint_of
 from ._registry import RegistryView
 from ._run_events import RunEvents
 from ._source import Batch, EffectSource
-from ._state import RunState, run_trace
-from ._verdict import rejection_note
+from ._state import RunState
 from ._watch import CancelWatch
 
-__all__ = ["HUMAN_SUGGESTOR_ID", "INPUT_SUGGESTOR_ID", "FactChecks", "RunLoop", "Saver"]
+__all__ = ["INPUT_SUGGESTOR_ID", "RunLoop", "Saver"]
 
 INPUT_SUGGESTOR_ID = -1
 """The `suggestor_id` of facts the inputs became (the pseudo-suggestor `"input"`)."""
-HUMAN_SUGGESTOR_ID = -2
-"""The `suggestor_id` of facts written by human decisions (rejection diagnostics)."""
 
 
 class Saver(Protocol):
@@ -63,13 +64,6 @@ class Saver(Protocol):
     async def interrupted(self, state: RunState, elapsed: float, /) -> bool:
         """Mark the run interrupted at its last merged cycle; whether that was saved."""
         ...
-
-
-class FactChecks(TypedDict):
-    """What a run's end does with its facts (`RunLoop`'s keyword arguments of that name)."""
-
-    check_facts: bool
-    keep_facts: bool
 
 
 @final
@@ -306,44 +300,12 @@ class RunLoop:
     def _apply_decisions(
         self, pending: Sequence[GateRequest], decisions: Sequence[GateDecision]
     ) -> None:
-        """Merge the humans' decisions as the paused cycle's last effects."""
+        """Merge the humans' decisions as the paused cycle's last effects (`_decisions`)."""
         state = self._state
-        cycle = state.cycle
-        rejected = set(state.human_rejected)
-        approvals = self._merger(state.snapshot, cycle, gate="human", hitl=False, mode="reject")
-        by_gate = {decision.gate_id: decision for decision in decisions}
-        for request in pending:
-            decision = by_gate[request.gate_id]
-            state.decisions.append(decision)
-            proposal = request.proposal
-            if decision.approved:
-                approvals.merge(
-                    request.suggestor,
-                    request.suggestor_id,
-                    None,
-                    (proposal,),
-                    approved_by=decision.by,
-                )
-            else:
-                rejected.add((proposal.key, proposal.id))
-                note = rejection_note(proposal, decision)
-                approvals.merge("human", HUMAN_SUGGESTOR_ID, None, (note,), approved_by=decision.by)
-            self.events.gate_decided(cycle, request.gate_id, decision.approved, decision.by)
-        self.events.merged(
-            cycle, approvals.promoted, approvals.rejections, (), approvals.violations
+        approvals = self._merger(
+            state.snapshot, state.cycle, gate="human", hitl=False, mode="reject"
         )
-        state.snapshot = approvals.snapshot()
-        state.rejections.extend(approvals.rejections)
-        state.human_rejected = frozenset(rejected)
-        state.dirty = state.dirty | approvals.added_keys
-        if state.cycles:
-            last = state.cycles[-1]
-            update = {
-                "promoted": last.promoted + tuple(f.ref for f in approvals.promoted),
-                "rejected": last.rejected + tuple(approvals.rejections),
-                "violations": last.violations + tuple(approvals.violations),
-            }
-            state.cycles.replace_last(last.model_copy(update=update))
+        apply_decisions(state, approvals, self.events, pending, decisions)
 
     def _merger(
         self,
@@ -471,41 +433,15 @@ class RunLoop:
         pending: tuple[GateRequest, ...] = (),
         checkpoint: Checkpoint | None = None,
     ) -> ConvergeResult:
-        state = self._state
-        # a fact changed below the API since its promotion: checked when the facts leave the
-        # process (a saved or signed run, a checkpoint), not for a run that stays in memory
-        if (self._check_facts or checkpoint is not None) and (
-            ended := state.changed_facts(keep=self._keep_facts)
-        ):
-            (reason, detail), conflict, pending, checkpoint = ended, None, (), None
-        fields: dict[str, object] = {
-            "run_id": state.run_id,
-            "inputs": state.inputs,
-            "initial_root": "",  # these three are filled in when the trace is built
-            "cycles": (),
-            "decisions": tuple(state.decisions),
-            "input_violations": state.input_violations,
-            "stop_reason": reason,
-            "detail": detail,
-            "final_root": "",
-            "continuations": state.continuations,
-        }
-        ends = (state.origin, state.snapshot)
-        trace = partial(run_trace, fields, state.cycles, len(state.cycles), ends)
-        proof = self.events.run_finished(state.cycle, reason, detail, state.snapshot, state.tokens)
-        return ConvergeResult(
-            stop_reason=reason,
-            detail=detail,
-            cycles=state.cycle,
-            context=state.snapshot,
-            _integrity=proof,  # else built on the first read of `integrity`
-            _trace=trace,
-            rejections=tuple(state.rejections),
-            tokens=state.tokens,
-            run_id=state.run_id,
-            conflict=conflict,
-            pending=pending,
-            checkpoint=checkpoint,
-            lineage=state.lineage,
-            _facts=state.facts,
+        """The result the run stops with (`_outcome.run_result`)."""
+        return run_result(
+            self._state,
+            self.events,
+            reason,
+            detail,
+            conflict,
+            pending,
+            checkpoint,
+            check_facts=self._check_facts,
+            keep_facts=self._keep_facts,
         )

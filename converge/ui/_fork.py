@@ -33,7 +33,8 @@ from .._core._result import ConvergeResult
 from .._core._store import RowStore, RunStore
 from .._diff import diff_runs
 from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
-from .._kernel._fork import proposed_inputs, records_root
+from .._kernel._fork import records_root
+from .._kernel._fork_changes import proposed_inputs
 from .._kernel._state import new_run_id
 from .._review import check_signature, signing_key
 from ..stores._rows_read import broken, facts_at

@@ -19,7 +19,8 @@ from converge import (
     SuggestorId,
 )
 from converge._kernel._calls import Recorder, Slot, describe_error, failure
-from converge._kernel._executor import ErrorMode, Executor, checked_effect
+from converge._kernel._effect_check import checked_effect
+from converge._kernel._executor import ErrorMode, Executor
 from converge._kernel._registry import Registration
 from tests.doubles import captured_cancellation, fact
 
