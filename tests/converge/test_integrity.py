@@ -22,7 +22,9 @@ from converge import (
     ProposedFact,
     verify,
 )
+from converge._core import _seal
 from converge._core._canonical import EMPTY_ROOT, merkle_root
+from converge._core._integrity import changed, changed_since
 from converge._core._seal import fact_digest
 from converge._kernel._gate import Gate
 from converge._kernel._merge import Merger
@@ -432,3 +434,53 @@ def test_a_proof_read_at_the_runs_end_still_catches_a_fact_forged_with_its_leaf_
     late = Engine().run_sync(inputs=inputs)
     _forge(late.context, "s1")
     assert verify(late.context, late.integrity)  # the limit: a first read after the forgery
+
+
+class _Claims(str):
+    """A text that claims to equal, and hash as, another value than the text it holds."""
+
+    __slots__ = ("_claimed",)
+    _claimed: object
+
+    def __new__(cls, value: str, claimed: object) -> "_Claims":
+        made = super().__new__(cls, value)
+        made._claimed = claimed
+        return made
+
+    def __eq__(self, other: object) -> bool:
+        return other == self._claimed
+
+    def __hash__(self) -> int:
+        return hash(self._claimed)
+
+
+def _set_promotion(fact: Fact, field: int, value: object) -> None:
+    """Below the API: one value of a fact's promotion record."""
+    values = list(vars(fact)["promotion"])
+    values[field] = value
+    dict[str, object].__setitem__(vars(fact), "promotion", tuple(values))
+
+
+@pytest.mark.parametrize("field", [1, 4, 5])  # the suggestor, the gate, the approver
+def test_a_promotion_text_that_claims_to_equal_the_original_is_still_found_changed(
+    field: int,
+) -> None:
+    # `fact_digest` keeps promotion texts by their fields: a text subclass that compares
+    # equal to the original must not be given the original's text.
+    inputs = [proposal(ContextKey.SEEDS, f"s{i}", "seed") for i in range(2)]
+    result = Engine().run_sync(inputs=inputs)
+    assert changed(result.context) is None  # the original's texts are kept now
+    fact = result.context.facts()[1]
+    _set_promotion(fact, field, _Claims("someone else", vars(fact)["promotion"][field]))
+    assert fact_digest(fact) != bytes.fromhex(fact.digest)
+    assert changed(result.context) == changed_since(ContextKey.SEEDS, "s1")
+
+
+def test_facts_of_more_promoters_than_the_kept_texts_still_digest_their_own() -> None:
+    # the kept promotion texts are emptied when full, never given to another record
+    context = Engine().run_sync(inputs=[proposal(ContextKey.SEEDS, "s", "seed")]).context
+    fact = context.facts()[0]
+    for n in [*range(5_000), 7, 4_999, 4_096, 0]:
+        _set_promotion(fact, 1, f"promoter-{n}")
+        assert fact_digest(fact).hex() == _independent_digest(fact)
+    assert len(_seal._TEXTS) <= 4_096  # pyright: ignore[reportPrivateUsage]
