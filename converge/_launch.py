@@ -34,7 +34,7 @@ from ._kernel._registry import Registry
 from ._kernel._replay import RecordedEffects
 from ._kernel._run import RunLoop
 from ._kernel._state import RunState, new_run_id
-from .stores._durable import CycleSaver, RunKeeper, with_lease
+from .stores._durable import RunKeeper, with_lease
 from .stores._relay import relaying
 
 __all__ = ["Launcher"]
@@ -76,7 +76,7 @@ class Launcher:
 
         async def run_and_save() -> ConvergeResult:
             async with self._relaying(state.run_id, config) as relayed:
-                loop = RunLoop(relayed, view, state, saver, **self._fact_checks(saver))
+                loop = RunLoop(relayed, view, state, saver, **self._fact_checks())
                 result = await loop.start()
             return await self._keeper.save(result, 0, saver)
 
@@ -89,15 +89,15 @@ class Launcher:
         store = self._keeper.store
         return nullcontext(config) if store is None else relaying(store, run_id, config)
 
-    def _fact_checks(self, saver: CycleSaver | None) -> FactChecks:
+    def _fact_checks(self) -> FactChecks:
         """Whether a run's facts leave this process (saved or signed), so the run ends with
         every fact checked against the leaf the context kept at its promotion; and whether
-        that check keeps their records, for a record saved whole when the run stops (a
-        run saved per cycle has its journal's)."""
+        that check keeps their records, for the record saved when the run stops (its
+        journal's entries hold only the facts' JSON)."""
         store = self._keeper.store
         return {
             "check_facts": store is not None or self._config.signing_key is not None,
-            "keep_facts": store is not None and saver is None,
+            "keep_facts": store is not None,
         }
 
     async def resume(
@@ -171,7 +171,7 @@ class Launcher:
 
         async def resume_and_save() -> ConvergeResult:
             async with self._relaying(state.run_id, self._config) as relayed:
-                loop = RunLoop(relayed, view, state, saver, **self._fact_checks(saver))
+                loop = RunLoop(relayed, view, state, saver, **self._fact_checks())
                 result = await loop.resume(checkpoint.pending, chosen)
             return await self._keeper.save(result, expected, saver)
 
@@ -203,7 +203,7 @@ class Launcher:
             run_id=run_id or new_run_id(),
         )
         view = self._registry.view()
-        loop = RunLoop(self._config, view, state, None, **self._fact_checks(None))
+        loop = RunLoop(self._config, view, state, None, **self._fact_checks())
 
         async def fork_and_save() -> ConvergeResult:
             return await self._keeper.save(await loop.start(held=point.held), 0, None)

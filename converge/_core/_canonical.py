@@ -33,6 +33,7 @@ __all__ = [
     "freeze_json",
     "leaf_digest",
     "merkle_root",
+    "ordered_json",
     "payload_json",
 ]
 
@@ -41,6 +42,7 @@ _NODE: Final = b"\x01"
 _encoder: Final = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )
+_ordered: Final = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 EMPTY_ROOT: Final[str] = hashlib.sha256(b"").hexdigest()
 MAX_JSON_DEPTH: Final = 128
 """How deeply objects and arrays may nest in a payload (a self-reference never ends)."""
@@ -53,6 +55,12 @@ _INT_LIMIT: Final = 10**MAX_JSON_DIGITS
 def canonical_json(value: object) -> bytes:
     """Serialise `value` as canonical JSON bytes."""
     return _encoder.encode(value).encode("utf-8")
+
+
+def ordered_json(value: object) -> str:
+    """Serialise `value` as compact JSON with its objects' keys in their order, as a model
+    holding it dumps it (canonical JSON sorts them)."""
+    return _ordered.encode(value)
 
 
 def leaf_digest(canonical: bytes) -> bytes:

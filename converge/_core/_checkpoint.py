@@ -26,7 +26,7 @@ from ._invariant import Violation
 from ._key import STORED, AnyKey, KeyField, key_rank
 from ._model import Fields, FrozenModel, trusted, trusted_builder
 from ._proposal import ProposedFact
-from ._seal import seal, unchanged
+from ._seal import record_json, seal, unchanged
 from ._text import storable
 from ._trace import Continuation, CycleTrace, Rejection
 
@@ -36,6 +36,7 @@ __all__ = [
     "ForkKind",
     "Lineage",
     "fact_records",
+    "fact_texts",
     "key_spans",
     "restore_fact",
     "restore_snapshot",
@@ -115,6 +116,21 @@ def fact_records(
         if problem is None:
             problem = changed_since(key, ident)
     return tuple(records), problem
+
+
+def fact_texts(
+    snapshot: ContextSnapshot, since: Mapping[AnyKey, int] | None = None
+) -> list[str] | None:
+    """The JSON of the records of `snapshot`'s facts (`record_json`), as `fact_records`
+    gives them, each checked against its kept leaf; `None` when one was changed below the
+    API (`fact_records` then records what it reads now)."""
+    texts: list[str] = []
+    for _, _, fact, leaf in snapshot._kept(since):  # pyright: ignore[reportPrivateUsage]
+        text = record_json(fact, leaf)
+        if text is None:
+            return None
+        texts.append(text)
+    return texts
 
 
 class _RecordFields(Fields):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import final
 
 from .._core._checkpoint import FactRecord, Lineage, fact_records
+from .._core._collector import paused_collector
 from .._core._context import ContextSnapshot
 from .._core._hitl import GateDecision
 from .._core._integrity import changed, ended_on, violation
@@ -68,7 +69,8 @@ class RunState:
         in `facts` when none changed, for a record saved whole to reuse unchecked.
         """
         if keep:
-            facts, problem = fact_records(self.snapshot)
+            with paused_collector():  # it builds what it keeps: nothing for the collector
+                facts, problem = fact_records(self.snapshot)
             self.facts = facts if problem is None else None
         else:
             problem = changed(self.snapshot)

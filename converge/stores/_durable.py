@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar, final
 
 import anyio
 
-from .._core._checkpoint import FactRecord
 from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
 from .._core._record import RunRecord, kept_facts, record_of
 from .._core._result import ConvergeResult
-from .._core._stop import RunStatus, StopReason
+from .._core._stop import RunStatus
 from .._core._store import RowStore, RunStore
 from .._kernel._log import warn
 from ._journal import Journal
@@ -121,15 +120,6 @@ class CycleSaver:
                 self._journal.commit(progress)
                 self._version = version
                 self._fresh_at = monotonic()
-
-    def records(self, result: ConvergeResult) -> tuple[FactRecord, ...] | None:
-        """The facts of the record `result`'s run ends with as rows (`Journal.records`).
-
-        `None` when it is stored whole: paused, or ended on a violated invariant.
-        """
-        if result.checkpoint is not None or result.stop_reason is StopReason.INVARIANT_VIOLATED:
-            return None
-        return self._journal.records(result.context)
 
     @property
     def run_id(self) -> str:
@@ -229,9 +219,9 @@ class RunKeeper:
         if store is None:
             return result
         name, formation = self._label
-        # the facts as the journal recorded and checked them (the run ends as rows), or as
-        # the run's end did (`RunLoop`'s `keep_facts`): not checked a second time
-        facts = kept_facts(result) if saver is None else saver.records(result)
+        # the facts as the run's end checked and recorded them (`RunLoop`'s `keep_facts`):
+        # not checked a second time
+        facts = kept_facts(result)
         if facts is None:
             record = RunRecord.of(result, name=name, formation=formation, key=self._key)
         else:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from hashlib import sha256
-from typing import Literal, TypeAlias, final
+from typing import Final, Literal, TypeAlias, final
 
-from .._core._checkpoint import Checkpoint, FactRecord, fact_records
+from .._core._checkpoint import Checkpoint, FactRecord, fact_records, fact_texts
 from .._core._context import ContextSnapshot
 from .._core._evidence import cited_facts
 from .._core._hitl import GateDecision
@@ -46,22 +46,12 @@ class CycleDelta(FrozenModel, frozen=True):
     """Cycle traces that are new, or rewrote one saved before (same `cycle`)."""
 
 
-_Marks: TypeAlias = tuple[
-    dict[AnyKey, int], int, int, int, CycleTrace | None, tuple[FactRecord, ...]
-]
-"""A journal's watermarks after a save (facts per key, rejections, decisions, cycles, the
-last cycle's trace) and the facts its entry holds."""
+_Marks: TypeAlias = tuple[dict[AnyKey, int], int, int, int, CycleTrace | None]
+"""A journal's watermarks after a save: facts per key, rejections, decisions, cycles, the
+last cycle's trace."""
 
-
-def _group(grouped: dict[AnyKey, list[FactRecord]], facts: Sequence[FactRecord]) -> None:
-    """Add `facts` to `grouped`, under their keys, in order."""
-    for fact in facts:
-        key = fact.key
-        listed = grouped.get(key)
-        if listed is None:
-            grouped[key] = [fact]
-        else:
-            listed.append(fact)
+_NO_FACTS: Final = '{"facts":[]'
+"""How the JSON of a `CycleDelta` without facts begins (`_entry`)."""
 
 
 def genesis(run_id: str) -> str:
@@ -100,9 +90,7 @@ class Journal:
         "_length",
         "_name",
         "_pending",
-        "_recorded",
         "_rejections",
-        "_tail",
         "run_id",
     )
 
@@ -127,10 +115,6 @@ class Journal:
         self._length = 0
         self._digest = ""
         self._pending: _Marks | None = None
-        self._recorded: dict[AnyKey, list[FactRecord]] = {}
-        """The facts of the entries the store took, by key, as the entries record them."""
-        self._tail: tuple[FactRecord, ...] | None = None
-        """The last entry's facts, once `records` took them."""
         self._changed = False
         """A fact this journal recorded was found changed below the API: heads go unsigned."""
         self._counted: str | None = None
@@ -152,10 +136,10 @@ class Journal:
         """
         restart = not self._digest
         length, digest = (0, genesis(self.run_id)) if restart else (self._length, self._digest)
-        delta, marks = self._delta(state)
-        entry = None
-        if restart or any(delta.__dict__.values()):  # something was added
-            entry = delta.model_dump_json()
+        entry, marks = self._entry(
+            state.snapshot, state.rejections, state.decisions, state.cycles, always=restart
+        )
+        if entry is not None:
             length, digest = length + 1, chain(digest, entry)
         self._pending = marks
         head = self._head(state, elapsed, length, digest)
@@ -177,35 +161,35 @@ class Journal:
         if progress.entry is not None:
             self._counted = _counted(self._counted, progress.counts)
         if self._pending is not None:
-            counts, self._rejections, self._decisions, self._cycles, self._last, facts = (
+            self._counts, self._rejections, self._decisions, self._cycles, self._last = (
                 self._pending
             )
-            if not self._digest:  # a restart holds every fact again
-                self._recorded = {}
-            _group(self._recorded, facts)
-            self._counts = counts
             self._pending = None
         self._length = progress.head.journal_length
         self._digest = progress.head.journal_digest
 
-    def _delta(self, state: RunState) -> tuple[CycleDelta, _Marks]:
-        return self._since(state.snapshot, state.rejections, state.decisions, state.cycles)
-
-    def _since(
+    def _entry(
         self,
         snapshot: ContextSnapshot,
         rejections: Sequence[Rejection],
         decisions: Sequence[GateDecision],
         cycles: Sequence[CycleTrace],
-        facts: tuple[FactRecord, ...] | None = None,
-    ) -> tuple[CycleDelta, _Marks]:
-        """What was added since the last commit, and the watermarks after it.
+        *,
+        always: bool = False,
+    ) -> tuple[str | None, _Marks]:
+        """One entry: what was added since the last commit, and the watermarks after it.
 
-        `facts`: the new facts, when `records` has already recorded them.
+        The entry is a `CycleDelta`'s JSON; `None` when nothing was added, unless `always`.
+
+        The new facts are written with the leaves kept at their promotion, each checked
+        against its leaf (`fact_texts`). When one was changed below the API, they are
+        recorded as they read now instead (`fact_records`), and the journal is `_changed`.
         """
-        if facts is None:  # the new facts, each with the leaf kept at its promotion, checked
-            facts, problem = fact_records(snapshot, self._counts)
-            self._changed = self._changed or problem is not None
+        facts: tuple[FactRecord, ...] = ()
+        texts = fact_texts(snapshot, self._counts)
+        if texts is None:
+            facts, _ = fact_records(snapshot, self._counts)
+            self._changed = True
         counts = {key: snapshot.count(key) for key in snapshot.keys()}
         first = self._cycles
         if first and cycles[first - 1] is not self._last and cycles[first - 1] != self._last:
@@ -220,28 +204,13 @@ class Journal:
             },
         )
         last = cycles[-1] if cycles else None
-        return delta, (counts, len(rejections), len(decisions), len(cycles), last, facts)
-
-    def records(self, context: ContextSnapshot) -> tuple[FactRecord, ...] | None:
-        """The facts of the record the run ends with as rows (`final`), as entries hold them.
-
-        Every fact, the last cycle's included, in key order then insertion order. Each was
-        checked against the leaf kept at its promotion when its entry was made, and the
-        run's end checked them all again (`RunState.changed_facts`), so they are not checked
-        a third time: at 100,000 facts that would cost `converge run` a tenth of its time.
-        `None` when the run cannot end as rows: its journal never started, or a fact was
-        found changed below the API.
-        """
-        if not self._digest or self._changed:
-            return None
-        tail, problem = fact_records(context, self._counts)
-        if problem is not None:
-            self._changed = True
-            return None
-        self._tail = tail
-        grouped = {key: list(facts) for key, facts in self._recorded.items()}
-        _group(grouped, tail)
-        return tuple(fact for key in context.keys() for fact in grouped.get(key, ()))
+        marks = (counts, len(rejections), len(decisions), len(cycles), last)
+        if not (always or texts or any(delta.__dict__.values())):
+            return None, marks
+        entry = delta.model_dump_json()
+        if texts:  # the facts' JSON goes where the delta without them has none
+            entry = f'{{"facts":[{",".join(texts)}]{entry.removeprefix(_NO_FACTS)}'
+        return entry, marks
 
     def final(self, record: RunRecord, context: ContextSnapshot) -> RunFinal | None:
         """The save that ends or pauses the run as rows: its record's head and the last entry.
@@ -264,15 +233,12 @@ class Journal:
         ):
             return None
         trace = record.trace
-        delta, marks = self._since(
-            context, record.rejections, trace.decisions, trace.cycles, self._tail
-        )
+        entry, marks = self._entry(context, record.rejections, trace.decisions, trace.cycles)
         if self._changed:
             return None
         length, digest, counted = self._length, self._digest, self._counted
-        entry = counts = None
-        if any(delta.__dict__.values()):
-            entry = delta.model_dump_json()
+        counts = None
+        if entry is not None:
             length, digest = length + 1, chain(digest, entry)
             counts = self._added(record.cycles, marks[0])
             counted = _counted(counted, counts)

@@ -24,8 +24,10 @@ from converge import (
 )
 from converge._core import _seal
 from converge._core._canonical import EMPTY_ROOT, merkle_root
+from converge._core._checkpoint import FactRecord, fact_records, fact_texts
 from converge._core._integrity import changed, changed_since
-from converge._core._seal import fact_digest
+from converge._core._key import STORED
+from converge._core._seal import fact_digest, record_json
 from converge._kernel._gate import Gate
 from converge._kernel._merge import Merger
 from tests.doubles import ProposesOnce
@@ -269,6 +271,61 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
         }
     )
     assert fact.digest == h(b"\x00" + expected).hex()
+
+
+@given(
+    ident=idents,
+    content=texts,
+    payload=json_values,
+    confidence=st.floats(min_value=0.0, max_value=1.0),
+    evidence=st.lists(texts, max_size=3),
+    staged=st.booleans(),
+)
+def test_a_facts_json_in_a_journal_entry_reads_back_as_the_record_of_the_fact(
+    ident: str,
+    content: str,
+    payload: JsonValue,
+    confidence: float,
+    evidence: list[str],
+    staged: bool,
+) -> None:
+    """A journal entry holds each fact's JSON as the leaf's text gives it (`fact_texts`),
+    not a dumped `FactRecord`: a reader must get the very record `fact_records` builds."""
+    proposal = ProposedFact(
+        key=ContextKey.PROPOSALS if staged else ContextKey.SEEDS,
+        target=ContextKey.HYPOTHESES if staged else None,
+        id=ident,
+        content=content,
+        provenance=content,
+        payload=payload,
+        confidence=confidence,
+        evidence=tuple(evidence),
+    )
+    context = Engine().run_sync(inputs=[proposal]).context
+    records, problem = fact_records(context)
+    texts = fact_texts(context)
+    assert problem is None
+    assert texts is not None
+    assert len(texts) == len(records) == 1
+    read = FactRecord.model_validate_json(texts[0], context=STORED)
+    assert read == records[0]
+    assert read.model_dump_json() == records[0].model_dump_json()
+    assert json.loads(texts[0])["digest"] == records[0].digest
+
+
+def test_a_fact_changed_below_the_api_has_no_entry_json() -> None:
+    context = Engine().run_sync(inputs=[proposal(ContextKey.SEEDS, "s", "seed")]).context
+    [fact] = context.facts()
+    leaf = bytes.fromhex(fact.digest)
+    assert record_json(fact, leaf) is not None
+    assert record_json(fact, bytes(32)) is None  # another leaf
+    for field, value in [("content", "forged"), ("confidence", 1), ("id", None)]:
+        was = vars(fact)[field]
+        dict[str, object].__setitem__(vars(fact), field, value)
+        assert record_json(fact, leaf) is None, field
+        assert fact_texts(context) is None
+        dict[str, object].__setitem__(vars(fact), field, was)
+    assert fact_texts(context) is not None
 
 
 @pytest.mark.parametrize("size", [1, 6])  # one fact, and an effect of several

@@ -26,6 +26,8 @@ from test_durable import cancelled_run, chain_engine, sql
 from test_store import open_store, postgres_or_skip, scoped_postgres
 
 from converge import (
+    ContextKey,
+    Engine,
     GateDecision,
     RecordHead,
     RowStore,
@@ -43,6 +45,8 @@ from converge.stores import CycleDelta, assemble_final
 from converge.stores._journal import chain, genesis
 from tests.cli_runs import cli
 from tests.converge.forgery import fact_digest
+from tests.doubles import ProposesOnce
+from tests.doubles import fact as proposal
 
 pytestmark = pytest.mark.anyio
 
@@ -136,6 +140,33 @@ async def test_a_finished_run_keeps_its_journal_as_rows_and_loads_as_saved(
         saved.integrity.fact_count,
         saved.integrity.merkle_root,
     )
+
+
+async def test_a_payloads_keys_keep_their_order_through_the_rows(
+    store: RunStore, target: Target
+) -> None:
+    # An entry writes each fact's JSON from its leaf's text, whose keys are sorted; a
+    # payload's must still come back in the order they were proposed.
+    payload = {"zeta": 1, "alpha": {"b": [{"y": 1, "x": 2}], "a": None}, "mid": "ü"}
+    proposals = [
+        proposal(ContextKey.SEEDS, "s1", payload=payload),
+        proposal(ContextKey.SEEDS, "s2", payload=["b", {"d": 1, "c": 2}]),
+        proposal(ContextKey.SEEDS, "s3", payload=7.5),
+    ]
+    engine = Engine(store=store, durability="cycle")
+    engine.register_suggestor(
+        ProposesOnce("later", [proposal(ContextKey.HYPOTHESES, "h", payload=payload)])
+    )
+    result = await engine.run(inputs=proposals)
+    assert result.converged
+    assert layout(target, result.run_id) == "rows"
+    saved = RunRecord.of(result)
+    loaded = await store.load(result.run_id)
+    assert loaded.model_dump_json() == saved.model_dump_json()
+    restored = {f.id: f.payload for f in loaded.restore_context().facts()}
+    assert json.dumps(restored["s1"]) == json.dumps(payload)
+    assert json.dumps(restored["h"]) == json.dumps(payload)
+    assert json.dumps(restored["s2"]) == json.dumps(["b", {"d": 1, "c": 2}])
 
 
 async def test_a_paused_run_is_kept_as_rows_and_so_is_its_resumed_end(
