@@ -43,8 +43,7 @@ _fill_fields: Final = dict[str, object].update
 _FROZEN_PAYLOAD: Final = frozenset({FrozenDict, FrozenList, str, int, bool, float})
 _new_fact = object.__new__  # a fact's class answers for the rest (`_fact.Fact`)
 _TEXTS: Final[dict[tuple[str | None, str, str, int], tuple[str, str]]] = {}
-"""Promotion record texts (`_record_text`) by their fields, for `fact_digest`: the facts of
-a run share a handful. Emptied when it reaches `_KEPT_TEXTS`."""
+"""Promotion record texts by their fields (`_record_text`). Emptied at `_KEPT_TEXTS`."""
 _KEPT_TEXTS: Final = 4096
 _APPROVER: Final = frozenset({str, type(None)})
 _CONTAINERS: Final = frozenset({FrozenDict, FrozenList})
@@ -94,10 +93,35 @@ def _preimage(
 def _record_text(
     approved_by: str | None, gate: str, suggestor: str, suggestor_id: int
 ) -> tuple[str, str]:
-    """A promotion record's canonical JSON before its clock's value, and after its cycle.
+    """A promotion record's canonical JSON before its clock's value, and after its cycle,
+    kept by its exact values (`_TEXTS`) and written once.
 
-    `suggestor_id` must be an `int` (`:d` refuses anything else), the texts `str`s.
+    The facts of a run share a handful, and writing one anew was a quarter of checking a
+    fact (`fact_digest`: 2.3 → 1.7 µs a fact, 5 % of `converge run` at 100,000 facts, whose
+    journal and end each check every fact once) or of restoring one (`seal`). Only exact
+    `str`s and `int` are kept: a subclass could compare equal to another value.
     """
+    if (
+        type(suggestor) is str
+        and type(gate) is str
+        and type(approved_by) in _APPROVER
+        and type(suggestor_id) is int
+    ):
+        known = (approved_by, gate, suggestor, suggestor_id)
+        texts = _TEXTS.get(known)
+        if texts is None:
+            if len(_TEXTS) >= _KEPT_TEXTS:
+                _TEXTS.clear()
+            texts = _TEXTS[known] = _written(approved_by, gate, suggestor, suggestor_id)
+        return texts
+    return _written(approved_by, gate, suggestor, suggestor_id)
+
+
+def _written(
+    approved_by: str | None, gate: str, suggestor: str, suggestor_id: int
+) -> tuple[str, str]:
+    """`_record_text`'s texts, written out. `suggestor_id` must be an `int` (`:d` refuses
+    anything else), the texts `str`s."""
     head = f'{{"approved_by":{"null" if approved_by is None else _quote(approved_by)},"clock":'
     tail = (
         f',"gate":{_quote(gate)},"suggestor":{_quote(suggestor)},"suggestor_id":{suggestor_id:d}}}'
@@ -120,10 +144,8 @@ def _fact_preimage(fact: Fact, *, ordered: bool = False) -> str:
     """What a fact's leaf digest hashes (`_preimage`), from its fields alone; `ordered`:
     its payload's keys in their order, not sorted (`ordered_json`), for `record_json`.
 
-    Nothing of the fact is cached. The promotion record's text around its numbers is kept
-    by its exact values (`_TEXTS`): a run's facts share a handful, and writing it anew was a
-    quarter of each check (2.3 → 1.7 µs a fact, so 5 % of `converge run` at 100,000 facts,
-    whose journal and end each check every fact once).
+    Nothing of the fact is cached; the promotion record's text is kept by its exact values
+    (`_record_text`).
 
     Raises:
         TypeError: As `fact_digest` says.
@@ -146,17 +168,7 @@ def _fact_preimage(fact: Fact, *, ordered: bool = False) -> str:
         text = ordered_json(payload)
     else:
         text = canonical_json(payload).decode("utf-8")
-    if type(suggestor) is str and type(gate) is str and type(approved_by) in _APPROVER:
-        # only exact texts: a `str` subclass could compare equal to another text
-        known = (approved_by, gate, suggestor, suggestor_id)
-        texts = _TEXTS.get(known)
-        if texts is None:
-            if len(_TEXTS) >= _KEPT_TEXTS:
-                _TEXTS.clear()
-            texts = _TEXTS[known] = _record_text(approved_by, gate, suggestor, suggestor_id)
-        head, tail = texts
-    else:
-        head, tail = _record_text(approved_by, gate, suggestor, suggestor_id)
+    head, tail = _record_text(approved_by, gate, suggestor, suggestor_id)
     return _preimage(own, text, head, clock, cycle, tail)
 
 
