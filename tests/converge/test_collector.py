@@ -11,6 +11,7 @@ import pytest
 
 from converge import AgentEffect, Context, ContextKey, Engine, ProposedFact, StopReason
 from converge._core._collector import LongLived, paused_collector, settle
+from converge._kernel._state import RunState
 from converge_suggestors import SeedSuggestor
 
 
@@ -202,3 +203,31 @@ def test_settle_outside_a_run_freezes_nothing() -> None:
         settle()
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
+
+
+@needs_nothing_frozen
+def test_the_records_a_runs_end_keeps_are_frozen_with_what_the_cycles_left() -> None:
+    # A stored run's end check builds a record of every fact, which the run keeps: the
+    # collector is held off while they are built, and they are frozen with the rest.
+    context = _engine(_Counter(cycles=60)).run_sync().context
+    state = RunState.start(context, ())
+    assert gc.get_freeze_count() == 0
+    with LongLived():
+        assert state.changed_facts(keep=True) is None
+        assert gc.isenabled()
+        records = state.facts
+        assert records is not None
+        assert len(records) == len(context) == 61
+        walked = {id(one) for generation in range(3) for one in gc.get_objects(generation)}
+        kept = [records[0], records[-1], records[-1].promotion]
+        assert all(gc.is_tracked(one) and id(one) not in walked for one in kept)
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_records_a_runs_end_keeps_outside_a_run_are_left_to_the_collector() -> None:
+    context = _engine(_Counter(cycles=3)).run_sync().context
+    state = RunState.start(context, ())
+    before = gc.get_freeze_count()
+    assert state.changed_facts(keep=True) is None
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == before
