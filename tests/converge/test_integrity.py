@@ -225,15 +225,41 @@ json_values = st.recursive(
 )
 
 
-@given(
-    ident=idents,
-    content=texts,
-    provenance=texts,
-    payload=json_values,
-    confidence=st.floats(min_value=0.0, max_value=1.0),
-    evidence=st.lists(texts, max_size=3),
-    staged=st.booleans(),
-)
+fields = {
+    "ident": idents,
+    "content": texts,
+    "provenance": texts,
+    "payload": json_values,
+    "confidence": st.floats(min_value=0.0, max_value=1.0),
+    "evidence": st.lists(texts, max_size=3),
+    "staged": st.booleans(),
+}
+"""Any one proposal's fields (`one_proposal`'s)."""
+
+
+def one_proposal(
+    ident: str,
+    content: str,
+    provenance: str,
+    payload: JsonValue,
+    confidence: float,
+    evidence: list[str],
+    staged: bool,
+) -> ProposedFact:
+    """A seed, or with `staged` a proposal for the hypotheses, with these fields."""
+    return ProposedFact(
+        key=ContextKey.PROPOSALS if staged else ContextKey.SEEDS,
+        target=ContextKey.HYPOTHESES if staged else None,
+        id=ident,
+        content=content,
+        provenance=provenance,
+        payload=payload,
+        confidence=confidence,
+        evidence=tuple(evidence),
+    )
+
+
+@given(**fields)
 def test_fact_digest_always_matches_json_dumps_of_its_fields(
     ident: str,
     content: str,
@@ -244,16 +270,7 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
     staged: bool,
 ) -> None:
     """The fast field-by-field encoder is byte-identical to the documented json.dumps rule."""
-    proposal = ProposedFact(
-        key=ContextKey.PROPOSALS if staged else ContextKey.SEEDS,
-        target=ContextKey.HYPOTHESES if staged else None,
-        id=ident,
-        content=content,
-        provenance=provenance,
-        payload=payload,
-        confidence=confidence,
-        evidence=tuple(evidence),
-    )
+    proposal = one_proposal(ident, content, provenance, payload, confidence, evidence, staged)
     result = Engine().run_sync(inputs=[proposal])
     [fact] = result.context.facts() or [None]
     assert fact is not None, result.rejections
@@ -273,34 +290,12 @@ def test_fact_digest_always_matches_json_dumps_of_its_fields(
     assert fact.digest == h(b"\x00" + expected).hex()
 
 
-@given(
-    ident=idents,
-    content=texts,
-    payload=json_values,
-    confidence=st.floats(min_value=0.0, max_value=1.0),
-    evidence=st.lists(texts, max_size=3),
-    staged=st.booleans(),
-)
+@given(proposal=st.builds(one_proposal, **fields))
 def test_a_facts_json_in_a_journal_entry_reads_back_as_the_record_of_the_fact(
-    ident: str,
-    content: str,
-    payload: JsonValue,
-    confidence: float,
-    evidence: list[str],
-    staged: bool,
+    proposal: ProposedFact,
 ) -> None:
     """A journal entry holds each fact's JSON as the leaf's text gives it (`fact_texts`),
     not a dumped `FactRecord`: a reader must get the very record `fact_records` builds."""
-    proposal = ProposedFact(
-        key=ContextKey.PROPOSALS if staged else ContextKey.SEEDS,
-        target=ContextKey.HYPOTHESES if staged else None,
-        id=ident,
-        content=content,
-        provenance=content,
-        payload=payload,
-        confidence=confidence,
-        evidence=tuple(evidence),
-    )
     context = Engine().run_sync(inputs=[proposal]).context
     records, problem = fact_records(context)
     texts = fact_texts(context)
