@@ -1,12 +1,16 @@
 """The `converge` command: run, review, resume from another process, verify, replay, errors."""
 
+import inspect
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
+from converge._cli import _main
+from converge._cli._parser import parser
 from tests.cli_runs import cli, run_id_of
 
 HERE = Path(__file__).resolve().parent
@@ -182,3 +186,33 @@ def test_store_argument_names_the_store_without_its_password(
 
     monkeypatch.delenv("CONVERGE_STORE", raising=False)
     assert store_argument(given) == printed
+
+
+def test_every_command_of_the_parser_has_its_function_imported_when_it_runs() -> None:
+    # The commands of other modules are imported only when they run (`_main._command`).
+    commands = parser(_main.DEFAULT_DEMO, _main.DEMO_PACKAGE)
+    names: set[str] = set()
+    for action in commands._actions:
+        if action.dest == "command":  # the commands' parsers, by name
+            names |= {str(name) for name in action.choices or ()}
+    assert names == set(_main._OWN) | set(_main._ELSEWHERE)  # pyright: ignore[reportPrivateUsage]
+    for name in sorted(names):
+        assert inspect.iscoroutinefunction(_main._command(name)), name  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_read_command_imports_no_other_commands_module(tmp_path: Path) -> None:
+    code = (
+        "import sys; from converge._cli._main import main; "
+        "main(['runs', '--store', sys.argv[1]]); "
+        "print(sorted(m for m in sys.modules if m.startswith('converge._cli.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert "'converge._cli._runs'" in loaded
+    for other in ("_show", "_review", "_verify", "_export", "_retain", "_ui"):
+        assert f"'converge._cli.{other}'" not in loaded, other
