@@ -177,10 +177,18 @@ def unchanged(fact: Fact, leaf: bytes) -> bool:
     `_checkpoint.fact_records`). False, never an exception, for a fact changed below the API
     in any way: another value, another type, a field missing, text that cannot be encoded.
     """
+    return _checked_preimage(fact, leaf) is not None
+
+
+def _checked_preimage(fact: Fact, leaf: bytes) -> str | None:
+    """What `leaf` hashes, from `fact`'s fields, when the fact is `unchanged`; else `None`."""
     try:
-        return fact_digest(fact) == leaf and fact.__dict__["digest"] == leaf
+        text = _fact_preimage(fact)
+        if _sha256(text.encode("utf-8")).digest() != leaf or fact.__dict__["digest"] != leaf:
+            return None
     except Exception:  # a field of another type, missing, unhashable or unencodable
-        return False
+        return None
+    return text
 
 
 def record_json(fact: Fact, leaf: bytes) -> str | None:
@@ -194,14 +202,11 @@ def record_json(fact: Fact, leaf: bytes) -> str | None:
     though (a restored fact reads as it was promoted), so a fact with an object or array
     payload writes its text again with them in order.
     """
-    try:
-        text = _fact_preimage(fact)
-        if _sha256(text.encode("utf-8")).digest() != leaf or fact.__dict__["digest"] != leaf:
-            return None
-        if isinstance(fact.__dict__["payload"], dict | list):  # its own order, not sorted
-            text = _fact_preimage(fact, ordered=True)
-    except Exception:  # changed below the API, as `unchanged` finds it
+    text = _checked_preimage(fact, leaf)
+    if text is None:
         return None
+    if isinstance(fact.__dict__["payload"], dict | list):  # its own order, not sorted
+        text = _fact_preimage(fact, ordered=True)  # its values were just written: no error
     return f'{text[1:-1]},"digest":"{leaf.hex()}"}}'
 
 
