@@ -6,6 +6,9 @@ nothing changes, a budget runs out, an invariant fails, a conflict stops it, or 
 must decide.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 from ._core._budget import Budget
 from ._core._checkpoint import Checkpoint, FactRecord, ForkKind, Lineage
 from ._core._context import Context, ContextSnapshot
@@ -74,18 +77,20 @@ from ._core._trace import (
     RunTimes,
     RunTrace,
 )
-from ._engine import Engine
-from ._formation import EngineOptions, Formation
-from ._isolation._suggestor import IsolatedSuggestor, WorkerPool, isolated
-from ._kernel._executor import ErrorMode
-from ._kernel._gate import PromotionPolicy
-from ._kernel._log import get_logger
-from ._kernel._merge import ConflictMode
-from ._kernel._retry import RetryPolicy
-from ._report._render import render_report
 from ._version import __version__ as __version__
-from .stores import PostgresRunStore, SqliteRunStore
-from .stores._durable import Durability
+
+if _typing.TYPE_CHECKING:  # imported on first use (`__getattr__`)
+    from ._engine import Engine
+    from ._formation import EngineOptions, Formation
+    from ._isolation._suggestor import IsolatedSuggestor, WorkerPool, isolated
+    from ._kernel._executor import ErrorMode
+    from ._kernel._gate import PromotionPolicy
+    from ._kernel._log import get_logger
+    from ._kernel._merge import ConflictMode
+    from ._kernel._retry import RetryPolicy
+    from ._report._render import render_report
+    from .stores import PostgresRunStore, SqliteRunStore
+    from .stores._durable import Durability
 
 __all__ = [
     "AgentEffect",
@@ -199,4 +204,41 @@ __all__ = [
     "verify",
 ]
 
-_publish(__name__, globals(), __all__)
+_LATER: _typing.Final = {
+    "ConflictMode": "._kernel._merge",
+    "Durability": ".stores._durable",
+    "Engine": "._engine",
+    "EngineOptions": "._formation",
+    "ErrorMode": "._kernel._executor",
+    "Formation": "._formation",
+    "IsolatedSuggestor": "._isolation._suggestor",
+    "PostgresRunStore": ".stores",
+    "PromotionPolicy": "._kernel._gate",
+    "RetryPolicy": "._kernel._retry",
+    "SqliteRunStore": ".stores",
+    "WorkerPool": "._isolation._suggestor",
+    "get_logger": "._kernel._log",
+    "isolated": "._isolation._suggestor",
+    "render_report": "._report._render",
+}
+"""The public names of the engine, its stores, workers and report, by the module that holds
+each: imported on first use, so that a command that only reads a store (`converge runs`,
+`show`, `review`) loads no engine (a fifth of `import converge`). The rest, the models and
+errors a record or a pickle names, are imported with the package."""
+
+_publish(__name__, globals(), [name for name in __all__ if name not in _LATER])
+
+if not _typing.TYPE_CHECKING:  # for a type checker, a misspelt name stays an error
+
+    def __getattr__(name: str) -> object:
+        """A name of `_LATER`, imported now, kept and published (`_public.publish`)."""
+        where = _LATER.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_importlib.import_module(where, __name__), name)
+        globals()[name] = value
+        _publish(__name__, globals(), [name])
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LATER})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final, Literal, TextIO, final
+from typing import TYPE_CHECKING, Final, Literal, TextIO, TypeAlias, final
 
 from ._core._checkpoint import Checkpoint
 from ._core._error import UsageError
@@ -30,7 +30,9 @@ from ._core._record_head import RecordHead
 from ._core._result import ConvergeResult
 from ._core._stop import RunStatus, StopReason
 from ._core._store import RowStore, RunStore
-from ._formation import EngineOptions, Formation, load_formation
+
+if TYPE_CHECKING:  # a run's formation is imported when it resumes: the reads need no engine
+    from ._formation import EngineOptions, Formation
 
 __all__ = [
     "KEY_FILE_VARIABLE",
@@ -339,7 +341,7 @@ def formation_locator(
     return run.formation
 
 
-Resumed = tuple[ConvergeResult, Formation, str]
+Resumed: TypeAlias = "tuple[ConvergeResult, Formation, str]"
 """What `resume_stored` ran: the result, the formation, and the locator it was loaded from."""
 
 
@@ -377,6 +379,8 @@ async def resume_stored(
     if stale is not None:
         return stale
     locator = formation_locator(record, formation, key, err)
+    from ._formation import load_formation  # here: the reads import no engine
+
     loaded = load_formation(locator)
     engine = loaded.engine(**options(loaded, locator))
     try:

@@ -45,6 +45,8 @@ from ._scale._batch import as_stored as _as_stored
 from ._scale._batch import inputs_of as _inputs_of
 from ._scale._batch import same_inputs as _same_inputs
 from ._scale._batch import settled as _settled
+from ._scale._defaults import DEFAULT_RUNS_PER_WORKER as DEFAULT_RUNS_PER_WORKER
+from ._scale._defaults import DEFAULT_WORKER_TIMEOUT as DEFAULT_WORKER_TIMEOUT
 from .stores._durable import DEFAULT_LEASE, Durability
 
 if TYPE_CHECKING:
@@ -52,14 +54,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchFailure", "BatchResult", "StoredRun", "run_batch", "run_batch_sync", "run_id_of"]
 
-DEFAULT_RUNS_PER_WORKER = 32
-"""Runs a worker task runs at once: sized for model-bound formations (set 1 for CPU-bound)."""
 TASKS_PER_WORKER = 4
 """Tasks a batch gives each worker by default, when its runs are many and short."""
 LARGEST_SHARE = 64
 """Runs a default shard holds at most for `TASKS_PER_WORKER`: progress stays fine-grained."""
-DEFAULT_WORKER_TIMEOUT = 30.0
-"""Seconds a batch waits for its cluster to have a worker."""
 
 Progress = Callable[[int, int], None]
 """Called with (runs stored, inputs in all) as shards finish."""

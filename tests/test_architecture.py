@@ -71,7 +71,8 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_import_converge_loads_no_store_backend() -> None:
-    loaded = loaded_after("import converge")
+    assert "converge._engine" not in loaded_after("import converge")  # on first use
+    loaded = loaded_after("import converge; converge.Engine")
     assert "converge._engine" in loaded
     assert {"sqlite3", "psycopg"} & loaded == set()
 

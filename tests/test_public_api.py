@@ -2,6 +2,8 @@
 
 import importlib
 import inspect
+import subprocess
+import sys
 from types import ModuleType
 from typing import is_typeddict
 
@@ -21,8 +23,31 @@ def public_names(module: ModuleType) -> set[str]:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_all_lists_exactly_the_public_names(package: str) -> None:
     module = importlib.import_module(package)
-    assert set(module.__all__) == public_names(module)
+    later: dict[str, str] = getattr(module, "_LATER", {})  # imported on first use
+    assert set(module.__all__) == public_names(module) | set(later)
     assert list(module.__all__) == sorted(module.__all__)
+    assert set(dir(module)) >= set(module.__all__)
+
+
+def test_the_engine_is_imported_on_first_use_and_reports_its_public_path() -> None:
+    code = (
+        "import sys, converge\n"
+        "print('converge._engine' in sys.modules, 'converge._kernel._run' in sys.modules)\n"
+        "from converge import *\n"
+        "print('converge._engine' in sys.modules, repr(Engine), repr(converge.RetryPolicy))\n"
+        "print(converge.Engine is Engine, converge.get_logger.__module__)\n"
+        "try:\n"
+        "    converge.Engin\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "False False",
+        "True <class 'converge.Engine'> <class 'converge.RetryPolicy'>",
+        "True converge",
+        "module 'converge' has no attribute 'Engin'",
+    ]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -41,9 +66,6 @@ def test_public_concrete_classes_are_final(package: str) -> None:
 
 
 def test_converge_does_not_import_converge_suggestors() -> None:
-    import subprocess
-    import sys
-
     code = "import sys, converge; print('converge_suggestors' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

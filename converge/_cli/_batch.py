@@ -34,9 +34,6 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
-    "BATCH_DESCRIPTION",
-    "BATCH_FLAGS",
-    "BATCH_STATUSES",
     "DEFAULT_WORKERS",
     "batch_status",
     "cmd_batch",
@@ -50,23 +47,6 @@ DEFAULT_WORKERS: Final = 2
 """Worker processes of the local cluster when neither --workers nor --scheduler is given."""
 PLAIN_LINES: Final = 10
 """About how many progress lines a batch prints when standard output is not a terminal."""
-BATCH_DESCRIPTION: Final = (
-    'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a local Dask '
-    "cluster or an existing one, and store every run; the same command with the same "
-    "--batch-id completes an incomplete batch. Needs the dask extra."
-)
-"""`converge batch --help`'s description."""
-BATCH_STATUSES: Final = (
-    (0, "every input ended as a stored run, none converged with failures"),
-    (FAILURES, "a run converged with failed calls or rolled-back effects"),
-    (BATCH_INCOMPLETE, "an input did not end as a stored run"),
-)
-"""The exit statuses of `converge batch` (besides 1, 2, 130 and 141)."""
-BATCH_FLAGS: Final = (
-    ("--rerun-changed", "run an input line that changed since its run was stored as a new run"),
-    ("--allow-failures", "exit 0 when runs converged with failed calls or rolled-back effects"),
-)
-"""The on/off options of `converge batch`."""
 LISTED: Final = 20
 """Runs or inputs the summary lists under each heading (`--json` has them all)."""
 _WITH_FAILURES: Final = "converged_with_failures"

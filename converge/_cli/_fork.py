@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import TextIO, cast
 
 import anyio
@@ -40,50 +39,10 @@ from ._replay import cmd_replay
 from ._report import write_report
 from ._store import open_store, report_path, store_argument
 
-__all__ = ["InputAction", "PayloadAction", "cmd_diff", "cmd_fork", "cmd_replay_or_live"]
+__all__ = ["cmd_diff", "cmd_fork", "cmd_replay_or_live"]
 
 USAGE = 2
 """The exit status of a fork that cannot be made as asked."""
-
-
-class InputAction(argparse.Action):
-    """`--input KEY ID CONTENT`: one more input, as a dict (`--payload` may follow)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        assert isinstance(values, list)
-        key, ident, content = (str(value) for value in values)
-        given: list[dict[str, object]] = list(getattr(namespace, self.dest, None) or [])
-        given.append({"key": key, "id": ident, "content": content, "provenance": "fork"})
-        setattr(namespace, self.dest, given)
-
-
-class PayloadAction(argparse.Action):
-    """`--payload JSON`: the payload of the `--input` just before it."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[object] | None,
-        option_string: str | None = None,
-    ) -> None:
-        given: list[dict[str, object]] = list(getattr(namespace, "input", None) or [])
-        if not given:
-            parser.error("--payload: it belongs to the --input before it, and there is none")
-        last = given[-1]
-        if "payload" in last:
-            parser.error(f"--payload: --input {last['key']} {last['id']} has one already")
-        try:
-            last["payload"] = json.loads(str(values))
-        except ValueError as error:
-            parser.error(f"--payload for --input {last['key']} {last['id']}: not JSON: {error}")
-        namespace.input = given
 
 
 def _inputs(args: argparse.Namespace) -> tuple[ProposedFact, ...]:

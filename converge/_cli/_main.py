@@ -43,41 +43,17 @@ from typing import Final, NoReturn, TextIO
 
 import anyio
 
-from .._core._error import Stopped, SuggestorExitError, UsageError
-from .._core._escape import VisibleLines, error_text, json_visible, visible
+from .._core._error import Stopped, SuggestorExitError, UsageError, describe_error
+from .._core._escape import error_text, visible
 from .._core._exceptions import ConvergeError, RunNotFoundError, StaleRecordError
-from .._core._hitl import GateDecision
-from .._core._record import RunRecord
-from .._core._result import ConvergeResult
-from .._core._store import RunStore
-from .._formation import EngineOptions, Formation, command_timeout, load_formation, locate
 from .._kernel._abort import stopped_by
-from .._kernel._calls import describe_error
-from .._review import (
-    STALE,
-    forget_signing_key,
-    resume_stored,
-    signing_key,
-    take_signing_key,
-)
-from ._output import (
-    BROKEN_PIPE,
-    FAILURES,
-    INTERRUPTED,
-    Progress,
-    engine_warnings,
-    exit_status,
-    program,
-    summary_lines,
-)
-from ._parser import demo_names, parser
-from ._report import write_report
-from ._store import close_stores, given_store, open_store, report_path, store_argument
+from .._review import STALE, forget_signing_key, take_signing_key
+from ._output import BROKEN_PIPE, INTERRUPTED, engine_warnings, program
+from ._parser import DEFAULT_DEMO, DEMO_PACKAGE, parser
+from ._store import close_stores, given_store, store_argument
 
 __all__ = ["main"]
 
-DEMO_PACKAGE = "converge_suggestors.demos"
-DEFAULT_DEMO = "vendor_selection"
 
 Command = Callable[[argparse.Namespace, TextIO], Awaitable[int]]
 
@@ -263,110 +239,10 @@ def _fail(message: str, hint: str | None, debug: bool, status: int = 1) -> int:
     return status
 
 
-def _engine_options(
-    args: argparse.Namespace, formation: Formation, out: TextIO, locator: str, store: RunStore
-) -> EngineOptions:
-    options: EngineOptions = {
-        "store": store,
-        "formation": locate(locator),
-        "lease": args.lease,
-        "durability": getattr(args, "durability", "cycle"),
-        "suggestor_timeout": command_timeout(formation),
-    }
-    if getattr(args, "max_cycles", None) is not None:
-        options["budget"] = formation.budget.model_copy(update={"max_cycles": args.max_cycles})
-    if not getattr(args, "json", False):
-        options["observers"] = (Progress(out),)
-    key = signing_key()
-    if key is not None:
-        options["signing_key"] = key
-    return options
-
-
-async def _finish(
-    result: ConvergeResult,
-    formation: Formation,
-    locator: str,
-    args: argparse.Namespace,
-    out: TextIO,
-    label: str,
-) -> int:
-    """Print the saved run's summary (or JSON) and write its report."""
-    record = RunRecord.saved(result) or RunRecord.of(
-        result, name=formation.name, formation=locate(locator), key=signing_key()
-    )
-    where = store_argument(args.store)
-    report = write_report(record, report_path(label, result.run_id), where, built=True)
-    if args.json:
-        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
-        return exit_status(record, allow_failures=args.allow_failures)
-    run_id = visible(result.run_id)
-    out.write("\n".join(summary_lines(record)) + "\n")
-    out.write(f"saved run    {run_id} to {visible(label)}\n")
-    if report is not None:
-        out.write(f"report       {visible(report)}\n")
-    if record.pending:
-        gates = " ".join(visible(gate.gate_id) for gate in record.pending)
-        where = visible(store_argument(args.store))
-        again = visible(program())
-        out.write(
-            f"next         {again} review {run_id}{where}\n"
-            f"             {again} resume {run_id} --approve {gates} --by NAME{where}\n"
-        )
-    status = exit_status(record, allow_failures=args.allow_failures)
-    if status == FAILURES:
-        out.write(
-            f"converged, but with failures: exit status {FAILURES} (--allow-failures exits 0)\n"
-        )
-    return status
-
-
-async def _run_formation(locator: str, args: argparse.Namespace, out: TextIO) -> int:
-    formation = load_formation(locator)
-    store, label = open_store(args.store)
-    engine = formation.engine(**_engine_options(args, formation, out, locator, store))
-    if not args.json:
-        out.write(f"converge: running {visible(formation.name)}")
-        description = formation.description
-        out.write(f" ({visible(description)})\n" if description else "\n")
-    result = await engine.run(inputs=formation.inputs)
-    return await _finish(result, formation, locator, args, out, label)
-
-
-async def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    return await _run_formation(args.formation, args, out)
-
-
-async def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    demos = demo_names(DEMO_PACKAGE)
-    if demos is None:
-        raise UsageError(f"the demos package {DEMO_PACKAGE} is not installed")
-    if args.name not in demos:
-        raise UsageError(f"no demo named {args.name!r}", f"demos: {', '.join(demos)}")
-    return await _run_formation(f"{DEMO_PACKAGE}.{args.name}", args, out)
-
-
-async def _cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
-    store, _ = open_store(args.store)
-    decisions = [GateDecision.approve(gate, by=args.by) for gate in args.approve]
-    decisions += [GateDecision.reject(gate, by=args.by, reason=args.reason) for gate in args.reject]
-    resumed = await resume_stored(
-        store,
-        args.run_id,
-        decisions,
-        formation=args.formation,
-        options=lambda formation, locator: _engine_options(args, formation, out, locator, store),
-        err=VisibleLines(sys.stderr),
-    )
-    if isinstance(resumed, str):
-        print(f"error: {visible(resumed)}", file=sys.stderr)
-        return STALE
-    result, formation, locator = resumed
-    return await _finish(result, formation, locator, args, out, open_store(args.store)[1])
-
-
-_OWN: Final[dict[str, Command]] = {"run": _cmd_run, "demo": _cmd_demo, "resume": _cmd_resume}
-_ELSEWHERE: Final[dict[str, tuple[str, str]]] = {
+_COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "run": ("_run", "cmd_run"),
+    "demo": ("_run", "cmd_demo"),
+    "resume": ("_run", "cmd_resume"),
     "runs": ("_runs", "cmd_runs"),
     "show": ("_show", "cmd_show"),
     "review": ("_review", "cmd_review"),
@@ -380,15 +256,12 @@ _ELSEWHERE: Final[dict[str, tuple[str, str]]] = {
     "batch": ("_batch", "cmd_batch"),
     "ui": ("_ui", "cmd_ui"),
 }
-"""The commands of other modules, each imported only when it runs: importing them all
-took a tenth of a read command's 0.3 s."""
+"""Each command's module and function, imported only when it runs: a command that reads a
+store imports no engine, formation, report or other command (a tenth of `converge runs`)."""
 
 
 def _command(name: str) -> Command:
     """The function of command `name`."""
-    own = _OWN.get(name)
-    if own is not None:
-        return own
-    module, function = _ELSEWHERE[name]
+    module, function = _COMMANDS[name]
     found: Command = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     return found

@@ -15,17 +15,15 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from .._review import STALE
+from .._scale._defaults import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 from .._version import __version__
-from ..dask import DEFAULT_RUNS_PER_WORKER, DEFAULT_WORKER_TIMEOUT
 from ..stores._durable import DEFAULT_LEASE
-from ._batch import BATCH_DESCRIPTION, BATCH_FLAGS, BATCH_STATUSES
 from ._command import FORMATION_HELP, WIDTH, Commands, command, exit_statuses, json_option
-from ._fork import InputAction, PayloadAction
 from ._output import BATCH_INCOMPLETE, FAILURES, VERIFY_FAILED, UsageParser, who
 from ._read_args import read_commands
-from ._types import at_least_one, cycle, port, seconds
+from ._types import InputAction, PayloadAction, at_least_one, cycle, port, seconds
 
-__all__ = ["demo_names", "parser"]
+__all__ = ["DEFAULT_DEMO", "DEMO_PACKAGE", "demo_names", "parser"]
 
 _STORE_HELP = (
     "run store: a SQLite file or a PostgreSQL DSN (env CONVERGE_STORE; default .converge/runs.db)"
@@ -52,6 +50,30 @@ _ALL: Final = (
     *_STALE,
     (BATCH_INCOMPLETE, "batch: an input did not end as a stored run"),
 )
+
+_BATCH_DESCRIPTION: Final = (
+    'Run the formation once per line of INPUTS.jsonl (each {"inputs": [...]}), on a local Dask '
+    "cluster or an existing one, and store every run; the same command with the same "
+    "--batch-id completes an incomplete batch. Needs the dask extra."
+)
+"""`converge batch --help`'s description."""
+_BATCH_STATUSES: Final = (
+    (0, "every input ended as a stored run, none converged with failures"),
+    (FAILURES, "a run converged with failed calls or rolled-back effects"),
+    (BATCH_INCOMPLETE, "an input did not end as a stored run"),
+)
+"""The exit statuses of `converge batch` (besides 1, 2, 130 and 141)."""
+_BATCH_FLAGS: Final = (
+    ("--rerun-changed", "run an input line that changed since its run was stored as a new run"),
+    ("--allow-failures", "exit 0 when runs converged with failed calls or rolled-back effects"),
+)
+"""The on/off options of `converge batch`."""
+
+
+DEMO_PACKAGE: Final = "converge_suggestors.demos"
+"""The package `converge demo` runs its demos from."""
+DEFAULT_DEMO: Final = "vendor_selection"
+"""The demo `converge demo` runs without a name."""
 
 
 def demo_names(package: str) -> tuple[str, ...] | None:
@@ -313,8 +335,8 @@ def _batch(commands: Commands) -> None:
         commands,
         "batch",
         "run a formation once per input line, on Dask",
-        (BATCH_DESCRIPTION,),
-        BATCH_STATUSES,
+        (_BATCH_DESCRIPTION,),
+        _BATCH_STATUSES,
     )
     batch.add_argument("formation", help="path to a .py file, or a module name, with `formation`")
     batch.add_argument("inputs", metavar="INPUTS.jsonl", help='one {"inputs": [...]} per line')
@@ -342,7 +364,7 @@ def _batch(commands: Commands) -> None:
         help="give up on a --scheduler that cannot be reached, or has no worker, after "
         f"this long (default {DEFAULT_WORKER_TIMEOUT:g})",
     )
-    for flag, text in BATCH_FLAGS:
+    for flag, text in _BATCH_FLAGS:
         batch.add_argument(flag, action="store_true", help=text)
     _lease(batch, "a run")
     json_option(batch, "the batch result")

@@ -1,4 +1,5 @@
-"""The types of the command's option values: counts, seconds, ports, ages, times, statuses.
+"""The types of the command's option values: counts, seconds, ports, ages, times, statuses;
+and the actions of `fork`'s `--input` and `--payload`.
 
 Each is an argparse `type`: it turns the option's text into its value, or raises
 `argparse.ArgumentTypeError` with a message naming what it wanted and what it got, so a bad
@@ -8,8 +9,10 @@ value is a usage error (status 2), never an overflow or a traceback where the va
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -17,6 +20,8 @@ from .._core._stop import RunStatus, StopReason
 
 __all__ = [
     "MAX_COUNT",
+    "InputAction",
+    "PayloadAction",
     "age",
     "at_least_one",
     "cycle",
@@ -131,3 +136,43 @@ def offset(value: str) -> int:
 def cycle(value: str) -> int:
     """A cycle number, 0 or more (an argparse type)."""
     return _whole(value, "a cycle number")
+
+
+class InputAction(argparse.Action):
+    """`--input KEY ID CONTENT`: one more input, as a dict (`--payload` may follow)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, list)
+        key, ident, content = (str(value) for value in values)
+        given: list[dict[str, object]] = list(getattr(namespace, self.dest, None) or [])
+        given.append({"key": key, "id": ident, "content": content, "provenance": "fork"})
+        setattr(namespace, self.dest, given)
+
+
+class PayloadAction(argparse.Action):
+    """`--payload JSON`: the payload of the `--input` just before it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given: list[dict[str, object]] = list(getattr(namespace, "input", None) or [])
+        if not given:
+            parser.error("--payload: it belongs to the --input before it, and there is none")
+        last = given[-1]
+        if "payload" in last:
+            parser.error(f"--payload: --input {last['key']} {last['id']} has one already")
+        try:
+            last["payload"] = json.loads(str(values))
+        except ValueError as error:
+            parser.error(f"--payload for --input {last['key']} {last['id']}: not JSON: {error}")
+        namespace.input = given

@@ -7,7 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, final
 
-__all__ = ["ConfigurationError", "ConvergeError", "Stopped", "SuggestorExitError", "UsageError"]
+__all__ = [
+    "ConfigurationError",
+    "ConvergeError",
+    "Stopped",
+    "SuggestorExitError",
+    "UsageError",
+    "describe_error",
+]
 
 
 class ConvergeError(Exception):
@@ -85,3 +92,16 @@ class UsageError(Exception):
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+def describe_error(error: BaseException) -> str:
+    """`"TypeName: message"`, or the type name alone when the message is empty; an exception
+    whose `str()` raises is named with what it raised."""
+    kind = type(error).__name__
+    try:
+        message = str(error)
+    except Exception as failed:  # a hostile or broken __str__
+        return f"{kind} (its str() raised {type(failed).__name__})"
+    if type(message) is not str:  # a subclass: its plain text, none of its own methods
+        message = str.__str__(message)
+    return f"{kind}: {message}" if message else kind

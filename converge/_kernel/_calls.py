@@ -21,6 +21,7 @@ from pydantic import JsonValue
 
 from .._core._canonical import freeze_json
 from .._core._effect import MAX_TOKENS, AgentEffect, Refusal, metadata_problem
+from .._core._error import describe_error
 from .._core._model import share_names, trusted, trusted_builder
 from .._core._proposal import ProposedFact
 from .._core._text import storable
@@ -35,7 +36,6 @@ __all__ = [
     "Recorder",
     "Returned",
     "Slot",
-    "describe_error",
     "failure",
     "records",
     "returned",
@@ -46,19 +46,6 @@ _MISSING: Final = object()
 
 CUT: Final = "cancelled: time budget exhausted"
 """The error of a call the run's time budget cancelled."""
-
-
-def describe_error(error: BaseException) -> str:
-    """`"TypeName: message"`, or the type name alone when the message is empty; an exception
-    whose `str()` raises is named with what it raised."""
-    kind = type(error).__name__
-    try:
-        message = str(error)
-    except Exception as failed:  # a hostile or broken __str__
-        return f"{kind} (its str() raised {type(failed).__name__})"
-    if type(message) is not str:  # a subclass: its plain text, none of its own methods
-        message = str.__str__(message)
-    return f"{kind}: {message}" if message else kind
 
 
 def _attribute(error: BaseException, name: str, default: object) -> object:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from hashlib import sha256
-from typing import Final, Literal, TypeAlias, final
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, final
 
 from .._core._checkpoint import Checkpoint, FactRecord, fact_records, fact_texts
 from .._core._context import ContextSnapshot
@@ -27,7 +27,9 @@ from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
 from .._core._trace import CycleTrace, Rejection
-from .._kernel._state import RunState
+
+if TYPE_CHECKING:  # the reads import the journal's chain, and need no kernel
+    from .._kernel._state import RunState
 
 __all__ = ["CycleDelta", "Journal", "chain", "counts_genesis", "genesis"]
 

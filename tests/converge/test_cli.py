@@ -195,7 +195,7 @@ def test_every_command_of_the_parser_has_its_function_imported_when_it_runs() ->
     for action in commands._actions:
         if action.dest == "command":  # the commands' parsers, by name
             names |= {str(name) for name in action.choices or ()}
-    assert names == set(_main._OWN) | set(_main._ELSEWHERE)  # pyright: ignore[reportPrivateUsage]
+    assert names == set(_main._COMMANDS)  # pyright: ignore[reportPrivateUsage]
     for name in sorted(names):
         assert inspect.iscoroutinefunction(_main._command(name)), name  # pyright: ignore[reportPrivateUsage]
 
@@ -214,5 +214,23 @@ def test_a_read_command_imports_no_other_commands_module(tmp_path: Path) -> None
     )
     loaded = done.stdout.strip().splitlines()[-1]
     assert "'converge._cli._runs'" in loaded
-    for other in ("_show", "_review", "_verify", "_export", "_retain", "_ui"):
+    for other in ("_run", "_show", "_review", "_verify", "_export", "_retain", "_ui"):
         assert f"'converge._cli.{other}'" not in loaded, other
+
+
+def test_a_read_command_imports_no_engine_formation_or_report(tmp_path: Path) -> None:
+    code = (
+        "import sys; from converge._cli._main import main; "
+        "main(['runs', '--store', sys.argv[1]]); "
+        "print(sorted(m for m in sys.modules if m.startswith('converge')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert "'converge.stores.sqlite'" in loaded
+    for heavy in ("_engine", "_formation", "_launch", "_kernel._run", "_report", "dask"):
+        assert f"'converge.{heavy}'" not in loaded, heavy

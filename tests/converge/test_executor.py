@@ -18,7 +18,8 @@ from converge import (
     Suggestor,
     SuggestorId,
 )
-from converge._kernel._calls import Recorder, Slot, describe_error, failure
+from converge._core._error import describe_error
+from converge._kernel._calls import Recorder, Slot, failure
 from converge._kernel._effect_check import checked_effect
 from converge._kernel._executor import ErrorMode, Executor
 from converge._kernel._registry import Registration
