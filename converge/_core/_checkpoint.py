@@ -26,7 +26,7 @@ from ._invariant import Violation
 from ._key import STORED, AnyKey, KeyField, key_rank
 from ._model import Fields, FrozenModel, trusted, trusted_builder
 from ._proposal import ProposedFact
-from ._seal import record_json, seal, unchanged
+from ._seal import Texts, promoted_json, record_json, seal, unchanged
 from ._text import storable
 from ._trace import Continuation, CycleTrace, Rejection
 
@@ -119,16 +119,29 @@ def fact_records(
 
 
 def fact_texts(
-    snapshot: ContextSnapshot, since: Mapping[AnyKey, int] | None = None
+    snapshot: ContextSnapshot,
+    since: Mapping[AnyKey, int] | None = None,
+    promoted: Texts | None = None,
 ) -> list[str] | None:
     """The JSON of the records of `snapshot`'s facts (`record_json`), as `fact_records`
     gives them, each checked against its kept leaf; `None` when one was changed below the
-    API (`fact_records` then records what it reads now)."""
+    API (`fact_records` then records what it reads now).
+
+    A fact whose seal's text `promoted` keeps (by key and id) is written from that text,
+    checked to give the same kept leaf (`promoted_json`): what was promoted, never read from
+    the fact again, in a third of the time.
+    """
     texts: list[str] = []
-    for _, _, fact, leaf in snapshot._kept(since):  # pyright: ignore[reportPrivateUsage]
-        text = record_json(fact, leaf)
+    for key, _, fact, leaf in snapshot._kept(since):  # pyright: ignore[reportPrivateUsage]
+        text = None
+        if promoted:
+            ident = fact.__dict__.get("id")
+            kept = promoted.get((key, ident)) if type(ident) is str else None
+            text = None if kept is None else promoted_json(kept, leaf)
         if text is None:
-            return None
+            text = record_json(fact, leaf)
+            if text is None:
+                return None
         texts.append(text)
     return texts
 

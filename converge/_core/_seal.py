@@ -6,7 +6,8 @@ what `json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=Fal
 without building the dict. One function writes the fact's part (`_preimage`) and one its
 promotion record's (`_record_text`), for the gate (`Stamp.promote`), the verified restore
 (`seal`, with a record read back), `verify` (`fact_digest`, from a fact's fields alone) and
-the journal's entries (`record_json`, the same text checked and kept).
+the journal's entries: the text the gate hashed, kept until the cycle's save
+(`promoted_json`), or for a restored fact the same text written and checked (`record_json`).
 
 Every fact one suggestor promotes shares its promotion record but for the cycle and the
 Lamport clock, so the gate writes that record's text once (a `Stamp`, kept from run to run)
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json.encoder
 from collections.abc import Mapping
-from typing import Any, Final, final
+from typing import Any, Final, TypeAlias, final
 
 from pydantic import JsonValue
 
@@ -31,10 +32,11 @@ from ._canonical import (
     payload_json,
 )
 from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues, values_of
+from ._key import AnyKey
 from ._model import set_dict
 from ._proposal import ProposedFact
 
-__all__ = ["Stamp", "fact_digest", "record_json", "seal", "unchanged"]
+__all__ = ["Stamp", "Texts", "fact_digest", "promoted_json", "record_json", "seal", "unchanged"]
 
 _quote = json.encoder.encode_basestring  # the C encoder json.dumps(ensure_ascii=False) uses
 _sha256 = hashlib.sha256
@@ -46,6 +48,9 @@ _TEXTS: Final[dict[tuple[str | None, str, str, int], tuple[str, str]]] = {}
 """Promotion record texts by their fields (`_record_text`). Emptied at `_KEPT_TEXTS`."""
 _KEPT_TEXTS: Final = 4096
 _APPROVER: Final = frozenset({str, type(None)})
+Texts: TypeAlias = dict[tuple[AnyKey, str], tuple[str, bytes]]
+"""The texts the leaves of a run's newest facts hash, with those leaves, by key and id
+(`Stamp.promote`)."""
 
 
 def _leaf(
@@ -210,6 +215,21 @@ def record_json(fact: Fact, leaf: bytes) -> str | None:
     return f'{text[1:-1]},"digest":"{leaf.hex()}"}}'
 
 
+def promoted_json(kept: tuple[str, bytes], leaf: bytes) -> str | None:
+    """The JSON of a fact's `FactRecord`, as `record_json` writes it, from the text its leaf
+    hashed when it was promoted (`Stamp.promote`'s `texts`, with that leaf); `None` unless
+    that leaf is `leaf` itself, the very digest the context kept for the fact: then the text
+    gives it by construction, and hashing it again would cost a third of writing the entry.
+
+    The fact as it reads now is not looked at: the entry holds what was promoted, and the
+    run's end check finds a fact changed since (`_integrity.changed`).
+    """
+    text, digest = kept
+    if digest is not leaf:
+        return None
+    return f'{text[1:-1]},"digest":"{leaf.hex()}"}}'
+
+
 def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:
     """A proposal's payload as stored (frozen), and its canonical JSON text (`None`: none)."""
     if payload is None:
@@ -282,8 +302,14 @@ class Stamp:
         self.approved_by = approved_by
         self._head, self._tail = _record_text(approved_by, gate, suggestor, suggestor_id)
 
-    def promote(self, proposal: ProposedFact, cycle: int, clock: int) -> Fact:
+    def promote(
+        self, proposal: ProposedFact, cycle: int, clock: int, texts: Texts | None = None
+    ) -> Fact:
         """The fact of `proposal`, promoted now, in `cycle` at Lamport time `clock`.
+
+        `texts`: keep there, under the fact's key and id, the text its leaf hashes and the
+        leaf (for the run's next journal entry, `promoted_json`), unless its payload is an
+        object or an array, whose entry keeps the payload's own key order (`record_json`).
 
         Raises:
             ValueError: A field cannot be hashed (a proposal that skipped validation).
@@ -293,6 +319,9 @@ class Stamp:
         text = None
         if payload is not None:
             payload, text = _frozen_payload(payload)
-        digest = _leaf(own, text, self._head, clock, cycle, self._tail)
+        preimage = _preimage(own, text, self._head, clock, cycle, self._tail)
+        digest = _sha256(preimage.encode("utf-8")).digest()
         values = (cycle, self.suggestor, self.suggestor_id, clock, self.gate, self.approved_by)
+        if texts is not None and not isinstance(payload, dict | list):
+            texts[own["key"], own["id"]] = (preimage, digest)
         return _fact(own, payload, values, digest)

@@ -30,7 +30,7 @@ from .._core._key import AnyKey
 from .._core._model import trusted
 from .._core._proposal import ProposedFact
 from .._core._result import Conflict
-from .._core._seal import Stamp
+from .._core._seal import Stamp, Texts
 from .._core._text import storable
 from .._core._trace import Rejection
 from ._admit import stand_in, unhashable
@@ -68,6 +68,7 @@ class Merger:
         "_now",
         "_overlay",
         "_structural",
+        "_texts",
         "_timeout",
         "gate",
         "held",
@@ -85,12 +86,15 @@ class Merger:
         structural: Sequence[Invariant] = (),
         hitl: HitlPolicy | None = None,
         clock: Callable[[], datetime] = utc_now,
+        texts: Texts | None = None,
     ) -> None:
         """Merge into `snapshot` in `cycle` through `gate`. An engine keeps its merger from
         cycle to cycle while the gate's human-rejected slots stay the same (`begin`).
 
         `clock` tells the time a held proposal's `deadline` counts from (the HITL policy's
-        `timeout` after the cycle's merge began; no deadline without a timeout)."""
+        `timeout` after the cycle's merge began; no deadline without a timeout). `texts`
+        keeps the text each promoted fact's leaf hashes (`Stamp.promote`), for a run saved
+        after every cycle (`RunState.texts`); a rolled-back fact's is dropped."""
         self._base = snapshot
         self._cycle = cycle
         self._clock = snapshot.clock
@@ -110,6 +114,7 @@ class Merger:
         self._timeout = None if hitl is None else hitl.timeout
         self._deadline = None if self._timeout is None else clock() + self._timeout
         self._held_slots: set[tuple[AnyKey, str]] = set()
+        self._texts = texts
         self.promoted: list[Fact] = []
         """Facts promoted so far in this cycle, in merge order."""
         self.rejections: list[Rejection] = []
@@ -186,8 +191,11 @@ class Merger:
 
     def _roll_back(self, promoted: int, held: int, clock: int) -> None:
         """Discard what was promoted and held since the marks (one suggestor's effect)."""
+        texts = self._texts
         for fact in self.promoted[promoted:]:
             self._overlay.pop((fact.key, fact.id), None)
+            if texts is not None:
+                texts.pop((fact.key, fact.id), None)
         del self.promoted[promoted:]
         del self._leaves[promoted:]
         for request in self.held[held:]:
@@ -201,14 +209,14 @@ class Merger:
     ) -> Conflict | None:
         """Apply the gate's verdict on each of one suggestor's proposals, in order; the
         conflict that ends them, if any (`on_conflict="stop"`)."""
-        promoted, leaves, overlay = self.promoted, self._leaves, self._overlay
+        promoted, leaves, overlay, texts = self.promoted, self._leaves, self._overlay, self._texts
         decide, base, hitl, held_slots = self.gate.decide, self._base, self._hitl, self._held_slots
         suggestor = stamp.suggestor
         for proposal in proposals:
             verdict = decide(proposal, writes, overlay, base, held_slots, hitl)
             if type(verdict) is ProposedFact:  # admitted: promoted
                 try:
-                    fact = stamp.promote(verdict, self._cycle, self._clock + 1)
+                    fact = stamp.promote(verdict, self._cycle, self._clock + 1, texts)
                 except ValueError as error:  # model_copy/model_construct skip validation
                     self.rejections.append(
                         self._rejection(stand_in(verdict), suggestor, unhashable(error, verdict))

@@ -103,6 +103,8 @@ class RunLoop:
         self._view = view
         self._state = state
         self._saver = saver
+        if saver is not None and state.texts is None:
+            state.texts = {}  # the journal's next entry takes what the seal wrote
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start = 0.0
         """The cycle's start, a `perf_counter()` reading (`Stopwatch.at` tells its times)."""
@@ -333,6 +335,7 @@ class RunLoop:
             self._view.structural,
             config.hitl if hitl else None,
             config.clock,
+            self._state.texts,
         )
         if gate == "engine":
             self._kept = merger

@@ -19,6 +19,7 @@ from .._core._invariant import Violation
 from .._core._key import AnyKey
 from .._core._model import trusted
 from .._core._proposal import ProposedFact
+from .._core._seal import Texts
 from .._core._stop import StopReason
 from .._core._trace import Continuation, Rejection, RunTrace
 from ._cycle_log import CycleLog
@@ -52,6 +53,10 @@ class RunState:
     """The records of the facts as the run's end checked them (`changed_facts(keep=True)`)."""
     lineage: Lineage | None = None
     """Where a forked run branched off its parent."""
+    texts: Texts | None = None
+    """For a run saved after every cycle: the text the leaf of each fact promoted since the
+    last save hashes, by key and id (`Stamp.promote`), which its journal entry holds as is
+    (`_seal.promoted_json`); the saver empties it once the store has taken the entry."""
 
     @property
     def initial_root(self) -> str:

@@ -118,6 +118,8 @@ class CycleSaver:
                         f"{type(error).__name__}: {error}"
                     ) from error
                 self._journal.commit(progress)
+                if state.texts:  # in the store now: the next entry starts after them
+                    state.texts.clear()
                 self._version = version
                 self._fresh_at = monotonic()
 

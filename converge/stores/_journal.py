@@ -23,6 +23,7 @@ from .._core._model import FrozenModel, trusted
 from .._core._progress import EntryCounts, ProgressHead, RunProgress
 from .._core._record import RunRecord
 from .._core._record_head import SHOWN_REJECTIONS, RecordHead, RunFinal
+from .._core._seal import Texts
 from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
@@ -132,14 +133,22 @@ class Journal:
     ) -> RunProgress:
         """The save of `state` as it stands after its last merged cycle.
 
-        The new facts are recorded with the leaves kept at their promotion, and checked
-        against them: once one was found changed below the API, no head of the run is signed
-        (the run then ends `INVARIANT_VIOLATED`, and its record is not signed either).
+        The new facts are recorded as their seal wrote them (`state.texts`), each checked to
+        give the leaf kept at its promotion; a fact without that text (restored, or with an
+        object or array payload) as it reads now, checked against its leaf: once one was
+        found changed below the API, no head of the run is signed (the run then ends
+        `INVARIANT_VIOLATED`, and its record is not signed either). A fact changed in memory
+        after its seal is caught by the run's end check (`RunState.changed_facts`).
         """
         restart = not self._digest
         length, digest = (0, genesis(self.run_id)) if restart else (self._length, self._digest)
         entry, marks = self._entry(
-            state.snapshot, state.rejections, state.decisions, state.cycles, always=restart
+            state.snapshot,
+            state.rejections,
+            state.decisions,
+            state.cycles,
+            always=restart,
+            promoted=state.texts,
         )
         if entry is not None:
             length, digest = length + 1, chain(digest, entry)
@@ -178,17 +187,19 @@ class Journal:
         cycles: Sequence[CycleTrace],
         *,
         always: bool = False,
+        promoted: Texts | None = None,
     ) -> tuple[str | None, _Marks]:
         """One entry: what was added since the last commit, and the watermarks after it.
 
         The entry is a `CycleDelta`'s JSON; `None` when nothing was added, unless `always`.
 
-        The new facts are written with the leaves kept at their promotion, each checked
-        against its leaf (`fact_texts`). When one was changed below the API, they are
-        recorded as they read now instead (`fact_records`), and the journal is `_changed`.
+        The new facts are written with the leaves kept at their promotion, from the texts
+        their seals wrote (`promoted`) or as they read now, each checked against its leaf
+        (`fact_texts`). When one was changed below the API, they are recorded as they read
+        now instead (`fact_records`), and the journal is `_changed`.
         """
         facts: tuple[FactRecord, ...] = ()
-        texts = fact_texts(snapshot, self._counts)
+        texts = fact_texts(snapshot, self._counts, promoted)
         if texts is None:
             facts, _ = fact_records(snapshot, self._counts)
             self._changed = True
