@@ -200,37 +200,25 @@ def test_every_command_of_the_parser_has_its_function_imported_when_it_runs() ->
         assert inspect.iscoroutinefunction(_main._command(name)), name  # pyright: ignore[reportPrivateUsage]
 
 
-def test_a_read_command_imports_no_other_commands_module(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["runs", "review"])
+def test_a_read_command_imports_no_other_command_engine_formation_or_report(
+    tmp_path: Path, command: str
+) -> None:
     code = (
         "import sys; from converge._cli._main import main; "
-        "main(['runs', '--store', sys.argv[1]]); "
-        "print(sorted(m for m in sys.modules if m.startswith('converge._cli.')))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "runs.db")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    loaded = done.stdout.strip().splitlines()[-1]
-    assert "'converge._cli._runs'" in loaded
-    for other in ("_run", "_show", "_review", "_verify", "_export", "_retain", "_ui"):
-        assert f"'converge._cli.{other}'" not in loaded, other
-
-
-def test_a_read_command_imports_no_engine_formation_or_report(tmp_path: Path) -> None:
-    code = (
-        "import sys; from converge._cli._main import main; "
-        "main(['runs', '--store', sys.argv[1]]); "
+        "main([sys.argv[2], '--store', sys.argv[1]]); "
         "print(sorted(m for m in sys.modules if m.startswith('converge')))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "runs.db")],
+        [sys.executable, "-c", code, str(tmp_path / "runs.db"), command],
         capture_output=True,
         text=True,
         check=True,
     )
     loaded = done.stdout.strip().splitlines()[-1]
+    assert f"'converge._cli._{command}'" in loaded
     assert "'converge.stores.sqlite'" in loaded
+    for other in ("_run", "_show", "_verify", "_export", "_retain", "_ui", "_fork", "_batch"):
+        assert f"'converge._cli.{other}'" not in loaded, other
     for heavy in ("_engine", "_formation", "_launch", "_kernel._run", "_report", "dask"):
         assert f"'converge.{heavy}'" not in loaded, heavy
