@@ -127,9 +127,9 @@ def fact_texts(
     gives them, each checked against its kept leaf; `None` when one was changed below the
     API (`fact_records` then records what it reads now).
 
-    A fact whose seal's text `promoted` keeps (by key and id) is written from that text,
-    checked to give the same kept leaf (`promoted_json`): what was promoted, never read from
-    the fact again, in a third of the time.
+    A fact whose seal's text `promoted` keeps (by key and id), with the very leaf the
+    context kept for it, is written from that text (`promoted_json`): what was promoted,
+    never read from the fact again, in a third of the time.
     """
     texts: list[str] = []
     for key, _, fact, leaf in snapshot._kept(since):  # pyright: ignore[reportPrivateUsage]
