@@ -48,6 +48,8 @@ _TEXTS: Final[dict[tuple[str | None, str, str, int], tuple[str, str]]] = {}
 """Promotion record texts by their fields (`_record_text`). Emptied at `_KEPT_TEXTS`."""
 _KEPT_TEXTS: Final = 4096
 _APPROVER: Final = frozenset({str, type(None)})
+_ORDERED: Final = (dict, list)
+"""Payloads whose entry keeps their own key order (`record_json`), not the leaf's sorted one."""
 Texts: TypeAlias = dict[tuple[AnyKey, str], tuple[str, bytes]]
 """The texts the leaves of a run's newest facts hash, with those leaves, by key and id
 (`Stamp.promote`)."""
@@ -210,9 +212,9 @@ def record_json(fact: Fact, leaf: bytes) -> str | None:
     text = _checked_preimage(fact, leaf)
     if text is None:
         return None
-    if isinstance(fact.__dict__["payload"], dict | list):  # its own order, not sorted
+    if isinstance(fact.__dict__["payload"], _ORDERED):  # its own order, not sorted
         text = _fact_preimage(fact, ordered=True)  # its values were just written: no error
-    return f'{text[1:-1]},"digest":"{leaf.hex()}"}}'
+    return _entry_json(text, leaf)
 
 
 def promoted_json(kept: tuple[str, bytes], leaf: bytes) -> str | None:
@@ -227,7 +229,13 @@ def promoted_json(kept: tuple[str, bytes], leaf: bytes) -> str | None:
     text, digest = kept
     if digest is not leaf:
         return None
-    return f'{text[1:-1]},"digest":"{leaf.hex()}"}}'
+    return _entry_json(text, leaf)
+
+
+def _entry_json(preimage: str, leaf: bytes) -> str:
+    """A `FactRecord`'s JSON from the text its leaf hashes: the object less its 0x00 prefix,
+    with the digest added."""
+    return f'{preimage[1:-1]},"digest":"{leaf.hex()}"}}'
 
 
 def _frozen_payload(payload: JsonValue) -> tuple[JsonValue, str | None]:
@@ -322,6 +330,6 @@ class Stamp:
         preimage = _preimage(own, text, self._head, clock, cycle, self._tail)
         digest = _sha256(preimage.encode("utf-8")).digest()
         values = (cycle, self.suggestor, self.suggestor_id, clock, self.gate, self.approved_by)
-        if texts is not None and not isinstance(payload, dict | list):
+        if texts is not None and not isinstance(payload, _ORDERED):
             texts[own["key"], own["id"]] = (preimage, digest)
         return _fact(own, payload, values, digest)
