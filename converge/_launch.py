@@ -92,12 +92,12 @@ class Launcher:
     def _fact_checks(self) -> FactChecks:
         """Whether a run's facts leave this process (saved or signed), so the run ends with
         every fact checked against the leaf the context kept at its promotion; and whether
-        that check keeps their records, for the record saved when the run stops (its
-        journal's entries hold only the facts' JSON)."""
-        store = self._keeper.store
+        that check keeps their records, for a record saved whole when the run stops (a run
+        saved as rows needs none: its journal's entries hold the facts' JSON)."""
+        keeper = self._keeper
         return {
-            "check_facts": store is not None or self._config.signing_key is not None,
-            "keep_facts": store is not None,
+            "check_facts": keeper.store is not None or self._config.signing_key is not None,
+            "keep_facts": keeper.saves_whole,
         }
 
     async def resume(

@@ -36,7 +36,7 @@ from .._review import formation_locator, signing_key
 from ._output import VERIFY_FAILED, Progress, exit_status, program, summary_lines
 from ._read import json_document
 from ._replay import cmd_replay
-from ._report import write_report
+from ._report import new_record, write_report
 from ._store import open_store, report_path, store_argument
 
 __all__ = ["cmd_diff", "cmd_fork", "cmd_replay_or_live"]
@@ -117,15 +117,14 @@ async def _fork(args: argparse.Namespace, out: TextIO, *, cycle: int, replay: bo
     except ReplayError as error:
         print(f"error: {visible(str(error).strip())}; nothing was forked", file=sys.stderr)
         return VERIFY_FAILED
-    record = RunRecord.saved(result) or RunRecord.of(
-        result, name=formation.name, formation=locate(locator), key=key
-    )
+    record, facts = new_record(result, formation.name, locate(locator), key)
     where = store_argument(args.store)
-    report = write_report(record, report_path(label, record.run_id), where, built=True)
+    report = write_report(record, report_path(label, record.run_id), where, built=True, facts=facts)
     if args.json:
-        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
+        whole = RunRecord.saved(result) or record
+        out.write(json_visible(whole.model_dump_json(indent=2)) + "\n")
         return exit_status(record, allow_failures=args.allow_failures)
-    out.write("\n".join(summary_lines(record)) + "\n")
+    out.write("\n".join(summary_lines(record, facts)) + "\n")
     lineage = result.lineage
     if lineage is not None:
         removed = f", retracted {', '.join(lineage.retracted_refs)}" if lineage.retracted else ""

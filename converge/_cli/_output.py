@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, TypeVar, final
 
-from .._core._checkpoint import FactRecord, key_spans
+from .._core._checkpoint import AnyFact, FactRecord, key_spans
 from .._core._escape import hidden_character, visible
 from .._core._events import CycleFinished, EngineEvent
 from .._core._invariant import Violation
@@ -204,7 +204,7 @@ class _Summary:
     """Effects a structural invariant rolled back."""
 
     @classmethod
-    def of(cls, source: RunRecord | RecordHead) -> _Summary:
+    def of(cls, source: RunRecord | RecordHead, facts: Sequence[AnyFact] | None) -> _Summary:
         if isinstance(source, RecordHead):
             return cls(
                 source.record,
@@ -216,14 +216,15 @@ class _Summary:
                 source.invalid,
                 source.rolled_back,
             )
+        shown = source.facts if facts is None else facts
         keys: dict[str, int] = {}
-        for key, start, end in key_spans(source.facts):  # one run per key, unless altered
+        for key, start, end in key_spans(shown):  # one run per key, unless altered
             keys[key.value] = keys.get(key.value, 0) + end - start
         shortfall = Shortfall.of(source.trace, source.rejections)
         return cls(
             source,
             list(keys.items()),
-            len(source.facts),
+            len(shown),
             source.rejections,
             len(source.rejections),
             [(cycle_of(source.trace, f), f) for f in shortfall.failures],
@@ -232,9 +233,12 @@ class _Summary:
         )
 
 
-def summary_lines(source: RunRecord | RecordHead) -> list[str]:
-    """The end-of-run summary of a record (or of a stored head), its values made visible."""
-    shown = _Summary.of(source)
+def summary_lines(
+    source: RunRecord | RecordHead, facts: Sequence[AnyFact] | None = None
+) -> list[str]:
+    """The end-of-run summary of a record (or of a stored head), its values made visible;
+    `facts`: the run's, when the record leaves them out (`_record.saved_facts`)."""
+    shown = _Summary.of(source, facts)
     record = shown.record
     by_key = ", ".join(f"{key} {count}" for key, count in shown.keys)
     lines = [
@@ -261,7 +265,7 @@ def summary_lines(source: RunRecord | RecordHead) -> list[str]:
 def rejection_lines(record: RunRecord) -> list[str]:
     """`rejections   N`, then each rejection with its reason (by the gate, then by a human;
     at most `SHOWN_REJECTIONS`), one line each."""
-    return _rejection_lines(_Summary.of(record))
+    return _rejection_lines(_Summary.of(record, None))
 
 
 def _rejection_lines(shown: _Summary) -> list[str]:
@@ -295,7 +299,7 @@ def decided(fact: FactRecord) -> str:
 
 def failure_lines(record: RunRecord) -> list[str]:
     """Each failure not made good, each invalid proposal and each rolled-back effect."""
-    return _failure_lines(_Summary.of(record))
+    return _failure_lines(_Summary.of(record, None))
 
 
 def _failure_lines(shown: _Summary) -> list[str]:

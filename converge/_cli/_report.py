@@ -10,34 +10,60 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from .._core._checkpoint import AnyFact
 from .._core._error import UsageError
 from .._core._escape import visible
-from .._core._record import RunRecord
+from .._core._record import RunRecord, saved_facts
+from .._core._result import ConvergeResult
 from .._review import signing_key
 from ._read import json_document, load_record
 from ._store import open_store, report_path, store_argument
 
-__all__ = ["cmd_report", "write_report"]
+__all__ = ["cmd_report", "new_record", "write_report"]
 
 
-def write_report(record: RunRecord, path: Path, where: str, *, built: bool = False) -> Path | None:
+def write_report(
+    record: RunRecord,
+    path: Path,
+    where: str,
+    *,
+    built: bool = False,
+    facts: Sequence[AnyFact] | None = None,
+) -> Path | None:
     """Write the run's HTML report; `where` (`store_argument`) goes into its commands.
 
     `built`: `record` was just built by `RunRecord.of` from a live result, so its facts were
-    checked then (`render_built_report`); a stored record is checked as it is rendered.
+    checked then (`render_built_report`; `facts`: the result's own, when the record leaves
+    them out); a stored record is checked as it is rendered.
     """
     try:
         report = importlib.import_module("converge._report._render")
     except ImportError:
         return None
-    render: Callable[..., str] = report.render_built_report if built else report.render_report
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(record, store_argument=where), encoding="utf-8")
+    if built:
+        html: str = report.render_built_report(record, store_argument=where, facts=facts)
+    else:
+        html = report.render_report(record, store_argument=where)
+    path.write_text(html, encoding="utf-8")
     return path
+
+
+def new_record(
+    result: ConvergeResult, name: str | None, formation: str, key: bytes | None
+) -> tuple[RunRecord, Sequence[AnyFact]]:
+    """The record of a run `run`, `resume` or `fork` just ran, and its facts, for its summary
+    and report: the record its engine saved (`saved_facts`: less its facts, when they were
+    saved as rows), else one built now."""
+    saved = saved_facts(result)
+    if saved is not None:
+        return saved
+    record = RunRecord.of(result, name=name, formation=formation, key=key)
+    return record, record.facts
 
 
 async def cmd_report(args: argparse.Namespace, out: TextIO) -> int:

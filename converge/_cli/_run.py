@@ -23,7 +23,7 @@ from .._formation import EngineOptions, Formation, command_timeout, load_formati
 from .._review import STALE, resume_stored, signing_key
 from ._output import FAILURES, Progress, exit_status, program, summary_lines
 from ._parser import DEMO_PACKAGE, demo_names
-from ._report import write_report
+from ._report import new_record, write_report
 from ._store import open_store, report_path, store_argument
 
 __all__ = ["cmd_demo", "cmd_resume", "cmd_run"]
@@ -58,16 +58,16 @@ async def _finish(
     label: str,
 ) -> int:
     """Print the saved run's summary (or JSON) and write its report."""
-    record = RunRecord.saved(result) or RunRecord.of(
-        result, name=formation.name, formation=locate(locator), key=signing_key()
-    )
+    record, facts = new_record(result, formation.name, locate(locator), signing_key())
     where = store_argument(args.store)
-    report = write_report(record, report_path(label, result.run_id), where, built=True)
+    path = report_path(label, result.run_id)
+    report = write_report(record, path, where, built=True, facts=facts)
     if args.json:
-        out.write(json_visible(record.model_dump_json(indent=2)) + "\n")
+        whole = RunRecord.saved(result) or record
+        out.write(json_visible(whole.model_dump_json(indent=2)) + "\n")
         return exit_status(record, allow_failures=args.allow_failures)
     run_id = visible(result.run_id)
-    out.write("\n".join(summary_lines(record)) + "\n")
+    out.write("\n".join(summary_lines(record, facts)) + "\n")
     out.write(f"saved run    {run_id} to {visible(label)}\n")
     if report is not None:
         out.write(f"report       {visible(report)}\n")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from itertools import groupby
 from operator import attrgetter
-from typing import Literal, cast, final
+from typing import Literal, TypeAlias, cast, final
 
 from pydantic import Field, JsonValue, ValidationError
 
@@ -29,12 +29,15 @@ from ._proposal import ProposedFact
 from ._seal import Texts, promoted_json, record_json, seal, unchanged
 from ._text import storable
 from ._trace import Continuation, CycleTrace, Rejection
+from ._witness import Witness, Witnesses
 
 __all__ = [
+    "AnyFact",
     "Checkpoint",
     "FactRecord",
     "ForkKind",
     "Lineage",
+    "clock_of",
     "fact_records",
     "fact_texts",
     "key_spans",
@@ -76,10 +79,23 @@ class FactRecord(FrozenModel, frozen=True):
         return trusted(cls, {name: getattr(fact, name) for name in Fact.model_fields})
 
 
+AnyFact: TypeAlias = Fact | FactRecord
+"""A fact, or the record of one: they read alike (the report shows either)."""
+
 _KEY = attrgetter("key")
 
 
-def key_spans(facts: Sequence[FactRecord]) -> list[tuple[AnyKey, int, int]]:
+def clock_of(fact: AnyFact) -> int:
+    """A fact's promotion clock; a `Fact`'s read from the values it keeps, without building
+    its promotion record (`Fact.promotion` builds one on each read)."""
+    if type(fact) is Fact:
+        clock = fact.__dict__["promotion"][3]
+        if type(clock) is int:
+            return clock
+    return fact.promotion.clock
+
+
+def key_spans(facts: Sequence[AnyFact]) -> list[tuple[AnyKey, int, int]]:
     """Each run of consecutive facts under one key: the key, the index of its first fact and
     the index past its last, in the facts' order. Facts in key order (a record's, unless it
     was altered) have one run per key. It reads each fact's key, nothing else of it.
@@ -122,6 +138,7 @@ def fact_texts(
     snapshot: ContextSnapshot,
     since: Mapping[AnyKey, int] | None = None,
     promoted: Texts | None = None,
+    witnesses: Witnesses | None = None,
 ) -> list[str] | None:
     """The JSON of the records of `snapshot`'s facts (`record_json`), as `fact_records`
     gives them, each checked against its kept leaf; `None` when one was changed below the
@@ -129,21 +146,43 @@ def fact_texts(
 
     A fact whose seal's text `promoted` keeps (by key and id), with the very leaf the
     context kept for it, is written from that text (`promoted_json`): what was promoted,
-    never read from the fact again, in a third of the time.
+    never read from the fact again, in a third of the time. Its witness, if it has one, goes
+    into `witnesses` at the fact's place under its key (`None` for a fact written otherwise).
     """
     texts: list[str] = []
+    filed: list[Witness | None] = []
+    last: AnyKey | None = None
     for key, _, fact, leaf in snapshot._kept(since):  # pyright: ignore[reportPrivateUsage]
-        text = None
+        text = witness = None
         if promoted:
             ident = fact.__dict__.get("id")
             kept = promoted.get((key, ident)) if type(ident) is str else None
-            text = None if kept is None else promoted_json(kept, leaf)
+            if kept is not None and (text := promoted_json(kept, leaf)) is not None:
+                witness = kept[2]
         if text is None:
             text = record_json(fact, leaf)
             if text is None:
                 return None
         texts.append(text)
+        if witnesses is not None:
+            if key is not last:
+                _file(witnesses, last, since, filed)
+                filed, last = [], key
+            filed.append(witness)
+    if witnesses is not None:
+        _file(witnesses, last, since, filed)
     return texts
+
+
+def _file(
+    witnesses: Witnesses,
+    key: AnyKey | None,
+    since: Mapping[AnyKey, int] | None,
+    filed: list[Witness | None],
+) -> None:
+    """File the witnesses of `key`'s facts past `since[key]`, which `fact_texts` wrote."""
+    if key is not None and filed:
+        witnesses.put(key, 0 if since is None else since.get(key, 0), filed)
 
 
 class _RecordFields(Fields):

@@ -246,6 +246,14 @@ class ContextSnapshot:
                 for fact, leaf in zip(facts, store.leaves[start:length], strict=False):
                     yield key, store, fact, leaf
 
+    def _columns(self) -> Iterator[tuple[AnyKey, FactStore, list[Fact], list[bytes]]]:
+        """Each key this snapshot sees facts under, with the store that keeps them, its facts
+        and their kept leaves, in `facts()` order."""
+        for key, store in self._stores.items():
+            length = self._seen(store)
+            if length:
+                yield key, store, store.facts[:length], store.leaves[:length]
+
     def _seen(self, store: FactStore) -> int:
         """How many of `store`'s facts this snapshot sees."""
         # By the store's tail, never by the flag or a list's length: either races an append

@@ -9,13 +9,14 @@ and never signs one whose facts were changed below the API.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final, Literal, Self, cast, final
 
 from pydantic import Field, model_validator
 
 from .._version import __version__
-from ._checkpoint import Checkpoint, FactRecord, Lineage, fact_records, restore_snapshot
+from ._checkpoint import AnyFact, Checkpoint, FactRecord, Lineage, fact_records, restore_snapshot
 from ._context import ContextSnapshot
 from ._exceptions import StoreError
 from ._hitl import GateRequest
@@ -28,7 +29,7 @@ from ._signature import signature_matches, signature_of
 from ._stop import RunStatus, StopReason
 from ._trace import Rejection, RunTrace
 
-__all__ = ["RunRecord", "failure_count", "kept_facts", "record_of"]
+__all__ = ["Deferred", "RunRecord", "failure_count", "kept_facts", "record_of", "saved_facts"]
 
 Interruption = Literal["cancelled", "lost"]
 """Why a run is `INTERRUPTED`: its caller cancelled it, or its process stopped saving."""
@@ -148,10 +149,16 @@ class RunRecord(FrozenModel, frozen=True):
     def saved(cls, result: ConvergeResult) -> RunRecord | None:
         """The record the engine saved of `result`'s run, when it has a store; else `None`.
 
-        It is the record the store holds, built once as the run stopped; `of` builds a
-        record of any result, checking every fact again.
+        It is the record the store holds. A run saved as rows, unsigned, that did not pause
+        has it built on the first call, with its facts recorded and checked then (a fact
+        changed in memory since the run ended makes it say so, as `of` does); any other's
+        was built as the run stopped. `of` builds a record of any result, checking every
+        fact again.
         """
         saved = result._saved  # pyright: ignore[reportPrivateUsage]
+        if isinstance(saved, Deferred):
+            saved = saved.whole(result)
+            object.__setattr__(result, "_saved", saved)
         return saved if isinstance(saved, RunRecord) else None
 
     @property
@@ -290,3 +297,34 @@ def record_of(
         converge_version=__version__,
     )
     return record if key is None else record.signed(key)
+
+
+@final
+class Deferred:
+    """The record of a run saved as rows, less its facts' records (what its head holds):
+    `RunRecord.saved` builds the record with them on first use, the CLI's report and
+    summary read the result's facts instead (`saved_facts`)."""
+
+    __slots__ = ("bare",)
+
+    def __init__(self, bare: RunRecord) -> None:
+        self.bare = bare
+
+    def whole(self, result: ConvergeResult) -> RunRecord:
+        """The record with its facts, each recorded and checked now (`fact_records`)."""
+        facts, problem = fact_records(result.context)
+        if problem is None:
+            return self.bare.model_copy(update={"facts": facts})
+        bare = self.bare
+        return record_of(result, facts, problem, name=bare.name, formation=bare.formation)
+
+
+def saved_facts(result: ConvergeResult) -> tuple[RunRecord, Sequence[AnyFact]] | None:
+    """The record the engine saved of `result`'s run, and the facts to show of it, without
+    building the records of its facts when the record was saved as rows (`Deferred`): then
+    the record less its facts, and the result's own, which the run's end checked against
+    their leaves. Any other saved record, with its facts. `None` when nothing was saved."""
+    saved = result._saved  # pyright: ignore[reportPrivateUsage]
+    if isinstance(saved, Deferred):
+        return saved.bare, result.context.facts()
+    return None if not isinstance(saved, RunRecord) else (saved, saved.facts)

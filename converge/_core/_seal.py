@@ -35,6 +35,7 @@ from ._fact import Fact, FactFields, GateKind, PromotionRecord, PromotionValues,
 from ._key import AnyKey
 from ._model import set_dict
 from ._proposal import ProposedFact
+from ._witness import WITNESSED_PAYLOADS, Witness
 
 __all__ = ["Stamp", "Texts", "fact_digest", "promoted_json", "record_json", "seal", "unchanged"]
 
@@ -50,9 +51,9 @@ _KEPT_TEXTS: Final = 4096
 _APPROVER: Final = frozenset({str, type(None)})
 _ORDERED: Final = (dict, list)
 """Payloads whose entry keeps their own key order (`record_json`), not the leaf's sorted one."""
-Texts: TypeAlias = dict[tuple[AnyKey, str], tuple[str, bytes]]
-"""The texts the leaves of a run's newest facts hash, with those leaves, by key and id
-(`Stamp.promote`)."""
+Texts: TypeAlias = dict[tuple[AnyKey, str], tuple[str, bytes, Witness | None]]
+"""The texts the leaves of a run's newest facts hash, with those leaves and the facts'
+witnesses (`_witness`), by key and id (`Stamp.promote`)."""
 
 
 def _leaf(
@@ -217,7 +218,7 @@ def record_json(fact: Fact, leaf: bytes) -> str | None:
     return _entry_json(text, leaf)
 
 
-def promoted_json(kept: tuple[str, bytes], leaf: bytes) -> str | None:
+def promoted_json(kept: tuple[str, bytes, Witness | None], leaf: bytes) -> str | None:
     """The JSON of a fact's `FactRecord`, as `record_json` writes it, from the text its leaf
     hashed when it was promoted (`Stamp.promote`'s `texts`, with that leaf); `None` unless
     that leaf is `leaf` itself, the very digest the context kept for the fact: then the text
@@ -226,7 +227,7 @@ def promoted_json(kept: tuple[str, bytes], leaf: bytes) -> str | None:
     The fact as it reads now is not looked at: the entry holds what was promoted, and the
     run's end check finds a fact changed since (`_integrity.changed`).
     """
-    text, digest = kept
+    text, digest, _ = kept
     if digest is not leaf:
         return None
     return _entry_json(text, leaf)
@@ -315,9 +316,11 @@ class Stamp:
     ) -> Fact:
         """The fact of `proposal`, promoted now, in `cycle` at Lamport time `clock`.
 
-        `texts`: keep there, under the fact's key and id, the text its leaf hashes and the
-        leaf (for the run's next journal entry, `promoted_json`), unless its payload is an
-        object or an array, whose entry keeps the payload's own key order (`record_json`).
+        `texts`: keep there, under the fact's key and id, the text its leaf hashes, the
+        leaf (for the run's next journal entry, `promoted_json`) and the fact's witness
+        (`_witness`, for the run's end check; `None` unless every value of the fact is
+        immutable), unless its payload is an object or an array, whose entry keeps the
+        payload's own key order (`record_json`).
 
         Raises:
             ValueError: A field cannot be hashed (a proposal that skipped validation).
@@ -330,6 +333,14 @@ class Stamp:
         preimage = _preimage(own, text, self._head, clock, cycle, self._tail)
         digest = _sha256(preimage.encode("utf-8")).digest()
         values = (cycle, self.suggestor, self.suggestor_id, clock, self.gate, self.approved_by)
+        fact = _fact(own, payload, values, digest)
         if texts is not None and not isinstance(payload, _ORDERED):
-            texts[own["key"], own["id"]] = (preimage, digest)
-        return _fact(own, payload, values, digest)
+            witness = (
+                tuple(fact.__dict__.values())
+                if type(payload) in WITNESSED_PAYLOADS
+                and type(own["evidence"]) is tuple
+                and type(own["confidence"]) is float
+                else None
+            )
+            texts[own["key"], own["id"]] = (preimage, digest, witness)
+        return fact

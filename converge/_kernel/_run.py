@@ -103,8 +103,8 @@ class RunLoop:
         self._view = view
         self._state = state
         self._saver = saver
-        if saver is not None and state.texts is None:
-            state.texts = {}  # the journal's next entry takes what the seal wrote
+        if saver is not None:
+            state.keep_seals()
         self._stopwatch = Stopwatch(state.elapsed_before)
         self._cycle_start = 0.0
         """The cycle's start, a `perf_counter()` reading (`Stopwatch.at` tells its times)."""

@@ -22,6 +22,7 @@ from .._core._proposal import ProposedFact
 from .._core._seal import Texts
 from .._core._stop import StopReason
 from .._core._trace import Continuation, Rejection, RunTrace
+from .._core._witness import Witnesses
 from ._cycle_log import CycleLog
 
 __all__ = ["Origin", "RunState", "root_of", "run_trace"]
@@ -57,6 +58,15 @@ class RunState:
     """For a run saved after every cycle: the text the leaf of each fact promoted since the
     last save hashes, by key and id (`Stamp.promote`), which its journal entry holds as is
     (`_seal.promoted_json`); the saver empties it once the store has taken the entry."""
+    witnesses: Witnesses | None = None
+    """For a run saved after every cycle: the witness of each fact its journal wrote from
+    its seal's text (`_witness`), for the end check (`changed_facts`)."""
+
+    def keep_seals(self) -> None:
+        """Keep, from now on, what each seal writes and hashes, for a run saved after every
+        cycle: its journal's entries take the texts, its end check the witnesses."""
+        if self.texts is None:
+            self.texts, self.witnesses = {}, Witnesses()
 
     @property
     def initial_root(self) -> str:
@@ -82,7 +92,7 @@ class RunState:
                 settle()
             self.facts = facts if problem is None else None
         else:
-            problem = changed(self.snapshot)
+            problem = changed(self.snapshot, self.witnesses)
         if problem is None:
             return None
         cycles = self.cycles

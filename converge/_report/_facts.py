@@ -19,7 +19,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import Final
 
-from .._core._checkpoint import FactRecord, key_spans
+from .._core._checkpoint import AnyFact, key_spans
 from .._core._escape import esc
 from .._core._key import AnyKey, ContextKey
 from .._core._record import RunRecord
@@ -42,22 +42,21 @@ FACT_ENDS: Final = 20
 """Each key's table lists at least its first and its last this many facts."""
 
 
-def _ref(fact: FactRecord) -> str:
+def _ref(fact: AnyFact) -> str:
     return f"{fact.key.value}/{fact.id}"
 
 
 _ID: Final = attrgetter("id")
 
 
-def pinned_refs(record: RunRecord, latest: Iterable[int]) -> set[str]:
+def pinned_refs(record: RunRecord, facts: Sequence[AnyFact], latest: Iterable[int]) -> set[str]:
     """The facts other sections of the report name, so that their tables list them.
 
     The lineage graph's nodes (`latest`, the indexes `latest_facts` gives), what the last
     promoting cycle promoted (the summary's list, its first `LINEAGE_LIMIT`), the evidence of
     held proposals and the facts human decisions made or rejected: a few hundred at most,
-    whatever the run's size.
+    whatever the run's size. `facts` are the record's (or the run's, `render_built_report`).
     """
-    facts = record.facts
     pinned = {_ref(facts[index]) for index in latest}
     last = next((c for c in reversed(record.trace.cycles) if c.promoted), None)
     if last is not None:
@@ -81,9 +80,7 @@ def _ids_by_key(refs: Iterable[str]) -> dict[str, set[str]]:
     return ids
 
 
-def _named(
-    facts: Sequence[FactRecord], start: int, end: int, ids: Collection[str]
-) -> Iterator[int]:
+def _named(facts: Sequence[AnyFact], start: int, end: int, ids: Collection[str]) -> Iterator[int]:
     """The indexes from `start` to `end` of the facts whose id is in `ids`, in order: it
     reads each one's id, and builds no reference."""
     if not ids or start >= end:
@@ -124,7 +121,7 @@ class FactTable:
         return sum(len(group.listed) for group in self.groups)
 
 
-def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
+def fact_table(facts: Sequence[AnyFact], pinned: Iterable[str] = ()) -> FactTable:
     """The facts to list: each key's first and last `FACT_ENDS`, and those in `pinned`.
 
     `anchors` holds the listed facts, and the facts they cite that are left out (`""`): what
@@ -132,7 +129,6 @@ def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
     at the report's peak, a third of what `converge run` holds over the engine. It builds
     the reference of the facts it lists alone, and finds the others by their keys and ids.
     """
-    facts = record.facts
     spans = key_spans(facts)
     wanted = _ids_by_key(pinned)
     rows: dict[str, int] = {}
@@ -160,7 +156,7 @@ def fact_table(record: RunRecord, pinned: Iterable[str] = ()) -> FactTable:
     return FactTable(tuple(groups), rows, anchors)
 
 
-def fact_row(fact: FactRecord, anchor: str, anchors: dict[str, str]) -> str:
+def fact_row(fact: AnyFact, anchor: str, anchors: dict[str, str]) -> str:
     """A fact's row: `anchor` its id, `anchors` where its evidence links go (`ref_link`)."""
     ref = _ref(fact)
     promotion = fact.promotion
@@ -197,12 +193,11 @@ def _gap(count: int) -> str:
 
 
 def _group(
-    record: RunRecord,
+    facts: Sequence[AnyFact],
     group: KeyGroup,
     anchors: dict[str, str],
     facts_href: Callable[[str, int], str] | None,
 ) -> str:
-    facts = record.facts
     rows: list[str] = []
     previous = group.start - 1
     for index in group.listed:
@@ -248,14 +243,16 @@ def facts_table(rows: list[str], *, attrs: str = "") -> str:
 
 def facts_section(
     record: RunRecord,
+    shown: Sequence[AnyFact],
     facts: FactTable,
     *,
     store_argument: str = "",
     facts_href: Callable[[str, int], str] | None = None,
 ) -> str:
     """The facts by key: a filter, then each key's bounded table. With `facts_href`, a key
-    with facts left out links to `facts_href(key, 1)`, the first of its pages."""
-    total = len(record.facts)
+    with facts left out links to `facts_href(key, 1)`, the first of its pages. `shown` are
+    the record's facts (or the run's, `render_built_report`)."""
+    total = len(shown)
     if not total:
         return section(
             "facts", "Facts", '<p class="empty">The context holds no facts.</p>', count=0
@@ -275,5 +272,5 @@ def facts_section(
         'listed facts: any text in a row" aria-label="Filter facts"> <span data-count='
         f'"facts-shown" data-value="{listed}">{listed} of {listed} facts</span></div>'
     )
-    groups = "".join(_group(record, group, facts.anchors, facts_href) for group in facts.groups)
+    groups = "".join(_group(shown, group, facts.anchors, facts_href) for group in facts.groups)
     return section("facts", "Facts by key", export + search + groups, count=total)

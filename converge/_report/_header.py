@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
 
+from .._core._checkpoint import AnyFact
 from .._core._escape import esc
 from .._core._invariant import Violation
 from .._core._record import RunRecord
@@ -79,7 +80,7 @@ def times_list(times: RunTimes) -> str:
     )
 
 
-def _stats(record: RunRecord) -> str:
+def _stats(record: RunRecord, facts: int) -> str:
     calls = [e for _, e in executions(record)]
     failures = sum(e.outcome == "failed" for e in calls)
     timeouts = sum(e.outcome == "timed_out" for e in calls)
@@ -88,7 +89,7 @@ def _stats(record: RunRecord) -> str:
     return "".join(
         [
             count_stat("cycles", record.cycles, "cycles"),
-            count_stat("facts", len(record.facts), "facts"),
+            count_stat("facts", facts, "facts"),
             count_stat("tokens", record.tokens, "tokens"),
             count_stat("executions", len(calls), "executions"),
             count_stat("failures", failures, "failures", level="alert" if failures else ""),
@@ -101,9 +102,10 @@ def _stats(record: RunRecord) -> str:
     )
 
 
-def header(record: RunRecord, title: str) -> str:
-    """The header: title, formation, run id, status badge and detail, times, counts."""
-    return _header(record, title, badge_class(record), run_times(record), _stats(record))
+def header(record: RunRecord, title: str, facts: int) -> str:
+    """The header: title, formation, run id, status badge and detail, times, counts (the
+    run's `facts`)."""
+    return _header(record, title, badge_class(record), run_times(record), _stats(record, facts))
 
 
 def head_header(head: RecordHead, title: str) -> str:
@@ -196,16 +198,16 @@ def decisions_list(record: RunRecord) -> str:
     return f'<h3>Human decisions</h3><ul class="decided">{"".join(items)}</ul>'
 
 
-def _promoted(record: RunRecord, facts: FactTable) -> str:
+def _promoted(record: RunRecord, shown: Sequence[AnyFact], facts: FactTable) -> str:
     last = next((c for c in reversed(record.trace.cycles) if c.promoted), None)
     if last is None:
-        inputs = sum(fact.promotion.cycle == 0 for fact in record.facts)
+        inputs = sum(fact.promotion.cycle == 0 for fact in shown)
         told = f"; the {inputs} input(s) are the run&#x27;s facts" if inputs else ""
         return f'<p class="muted">No cycle promoted a fact{told}.</p>'
     items: list[str] = []
     for ref in last.promoted[:SUMMARY_FACT_LIMIT]:  # pinned (`pinned_refs`), so listed
         index = facts.rows.get(ref)
-        content = "" if index is None else record.facts[index].content
+        content = "" if index is None else shown[index].content
         items.append(
             f'<li data-summary-fact="{esc(ref)}">{ref_link(ref, facts.anchors)} '
             f'<span class="wrap">{esc(short(content, 240))}</span></li>'
@@ -220,9 +222,9 @@ def _promoted(record: RunRecord, facts: FactTable) -> str:
     )
 
 
-def summary(record: RunRecord, facts: FactTable) -> str:
+def summary(record: RunRecord, shown: Sequence[AnyFact], facts: FactTable) -> str:
     """What the run decided: its stop reason, who decided what, what it last promoted
-    (`facts`: the facts the report lists)."""
+    (`shown`: the run's facts; `facts`: those the report lists)."""
     detail = f": {esc(record.detail)}" if record.detail else ""
     if record.status is RunStatus.RUNNING:
         said = f"The run is <b>running</b>{detail}; it has not stopped yet"
@@ -241,5 +243,5 @@ def summary(record: RunRecord, facts: FactTable) -> str:
             f'<p class="callout" data-summary="pending">{len(record.pending)} proposal(s) wait '
             'for a human decision: <a href="#held">review the held proposals</a>.</p>'
         )
-    body += decisions_list(record) + _promoted(record, facts)
+    body += decisions_list(record) + _promoted(record, shown, facts)
     return f'<section id="summary"><h2>Result</h2>{body}</section>'

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Final
 
+from .._core._checkpoint import AnyFact
 from .._core._collector import paused_collector
 from .._core._escape import esc
 from .._core._record import RunRecord
@@ -91,14 +92,14 @@ def failures_table(failed: Sequence[tuple[int, Execution]], title: str) -> str:
 _EVIDENCE: Final = attrgetter("evidence")
 
 
-def _lineage(record: RunRecord, latest: Sequence[int], anchors: dict[str, str]) -> str:
-    edges = sum(map(len, map(_EVIDENCE, record.facts)))
+def _lineage(facts: Sequence[AnyFact], latest: Sequence[int], anchors: dict[str, str]) -> str:
+    edges = sum(map(len, map(_EVIDENCE, facts)))
     intro = (
         f'<p class="note">Columns are promotion cycles; an arrow runs from each piece of evidence '
         f"to the fact derived from it ({edges} evidence link(s) in all). Hover a node to "
         "highlight its links; click it to jump to its row. Dashed outline: approved by a human.</p>"
     )
-    return section("lineage", "Lineage", intro + lineage_svg(record.facts, latest, anchors))
+    return section("lineage", "Lineage", intro + lineage_svg(facts, latest, anchors))
 
 
 def _rejections(record: RunRecord) -> str:
@@ -158,12 +159,12 @@ def _invariants(record: RunRecord) -> str:
     return section("invariants", "Invariants and conflicts", body, count=len(rows))
 
 
-def _integrity(record: RunRecord, built: bool) -> str:
+def _integrity(record: RunRecord, built: str | None) -> str:
     proof = record.integrity
-    if built:  # `RunRecord.of` checked each fact against its kept leaf as it built the record
+    if built is not None:  # each fact was checked against its kept leaf `built`
         verdict = (
             '<span class="ok">✓ verified</span>: each fact was checked against the leaf the '
-            "engine kept for it as this record was built"
+            f"engine kept for it {built}"
         )
         return _proof(record, "true", verdict)
     try:
@@ -214,6 +215,14 @@ _NAV: Final = (
 )
 
 
+def _checked(built: bool, facts: Sequence[AnyFact] | None) -> str | None:
+    """When the report's facts were checked against their leaves, if the report need not
+    restore them to check them (`_integrity`)."""
+    if facts is not None:
+        return "as the run ended"
+    return "as this record was built" if built else None
+
+
 def _heading(record: RunRecord, title: str | None) -> str:
     if title is not None:
         return title
@@ -229,6 +238,7 @@ def report_body(
     facts_href: Callable[[str, int], str] | None = None,
     timeline_extra: str = "",
     built: bool = False,
+    facts: Sequence[AnyFact] | None = None,
 ) -> str:
     """The report's HTML inside `<main>`: header, navigation and every section.
 
@@ -246,26 +256,31 @@ def report_body(
         timeline_extra: HTML shown below the timeline (the console's "fork from this cycle").
         built: `record` was just built by `RunRecord.of`, which checked each fact against
             the leaf the engine kept for it: the integrity section does not restore them.
+        facts: The run's facts, when `record` leaves them out (a run saved as rows: its
+            result's, which the run's end checked against their leaves); `built` then.
     """
-    latest = latest_facts(record.facts)
-    facts = fact_table(record, pinned_refs(record, latest))
-    anchors = facts.anchors
+    shown = record.facts if facts is None else facts
+    latest = latest_facts(shown)
+    table = fact_table(shown, pinned_refs(record, shown, latest))
+    anchors = table.anchors
     nav = "".join(f'<a href="#{ident}">{label}</a>' for ident, label in _NAV)
     held = gates(record, anchors, store_argument=store_argument, gate_href=gate_href)
     paused = bool(record.pending)
     return "".join(
         [
-            header(record, _heading(record, title)),
+            header(record, _heading(record, title), len(shown)),
             f"<nav>{nav}</nav>",
-            summary(record, facts),
+            summary(record, shown, table),
             held if paused else "",
             _timeline(record, timeline_extra),
-            facts_section(record, facts, store_argument=store_argument, facts_href=facts_href),
-            _lineage(record, latest, anchors),
+            facts_section(
+                record, shown, table, store_argument=store_argument, facts_href=facts_href
+            ),
+            _lineage(shown, latest, anchors),
             _rejections(record),
             "" if paused else held,
             _invariants(record),
-            _integrity(record, built),
+            _integrity(record, _checked(built, facts)),
         ]
     )
 
@@ -291,21 +306,31 @@ def render_report(record: RunRecord, *, title: str | None = None, store_argument
     return _page(record, title, store_argument, built=False)
 
 
-def render_built_report(record: RunRecord, *, store_argument: str = "") -> str:
+def render_built_report(
+    record: RunRecord, *, store_argument: str = "", facts: Sequence[AnyFact] | None = None
+) -> str:
     """`render_report` of a record `RunRecord.of` just built from a live result.
 
     Its facts were each checked against the leaf the engine kept at their promotion as the
     record was built, so the integrity section says so instead of restoring them again; a
     record that ended on a violated invariant (a fact changed below the API ends so) is
-    restored and checked as any other.
+    restored and checked as any other. `facts`: the run's own, which the run's end checked,
+    for a record saved as rows that leaves them out (`_record.saved_facts`).
     """
     built = record.stop_reason is not StopReason.INVARIANT_VIOLATED
-    return _page(record, None, store_argument, built=built)
+    return _page(record, None, store_argument, built=built, facts=facts if built else None)
 
 
-def _page(record: RunRecord, title: str | None, store_argument: str, *, built: bool) -> str:
+def _page(
+    record: RunRecord,
+    title: str | None,
+    store_argument: str,
+    *,
+    built: bool,
+    facts: Sequence[AnyFact] | None = None,
+) -> str:
     page_title = title if title is not None else f"converge run {record.run_id}"
-    body = report_body(record, title=title, store_argument=store_argument, built=built)
+    body = report_body(record, title=title, store_argument=store_argument, built=built, facts=facts)
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

@@ -12,10 +12,10 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, islice
-from operator import attrgetter, gt
+from operator import gt
 from typing import Final
 
-from .._core._checkpoint import FactRecord
+from .._core._checkpoint import AnyFact, clock_of
 from .._core._escape import esc, visible
 from .._core._key import AnyKey, ContextKey, key_rank
 
@@ -55,10 +55,8 @@ def key_colour(key: AnyKey) -> str:
 LINEAGE_LIMIT: Final = 120
 """The lineage graph draws at most this many facts (the latest promoted)."""
 
-_CLOCK: Final = attrgetter("promotion.clock")
 
-
-def latest_facts(facts: Sequence[FactRecord]) -> list[int]:
+def latest_facts(facts: Sequence[AnyFact]) -> list[int]:
     """The indexes of the latest `LINEAGE_LIMIT` facts by promotion clock, in clock order
     (of equal clocks, the later index last): the tail of a stable sort by clock.
 
@@ -66,7 +64,7 @@ def latest_facts(facts: Sequence[FactRecord]) -> list[int]:
     latest are among the last `LINEAGE_LIMIT` of each run where the clock never drops; that
     holds of any order, and an altered record only has more, shorter runs.
     """
-    clocks = list(map(_CLOCK, facts))
+    clocks = list(map(clock_of, facts))
     drops = compress(range(1, len(clocks)), map(gt, clocks, islice(clocks, 1, None)))
     starts = [0, *drops]
     ends = [*starts[1:], len(clocks)]
@@ -137,7 +135,7 @@ _TOP: Final = 34
 
 @dataclass(frozen=True)
 class _Node:
-    fact: FactRecord
+    fact: AnyFact
     ref: str
     lines: list[str]
     x: float = 0.0
@@ -149,7 +147,7 @@ class _Node:
         return 10 + _LINE_H * len(self.lines)
 
 
-def _sub_columns(group: Sequence[FactRecord], x: float) -> tuple[list[_Node], float]:
+def _sub_columns(group: Sequence[AnyFact], x: float) -> tuple[list[_Node], float]:
     """One cycle's nodes placed in sub-columns of at most `_PER_COLUMN`; and the next x."""
     placed: list[_Node] = []
     for start in range(0, len(group), _PER_COLUMN):
@@ -171,9 +169,9 @@ def _sub_columns(group: Sequence[FactRecord], x: float) -> tuple[list[_Node], fl
     return placed, x
 
 
-def _place(facts: Sequence[FactRecord]) -> tuple[dict[str, _Node], list[str], float, float]:
+def _place(facts: Sequence[AnyFact]) -> tuple[dict[str, _Node], list[str], float, float]:
     """Nodes by ref, column headers as SVG, and the graph's width and height."""
-    by_cycle: dict[int, list[FactRecord]] = {}
+    by_cycle: dict[int, list[AnyFact]] = {}
     for fact in facts:
         by_cycle.setdefault(fact.promotion.cycle, []).append(fact)
     nodes: dict[str, _Node] = {}
@@ -220,9 +218,7 @@ def _node(node: _Node, anchors: Mapping[str, str]) -> str:
     )
 
 
-def lineage_svg(
-    facts: Sequence[FactRecord], latest: Sequence[int], anchors: Mapping[str, str]
-) -> str:
+def lineage_svg(facts: Sequence[AnyFact], latest: Sequence[int], anchors: Mapping[str, str]) -> str:
     """The lineage graph: facts as nodes in columns by promotion cycle, evidence → fact edges.
 
     Above `LINEAGE_LIMIT` facts only the `latest` (`latest_facts`) are drawn, with a note.

@@ -13,6 +13,7 @@ stays as its rows under a small head (`RunFinal`) when the store keeps rows.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Final, Literal, TypeVar, final
 
@@ -20,7 +21,7 @@ import anyio
 
 from .._core._context import ContextSnapshot
 from .._core._exceptions import ConfigurationError, StaleRecordError, StoreError
-from .._core._record import RunRecord, kept_facts, record_of
+from .._core._record import Deferred, RunRecord, kept_facts, record_of
 from .._core._result import ConvergeResult
 from .._core._stop import RunStatus
 from .._core._store import RowStore, RunStore
@@ -147,18 +148,29 @@ class CycleSaver:
         await self._store.renew_lease(self.run_id, version=version, lease_seconds=self._lease)
         self._fresh_at = monotonic()
 
-    async def finish(self, record: RunRecord, context: ContextSnapshot) -> None:
+    async def finish(
+        self, record: RunRecord, context: ContextSnapshot, whole: Callable[[], RunRecord]
+    ) -> RunRecord | None:
         """Save the finished or paused record over the running one.
 
         As rows (its head and the last journal entry) when the store keeps rows and the
-        record allows it (`Journal.final`), whole otherwise.
+        record allows it (`Journal.final`), whole otherwise: `record` may leave its facts out
+        (a run saved as rows needs no record of them), and `whole()` builds it with them.
+        Returns the record saved whole, `None` when the run was saved as rows.
         """
         async with self._lock:
             store, version = self._store, self._version
             if isinstance(store, RowStore) and (final := self._journal.final(record, context)):
                 self._version = await store.save_final(final, expected_version=version)
-            else:
-                self._version = await store.save(record, expected_version=version)
+                return None
+            saved = whole()
+            self._version = await store.save(saved, expected_version=version)
+            return saved
+
+    @property
+    def keeps_rows(self) -> bool:
+        """Whether its store keeps a run's journal as rows (`RowStore`)."""
+        return isinstance(self._store, RowStore)
 
 
 async def with_lease(saver: CycleSaver | None, work: Callable[[], Awaitable[T]]) -> T:
@@ -197,6 +209,19 @@ class RunKeeper:
         self._label = label
         self._key = key
 
+    @property
+    def saves_whole(self) -> bool:
+        """Whether a stopped run's record is saved with its facts' records, made as it ends.
+
+        With a store, unless the store keeps rows, the run is saved after every cycle and
+        nothing is signed: `save` then defers them (a paused run's are its checkpoint's).
+        """
+        store = self.store
+        if store is None:
+            return False
+        rows = isinstance(store, RowStore) and self._durability == "cycle"
+        return not rows or self._key is not None
+
     def saver(
         self, run_id: str, fingerprint: tuple[tuple[str, ...], tuple[str, ...]], version: int
     ) -> CycleSaver | None:
@@ -221,19 +246,25 @@ class RunKeeper:
         if store is None:
             return result
         name, formation = self._label
-        # the facts as the run's end checked and recorded them (`RunLoop`'s `keep_facts`):
-        # not checked a second time
-        facts = kept_facts(result)
-        if facts is None:
-            record = RunRecord.of(result, name=name, formation=formation, key=self._key)
-        else:
-            record = record_of(result, facts, None, name=name, formation=formation, key=self._key)
+        whole = partial(self._whole, result)
+        # A run saved as rows, unsigned and not paused, needs no record of its facts: its
+        # journal holds them, and `RunRecord.saved` builds that record on first use.
+        deferred = (
+            saver is not None
+            and saver.keeps_rows
+            and self._key is None
+            and result.checkpoint is None
+            and kept_facts(result) is None
+        )
+        record = (
+            record_of(result, (), None, name=name, formation=formation) if deferred else whole()
+        )
         try:
             with anyio.CancelScope(shield=True):
                 if saver is None:
                     await store.save(record, expected_version=expected_version)
-                else:
-                    await saver.finish(record, result.context)
+                elif (saved := await saver.finish(record, result.context, whole)) is not None:
+                    record, deferred = saved, False
         except StaleRecordError as error:
             error.result = result
             raise
@@ -243,5 +274,20 @@ class RunKeeper:
                 f"{type(error).__name__}: {error}",
                 result=result,
             ) from error
-        object.__setattr__(result, "_saved", record)  # once, before anyone else sees it
+        # once, before anyone else sees it
+        object.__setattr__(result, "_saved", Deferred(record) if deferred else record)
         return result
+
+    def _whole(self, result: ConvergeResult) -> RunRecord:
+        """The record of `result` with its facts' records.
+
+        Those the run's end checked and made (`RunLoop`'s `keep_facts`, not checked again),
+        those of its checkpoint (a paused run's, made as it paused), else made and checked.
+        """
+        name, formation = self._label
+        facts = kept_facts(result)
+        if facts is None and result.checkpoint is not None:
+            facts = result.checkpoint.facts
+        if facts is None:
+            return RunRecord.of(result, name=name, formation=formation, key=self._key)
+        return record_of(result, facts, None, name=name, formation=formation, key=self._key)

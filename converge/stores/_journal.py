@@ -28,6 +28,7 @@ from .._core._shortfall import cycle_of, invalid_proposals
 from .._core._signature import signature_of
 from .._core._stop import RunStatus, StopReason
 from .._core._trace import CycleTrace, Rejection
+from .._core._witness import Witnesses
 
 if TYPE_CHECKING:  # the reads import the journal's chain, and need no kernel
     from .._kernel._state import RunState
@@ -149,6 +150,7 @@ class Journal:
             state.cycles,
             always=restart,
             promoted=state.texts,
+            witnesses=state.witnesses,
         )
         if entry is not None:
             length, digest = length + 1, chain(digest, entry)
@@ -188,6 +190,7 @@ class Journal:
         *,
         always: bool = False,
         promoted: Texts | None = None,
+        witnesses: Witnesses | None = None,
     ) -> tuple[str | None, _Marks]:
         """One entry: what was added since the last commit, and the watermarks after it.
 
@@ -199,7 +202,7 @@ class Journal:
         now instead (`fact_records`), and the journal is `_changed`.
         """
         facts: tuple[FactRecord, ...] = ()
-        texts = fact_texts(snapshot, self._counts, promoted)
+        texts = fact_texts(snapshot, self._counts, promoted, witnesses)
         if texts is None:
             facts, _ = fact_records(snapshot, self._counts)
             self._changed = True

@@ -179,10 +179,11 @@ def test_a_kept_text_whose_leaf_is_not_the_one_the_context_kept_is_not_used() ->
     snapshot = ContextSnapshot.empty()._extend(facts, leaves, 1, 3)  # pyright: ignore[reportPrivateUsage]
     checked = fact_texts(snapshot)
     assert fact_texts(snapshot, None, texts) == checked
-    text, leaf = texts[H, "h-1"]
-    texts[H, "h-1"] = (text.replace('"c"', '"forged"'), bytes(bytearray(leaf)))  # equal, not it
+    text, leaf, witness = texts[H, "h-1"]
+    forged = text.replace('"c"', '"forged"')
+    texts[H, "h-1"] = (forged, bytes(bytearray(leaf)), witness)  # an equal leaf, not the one
     assert fact_texts(snapshot, None, texts) == checked
-    texts[H, "h-2"] = (text, leaves[1])  # h-1's text under h-2's very leaf: a pairing no seal makes
+    texts[H, "h-2"] = (text, leaves[1], None)  # h-1's text, h-2's very leaf: no seal pairs them
     assert fact_texts(snapshot, None, texts) != checked  # what the identity trusts, shown
 
 

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from converge import ContextKey, Engine, ProposedFact, RunRecord, SqliteRunStore, render_report
 from converge._report._facts import FACT_ENDS
+from converge._report._render import render_built_report
 from converge._report._svg import LINEAGE_LIMIT
 from converge.ui import Reviewers
 from converge.ui._fact_page import FACTS_PER_PAGE
@@ -314,3 +315,32 @@ def test_report_does_not_verify_a_proof_whose_fact_count_was_edited(record: RunR
     html = render_report(record.model_copy(update={"integrity": proof}))
     assert 'data-verified="false"' in html
     assert 'data-verified="true"' in render_report(record)
+
+
+def test_a_report_from_a_runs_own_facts_is_the_report_of_its_record() -> None:
+    """`converge run` renders a run saved as rows from its result's facts, not records of
+    them: the same page, but for when the facts were checked."""
+    inputs = [
+        ProposedFact(
+            key=H,
+            id=f"h{n}",
+            content=f"claim {n}",
+            provenance="in",
+            payload={"n": n} if n % 7 == 0 else n,
+            evidence=(f"hypotheses/h{n - 1}",) if n % 10 == 9 else (),
+        )
+        for n in range(500)
+    ]
+    result = anyio.run(lambda: Engine().run(inputs=inputs))
+    record = RunRecord.of(result)
+    bare = record.model_copy(update={"facts": ()})
+    whole = render_built_report(record)
+    shown = render_built_report(bare, facts=result.context.facts())
+    ended = "checked against the leaf the engine kept for it as the run ended"
+    assert ended in shown
+    assert (
+        shown.replace(
+            ended, "checked against the leaf the engine kept for it as this record was built"
+        )
+        == whole
+    )

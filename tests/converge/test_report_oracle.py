@@ -57,13 +57,12 @@ def old_pinned_refs(record: RunRecord) -> set[str]:
     """The latest facts by a sort of them all, and what the rest of the report names."""
     facts = record.facts
     latest = facts if len(facts) <= LINEAGE_LIMIT else [facts[i] for i in _sorted_latest(facts)]
-    return {_ref(fact) for fact in latest} | pinned_refs(record, ())
+    return {_ref(fact) for fact in latest} | pinned_refs(record, record.facts, ())
 
 
-def old_fact_table(record: RunRecord, pinned: set[str]) -> FactTable:
+def old_fact_table(facts: Sequence[FactRecord], pinned: set[str]) -> FactTable:
     anchors: dict[str, str] = {}
     groups: list[KeyGroup] = []
-    facts = record.facts
     start = 0
     while start < len(facts):
         key = facts[start].key
@@ -99,19 +98,19 @@ def old_lineage_svg(facts: Sequence[FactRecord], anchors: dict[str, str]) -> str
     return lineage_svg(facts, _sorted_latest(facts), every)
 
 
-def old_lineage(record: RunRecord, latest: Sequence[int], anchors: dict[str, str]) -> str:
+def old_lineage(facts: Sequence[FactRecord], latest: Sequence[int], anchors: dict[str, str]) -> str:
     del latest
-    edges = sum(len(fact.evidence) for fact in record.facts)
+    edges = sum(len(fact.evidence) for fact in facts)
     intro = (
         f'<p class="note">Columns are promotion cycles; an arrow runs from each piece of evidence '
         f"to the fact derived from it ({edges} evidence link(s) in all). Hover a node to "
         "highlight its links; click it to jump to its row. Dashed outline: approved by a human.</p>"
     )
-    return section("lineage", "Lineage", intro + old_lineage_svg(record.facts, anchors))
+    return section("lineage", "Lineage", intro + old_lineage_svg(facts, anchors))
 
 
-def old_pinned(record: RunRecord, latest: Sequence[int]) -> set[str]:
-    del latest
+def old_pinned(record: RunRecord, facts: Sequence[FactRecord], latest: Sequence[int]) -> set[str]:
+    del facts, latest
     return old_pinned_refs(record)
 
 
@@ -237,10 +236,10 @@ def test_report_and_summary_say_what_they_said_reading_every_fact(record: RunRec
 @given(records())
 def test_fact_table_lists_and_anchors_what_it_did(record: RunRecord) -> None:
     latest = latest_facts(record.facts)
-    pinned = pinned_refs(record, latest)
+    pinned = pinned_refs(record, record.facts, latest)
     assert pinned == old_pinned_refs(record)
-    table = fact_table(record, pinned)
-    oracle = old_fact_table(record, pinned)
+    table = fact_table(record.facts, pinned)
+    oracle = old_fact_table(record.facts, pinned)
     assert table.groups == oracle.groups
     assert list(table.anchors.items()) == list(oracle.anchors.items())
     assert all(_ref(record.facts[index]) == ref for ref, index in table.rows.items())

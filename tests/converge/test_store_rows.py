@@ -38,8 +38,10 @@ from converge import (
     SqliteRunStore,
     StopReason,
     StoreError,
+    verify,
 )
 from converge._core._canonical import merkle_root
+from converge._core._record import Deferred, saved_facts
 from converge._core._store import SCHEMA_VERSION
 from converge.stores import CycleDelta, assemble_final
 from converge.stores._journal import chain, genesis
@@ -572,6 +574,41 @@ async def test_the_result_holds_the_record_its_engine_saved(
     assert (await store.load(result.run_id)).model_dump_json() == saved.model_dump_json()
     alone = await chain_engine(None, signing_key=KEY)[0].run(inputs=INPUTS)
     assert RunRecord.saved(alone) is None  # nothing was saved
+
+
+async def test_an_unsigned_run_saved_as_rows_builds_its_record_on_first_use(
+    store: RunStore, target: Target
+) -> None:
+    result = await chain_engine(store)[0].run(inputs=INPUTS)
+    deferred = result._saved  # pyright: ignore[reportPrivateUsage]
+    assert isinstance(deferred, Deferred)  # no record of the facts was made as the run ended
+    shown = saved_facts(result)
+    assert shown is not None
+    bare, facts = shown
+    assert bare.facts == ()
+    assert facts == result.context.facts()
+    saved = RunRecord.saved(result)
+    assert saved is not None
+    assert saved is RunRecord.saved(result)
+    assert saved.model_dump_json() == RunRecord.of(result).model_dump_json()
+    assert saved.model_copy(update={"facts": ()}) == bare
+    assert (await store.load(result.run_id)).model_dump_json() == saved.model_dump_json()
+
+
+async def test_a_fact_changed_after_the_run_shows_in_the_record_built_later(
+    store: RunStore, target: Target
+) -> None:
+    result = await chain_engine(store)[0].run(inputs=INPUTS)
+    assert result.stop_reason is StopReason.CONVERGED
+    fact = result.context.facts()[-1]
+    dict[str, object].__setitem__(vars(fact), "content", "Changed after the run.")
+    saved = RunRecord.saved(result)
+    assert saved is not None
+    assert (saved.stop_reason, saved.signature) == (StopReason.INVARIANT_VIOLATED, None)
+    assert fact.ref in saved.detail
+    loaded = await store.load(result.run_id)  # the store holds what was promoted
+    assert loaded.stop_reason is StopReason.CONVERGED
+    assert verify(loaded.restore_context(), loaded.integrity)
 
 
 # -- an end that fails half-way --------------------------------------------------------------------
