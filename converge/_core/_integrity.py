@@ -67,13 +67,8 @@ def changed(snapshot: ContextSnapshot, witnesses: Witnesses | None = None) -> st
     objects is not written again: they give that leaf. The fact is named by the key and id
     the context kept, not by what the fact says now.
     """
-    if witnesses is None:
-        for key, store, fact, leaf in snapshot._kept():  # pyright: ignore[reportPrivateUsage]
-            if not unchanged(fact, leaf):
-                return changed_since(key, store.ident(fact))
-        return None
     for key, store, facts, leaves in snapshot._columns():  # pyright: ignore[reportPrivateUsage]
-        start, held = witnesses.span(key)
+        start, held = (0, ()) if witnesses is None else witnesses.span(key)
         kept = chain(repeat(None, start), held, repeat(None))  # each fact's witness, if any
         for fact, leaf, witness in zip(facts, leaves, kept, strict=False):
             if witness is not None and as_sealed(fact, leaf, witness):

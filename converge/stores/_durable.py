@@ -149,21 +149,24 @@ class CycleSaver:
         self._fresh_at = monotonic()
 
     async def finish(
-        self, record: RunRecord, context: ContextSnapshot, whole: Callable[[], RunRecord]
+        self,
+        record: RunRecord,
+        context: ContextSnapshot,
+        whole: Callable[[], RunRecord] | None = None,
     ) -> RunRecord | None:
         """Save the finished or paused record over the running one.
 
         As rows (its head and the last journal entry) when the store keeps rows and the
-        record allows it (`Journal.final`), whole otherwise: `record` may leave its facts out
-        (a run saved as rows needs no record of them), and `whole()` builds it with them.
-        Returns the record saved whole, `None` when the run was saved as rows.
+        record allows it (`Journal.final`), whole otherwise: with `whole`, `record` leaves
+        its facts out (a run saved as rows needs no record of them), and `whole()` builds it
+        with them. Returns the record saved whole, `None` when the run was saved as rows.
         """
         async with self._lock:
             store, version = self._store, self._version
             if isinstance(store, RowStore) and (final := self._journal.final(record, context)):
                 self._version = await store.save_final(final, expected_version=version)
                 return None
-            saved = whole()
+            saved = record if whole is None else whole()
             self._version = await store.save(saved, expected_version=version)
             return saved
 
@@ -213,8 +216,8 @@ class RunKeeper:
     def saves_whole(self) -> bool:
         """Whether a stopped run's record is saved with its facts' records, made as it ends.
 
-        With a store, unless the store keeps rows, the run is saved after every cycle and
-        nothing is signed: `save` then defers them (a paused run's are its checkpoint's).
+        So with any store but one that keeps rows of a run saved after every cycle, unsigned:
+        `save` defers those (and a paused run's are its checkpoint's).
         """
         store = self.store
         if store is None:
@@ -246,7 +249,6 @@ class RunKeeper:
         if store is None:
             return result
         name, formation = self._label
-        whole = partial(self._whole, result)
         # A run saved as rows, unsigned and not paused, needs no record of its facts: its
         # journal holds them, and `RunRecord.saved` builds that record on first use.
         deferred = (
@@ -256,9 +258,11 @@ class RunKeeper:
             and result.checkpoint is None
             and kept_facts(result) is None
         )
-        record = (
-            record_of(result, (), None, name=name, formation=formation) if deferred else whole()
-        )
+        if deferred:
+            record = record_of(result, (), None, name=name, formation=formation)
+            whole = partial(self._whole, result)
+        else:
+            record, whole = self._whole(result), None
         try:
             with anyio.CancelScope(shield=True):
                 if saver is None:
