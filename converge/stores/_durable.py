@@ -170,11 +170,6 @@ class CycleSaver:
             self._version = await store.save(saved, expected_version=version)
             return saved
 
-    @property
-    def keeps_rows(self) -> bool:
-        """Whether its store keeps a run's journal as rows (`RowStore`)."""
-        return isinstance(self._store, RowStore)
-
 
 async def with_lease(saver: CycleSaver | None, work: Callable[[], Awaitable[T]]) -> T:
     """`await work()`, with the run's lease kept alive meanwhile from `LEASES`' thread."""
@@ -251,13 +246,7 @@ class RunKeeper:
         name, formation = self._label
         # A run saved as rows, unsigned and not paused, needs no record of its facts: its
         # journal holds them, and `RunRecord.saved` builds that record on first use.
-        deferred = (
-            saver is not None
-            and saver.keeps_rows
-            and self._key is None
-            and result.checkpoint is None
-            and kept_facts(result) is None
-        )
+        deferred = saver is not None and not self.saves_whole and result.checkpoint is None
         if deferred:
             record = record_of(result, (), None, name=name, formation=formation)
             whole = partial(self._whole, result)

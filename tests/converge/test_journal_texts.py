@@ -168,15 +168,22 @@ def test_a_fact_changed_before_its_save_is_saved_as_promoted_and_ends_the_run(
     assert (loaded.stop_reason, loaded.signature) == (StopReason.INVARIANT_VIOLATED, None)
 
 
-def test_a_kept_text_whose_leaf_is_not_the_one_the_context_kept_is_not_used() -> None:
+def sealed(count: int, first: int = 0) -> tuple[ContextSnapshot, Texts]:
+    """Facts `h-{first}` on, promoted at clocks `first` on with their texts kept, in a context."""
     texts: Texts = {}
     stamp = Stamp("s", 0, "engine", None)
     facts = [
         stamp.promote(ProposedFact(key=H, id=f"h-{n}", content="c", provenance="p"), 1, n, texts)
-        for n in range(1, 4)
+        for n in range(first, first + count)
     ]
     leaves = [f.__dict__["digest"] for f in facts]
-    snapshot = ContextSnapshot.empty()._extend(facts, leaves, 1, 3)  # pyright: ignore[reportPrivateUsage]
+    snapshot = ContextSnapshot.empty()._extend(facts, leaves, 1, first + count - 1)  # pyright: ignore[reportPrivateUsage]
+    return snapshot, texts
+
+
+def test_a_kept_text_whose_leaf_is_not_the_one_the_context_kept_is_not_used() -> None:
+    snapshot, texts = sealed(3, first=1)
+    leaves = [f.__dict__["digest"] for f in snapshot.facts()]
     checked = fact_texts(snapshot)
     assert fact_texts(snapshot, None, texts) == checked
     text, leaf, witness = texts[H, "h-1"]

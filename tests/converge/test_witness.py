@@ -15,7 +15,6 @@ from converge import (
     AgentEffect,
     Context,
     ContextKey,
-    ContextSnapshot,
     ConvergeResult,
     Engine,
     Fact,
@@ -27,8 +26,8 @@ from converge import (
 )
 from converge._core._checkpoint import fact_texts
 from converge._core._integrity import changed
-from converge._core._seal import Stamp, Texts
 from converge._core._witness import Witness, Witnesses, as_sealed
+from tests.converge.test_journal_texts import sealed
 
 H = ContextKey.HYPOTHESES
 
@@ -148,22 +147,10 @@ def test_the_end_check_writes_again_only_the_facts_without_a_witness(
     assert checked == ["hypotheses/h-1"]  # its payload is an object: it has no witness
 
 
-def facts_with_texts(count: int) -> tuple[ContextSnapshot, Texts]:
-    texts: Texts = {}
-    stamp = Stamp("s", 0, "engine", None)
-    facts = [
-        stamp.promote(ProposedFact(key=H, id=f"h-{n}", content="c", provenance="p"), 1, n, texts)
-        for n in range(count)
-    ]
-    leaves = [f.__dict__["digest"] for f in facts]
-    snapshot = ContextSnapshot.empty()._extend(facts, leaves, 1, count)  # pyright: ignore[reportPrivateUsage]
-    return snapshot, texts
-
-
 def test_witnesses_are_filed_at_each_facts_place_and_a_save_written_again_replaces_its_own() -> (
     None
 ):
-    snapshot, texts = facts_with_texts(4)
+    snapshot, texts = sealed(4)
     witnesses = Witnesses()
     assert fact_texts(snapshot, {H: 2}, texts, witnesses) is not None
     start, held = witnesses.span(H)
@@ -178,7 +165,7 @@ def test_witnesses_are_filed_at_each_facts_place_and_a_save_written_again_replac
 
 
 def test_a_witness_holds_only_for_the_very_objects_and_the_kept_leaf() -> None:
-    snapshot, texts = facts_with_texts(1)
+    snapshot, texts = sealed(1)
     [fact] = snapshot.facts()
     leaf = fact.__dict__["digest"]
     witness: Witness | None = texts[H, "h-0"][2]
