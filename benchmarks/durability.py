@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from time import perf_counter
+from time import perf_counter, sleep
 from typing import Final, Literal, final
 
 import anyio
@@ -467,11 +467,16 @@ class SqliteFile:
         return 0 if row is None or row[0] is None else int(row[0])
 
     def size(self) -> int:
-        """The file's size after folding the WAL into it (`wal_checkpoint(TRUNCATE)`)."""
-        busy = self._int("PRAGMA wal_checkpoint(TRUNCATE)")
-        if busy:
-            raise RuntimeError(f"W5: the checkpoint of {self.path} was blocked")
-        return self.path.stat().st_size
+        """The file's size after folding the WAL into it (`wal_checkpoint(TRUNCATE)`).
+
+        The store's own checkpoint thread may hold the file a moment: SQLite then answers
+        busy at once, so this tries again for a few seconds.
+        """
+        for _ in range(100):
+            if not self._int("PRAGMA wal_checkpoint(TRUNCATE)"):
+                return self.path.stat().st_size
+            sleep(0.05)
+        raise RuntimeError(f"W5: the checkpoint of {self.path} was blocked")
 
     def free(self) -> int:
         """Bytes on the file's freelist (pages freed, to be reused by later writes)."""

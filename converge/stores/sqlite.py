@@ -2,7 +2,8 @@
 
 The standard library's `sqlite3` is imported on the first connection, not with this module,
 so importing converge does not load it. A store opens one connection on first use and
-reuses it (calls run one at a time in anyio worker threads); every save is one transaction.
+reuses it (calls run one at a time in anyio worker threads); every save is one transaction,
+and its WAL is checkpointed off the saves' path (`_sqlite_wal`).
 A read-only store opens the file with `mode=ro` (or, when WAL's `-shm` file is missing and
 cannot be created and there is no write-ahead log to read, `immutable=1`) and never creates
 or writes anything.
@@ -53,6 +54,7 @@ from ._sql import RunFilter
 from ._sqlite_db import SqliteDb, lower, stored_time
 from ._sqlite_file import identity, open_read_only, open_uri, open_writable
 from ._sqlite_schema import NoStoreError
+from ._sqlite_wal import BACKSTOP_PAGES, CHECKPOINTS, truncate
 
 if TYPE_CHECKING:
     import sqlite3
@@ -121,6 +123,8 @@ class SqliteRunStore:
         connection = open_writable(self._path, first=not self._ready)
         self._ready = True
         connection.execute(f"PRAGMA synchronous = {self._synchronous}")
+        # the log is checkpointed by `CHECKPOINTS`' thread, off the save's path
+        connection.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         return connection
 
     def _connect_read_only(self) -> sqlite3.Connection:
@@ -181,6 +185,8 @@ class SqliteRunStore:
                 connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
+            if write and self._file is not None:
+                CHECKPOINTS.nudge(self._path, self._file)
             return value
 
         return await self._run(task, run_id=run_id)
@@ -189,6 +195,8 @@ class SqliteRunStore:
         """Close the store's connection (the next call opens a new one)."""
         with self._lock:
             if self._connection is not None:
+                if not self._read_only:  # no checkpoint opens the file once it is closed
+                    CHECKPOINTS.forget(self._path)
                 self._connection.close()
                 self._connection = None
                 self._file = None
@@ -412,7 +420,7 @@ class SqliteRunStore:
 
         def work(connection: sqlite3.Connection) -> None:
             connection.execute("VACUUM")
-            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            truncate(connection)
 
         await self._run(work)
 
