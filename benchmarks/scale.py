@@ -7,7 +7,9 @@ summary), each timed from start to exit with its peak RSS (`ru_maxrss` of that p
 After each `converge run`, the read commands run on its store, each in its own process:
 `runs`, `show RUN`, `review` (the inbox), `review RUN`, `verify RUN` and `replay RUN`
 (`replay_s`, `replay_rss_mb`: the recorded effects merged again). Figures are the
-medians over the rounds (3; 1 with `--quick`); also the store's bytes per fact against a
+medians over the rounds (3; 1 with `--quick`); the engine and the command alone run in
+`PAIRS` (9) alternated pairs, and `run_to_engine_wall` and `run_to_engine_rss` are the
+medians of each pair's ratio; also the store's bytes per fact against a
 fact's canonical JSON, and the report's bytes. `--full` (environment
 `CONVERGE_W8_FULL=1`) adds one round at 1,000,000 facts, and the read commands on a store of
 10,000 runs. The console's pages are measured on the same store, each in a fresh process
@@ -41,6 +43,9 @@ FORMATION: Final = str(HERE / "scale_formation.py")
 FACTS: Final = 100_000
 FULL_FACTS: Final = 1_000_000
 STORE_RUNS: Final = 10_000
+PAIRS: Final = 9
+"""Alternated pairs of the engine alone and `converge run` behind the wall and RSS figures
+(the read commands run after the first `rounds` of them only)."""
 
 _ENGINE: Final = (
     "import runpy, sys; formation = runpy.run_path(sys.argv[1])['formation']; "
@@ -78,8 +83,11 @@ def _converge(*args: str) -> list[str]:
     return [sys.executable, "-m", "converge.cli", *args]
 
 
-def _round(facts: int, folder: Path, env: dict[str, str]) -> Figures:
-    """One alternated round at `facts`: the engine alone, then the command and the reads."""
+def _round(facts: int, folder: Path, env: dict[str, str], *, reads: bool = True) -> Figures:
+    """One alternated round at `facts`: the engine alone, the command, and its reads.
+
+    Without `reads`, the read commands and the console are not run on its store.
+    """
     env = {**env, "CONVERGE_W8_FACTS": str(facts)}
     engine_wall, engine_rss, _ = _timed([sys.executable, "-c", _ENGINE, FORMATION, str(facts)], env)
     store = folder / "runs.db"
@@ -97,6 +105,8 @@ def _round(facts: int, folder: Path, env: dict[str, str]) -> Figures:
         "canonical_bytes_per_fact": _canonical_bytes(store, run_id),
         "report_bytes": sum(p.stat().st_size for p in (folder / "reports").glob("*.html")),
     }
+    if not reads:
+        return figures
     figures.update(_reads(store, run_id, env))
     figures.update(_console(store, run_id, env))
     return figures
@@ -177,34 +187,41 @@ def _many_runs(folder: Path, env: dict[str, str]) -> Figures:
 
 
 def _medians(rounds: list[Figures]) -> Figures:
+    """The median of each figure over the rounds that have it."""
     figures: Figures = {}
     for name in rounds[0]:
-        values = [float(str(one[name])) for one in rounds]
+        values = [float(str(one[name])) for one in rounds if name in one]
         figures[name] = rounded(median(values), 3)
     return figures
+
+
+def _ratio(rounds: list[Figures], run: str, engine: str) -> float:
+    """The median over the rounds of each round's `run` figure over its `engine` figure.
+
+    A pair run back to back shares the machine's speed of the moment, which drifts.
+    """
+    return rounded(median([float(str(one[run])) / float(str(one[engine])) for one in rounds]), 2)
 
 
 def measure(settings: Settings) -> Figures:
     """W8's figures (see the module)."""
     full = os.environ.get("CONVERGE_W8_FULL") == "1"
     rounds = 1 if settings.quick else 3
+    pairs = 1 if settings.quick else PAIRS
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     env.pop("CONVERGE_SIGNING_KEY", None)
     with tempfile.TemporaryDirectory(prefix="converge-w8-") as name:
         folder = Path(name)
         measured: list[Figures] = []
-        for index in range(rounds):
-            progress(f"W8 round {index + 1}/{rounds}: {FACTS:,} facts")
-            measured.append(_round(FACTS, folder, env))
+        for index in range(max(rounds, pairs)):
+            progress(f"W8 round {index + 1}/{max(rounds, pairs)}: {FACTS:,} facts")
+            measured.append(_round(FACTS, folder, env, reads=index < rounds))
         figures = _medians(measured)
         figures["facts"] = FACTS
         figures["rounds"] = rounds
-        figures["run_to_engine_wall"] = rounded(
-            float(str(figures["run_s"])) / float(str(figures["engine_s"])), 2
-        )
-        figures["run_to_engine_rss"] = rounded(
-            float(str(figures["run_rss_mb"])) / float(str(figures["engine_rss_mb"])), 2
-        )
+        figures["pairs"] = pairs
+        figures["run_to_engine_wall"] = _ratio(measured, "run_s", "engine_s")
+        figures["run_to_engine_rss"] = _ratio(measured, "run_rss_mb", "engine_rss_mb")
         figures["store_to_canonical"] = rounded(
             float(str(figures["store_bytes_per_fact"]))
             / float(str(figures["canonical_bytes_per_fact"])),

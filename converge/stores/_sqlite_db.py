@@ -25,14 +25,18 @@ def lower(text: str | None) -> str | None:
 class SqliteDb:
     """A SQLite connection as the shared operations use it."""
 
-    __slots__ = ("_connection",)
+    __slots__ = ("_connection", "written")
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
+        self.written = 0
+        """The length of the texts and blobs given to `one` and `run`: roughly what a write
+        transaction adds to the log (`_sqlite_wal.Logged`)."""
 
     def one(
         self, statement: LiteralString, values: tuple[object, ...], /
     ) -> tuple[object, ...] | None:
+        self.written += _length(values)
         row = self._connection.execute(statement, values).fetchone()
         return None if row is None else tuple(row)
 
@@ -42,7 +46,12 @@ class SqliteDb:
         return [tuple(row) for row in self._connection.execute(statement, values).fetchall()]
 
     def run(self, statement: LiteralString, values: tuple[object, ...], /) -> None:
+        self.written += _length(values)
         self._connection.execute(statement, values)
+
+
+def _length(values: tuple[object, ...]) -> int:
+    return sum(len(value) for value in values if isinstance(value, str | bytes))
 
 
 def stored_time(moment: datetime) -> str:

@@ -4,10 +4,11 @@ In WAL mode a commit appends pages to the `-wal` file; a checkpoint copies them 
 the database file. SQLite checkpoints inside the commit that takes the log past
 `wal_autocheckpoint` pages, so that save waits for it: with the 500 KB entries of a run of
 1,000 facts a cycle, about two thirds of what a save costs (W8). Here, a writable store
-nudges `CHECKPOINTS` after each write it commits, and the keeper's daemon thread checkpoints
-the file (`PASSIVE`: it never waits for, nor blocks, a reader or a writer), at most once per
-`_GAP` seconds, through a short-lived connection of its own. The store's writer keeps
-SQLite's own checkpoints for a log past `BACKSTOP_PAGES`, should the thread fall behind.
+counts what its writes add to the log (`Logged`) and nudges `CHECKPOINTS` once that passes
+`NUDGE_PAGES`; the keeper's daemon thread checkpoints the file (`PASSIVE`: it never waits
+for, nor blocks, a reader or a writer), at most once per `_GAP` seconds, through a
+short-lived connection of its own. The store's writer keeps SQLite's own checkpoints for a
+log past `BACKSTOP_PAGES`, should the thread fall behind.
 
 What a commit made durable does not change: a committed save is in the log, whichever
 connection copies it back, and a checkpoint cut short (a killed process) is one SQLite
@@ -29,13 +30,41 @@ from ._sqlite_file import identity
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["BACKSTOP_PAGES", "CHECKPOINTS", "Checkpoints", "truncate"]
+__all__ = ["BACKSTOP_PAGES", "CHECKPOINTS", "NUDGE_PAGES", "Checkpoints", "Logged", "truncate"]
 
 BACKSTOP_PAGES: Final = 4000
 """A writer's `wal_autocheckpoint`: SQLite's own checkpoint, at four times its default."""
 
+NUDGE_PAGES: Final = 256
+"""The log a store's writes add, in pages, before it has the thread checkpoint it: a
+checkpoint of a few pages would cost its two syncs for little (W5's small saves)."""
+
+_PAGE: Final = 4096
+"""SQLite's page size (its default, which a store keeps)."""
+
+_PAGES_A_WRITE: Final = 3
+"""The pages a write adds to the log besides its texts: the head's, a table's and an index's."""
+
 _GAP: Final = 0.05
 """Seconds between two checkpoints of a file: the writes in between are copied together."""
+
+
+@final
+class Logged:
+    """Roughly how much of a store's log its writes added since it last nudged the thread."""
+
+    __slots__ = ("_pages",)
+
+    def __init__(self) -> None:
+        self._pages = 0
+
+    def add(self, written: int) -> bool:
+        """Count a committed write given `written` bytes of texts; whether to nudge now."""
+        self._pages += _PAGES_A_WRITE + written // _PAGE
+        if self._pages < NUDGE_PAGES:
+            return False
+        self._pages = 0
+        return True
 
 
 @final

@@ -54,7 +54,7 @@ from ._sql import RunFilter
 from ._sqlite_db import SqliteDb, lower, stored_time
 from ._sqlite_file import identity, open_read_only, open_uri, open_writable
 from ._sqlite_schema import NoStoreError
-from ._sqlite_wal import BACKSTOP_PAGES, CHECKPOINTS, truncate
+from ._sqlite_wal import BACKSTOP_PAGES, CHECKPOINTS, Logged, truncate
 
 if TYPE_CHECKING:
     import sqlite3
@@ -102,6 +102,7 @@ class SqliteRunStore:
         self._connection: sqlite3.Connection | None = None
         self._file: tuple[int, int] | None = None  # device and inode the connection opened
         self._lock = threading.Lock()
+        self._logged = Logged()
 
     def __repr__(self) -> str:
         flag = ", read_only=True" if self._read_only else ""
@@ -177,15 +178,16 @@ class SqliteRunStore:
     ) -> T:
         def task(connection: sqlite3.Connection) -> T:
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            db = SqliteDb(connection)
             try:
-                value = work(SqliteDb(connection))
+                value = work(db)
                 if write and identity(self._path) != self._file:  # gone while we waited
                     self._moved(connection, run_id)
             except BaseException:
                 connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
-            if write and self._file is not None:
+            if write and self._file is not None and self._logged.add(db.written):
                 CHECKPOINTS.nudge(self._path, self._file)
             return value
 

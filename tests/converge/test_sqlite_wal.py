@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 from converge import Engine, RunRecord, SqliteRunStore, StoreError
 from converge.stores._sqlite_file import identity
-from converge.stores._sqlite_wal import BACKSTOP_PAGES, CHECKPOINTS, truncate
+from converge.stores._sqlite_wal import BACKSTOP_PAGES, CHECKPOINTS, NUDGE_PAGES, Logged, truncate
 from tests.doubles import seed
 
 MEGABYTE = 1 << 20
@@ -176,3 +176,12 @@ def test_a_log_that_stays_busy_is_a_clear_error(tmp_path: Path) -> None:
     assert log_of(path).stat().st_size == 0
     reader.close()
     writer.close()
+
+
+def test_small_writes_are_checkpointed_together_and_a_large_one_at_once() -> None:
+    logged = Logged()
+    assert NUDGE_PAGES == 256  # at 3 pages a small write: a nudge every 86th write
+    nudged = [index for index in range(3 * 86) if logged.add(100)]
+    assert nudged == [85, 171, 257]
+    assert Logged().add(NUDGE_PAGES * 4096)
+    assert not Logged().add(0)
