@@ -124,8 +124,7 @@ class SqliteRunStore:
         connection = open_writable(self._path, first=not self._ready)
         self._ready = True
         connection.execute(f"PRAGMA synchronous = {self._synchronous}")
-        # the log is checkpointed by `CHECKPOINTS`' thread, off the save's path
-        connection.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
+        connection.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")  # `_sqlite_wal`
         return connection
 
     def _connect_read_only(self) -> sqlite3.Connection:
@@ -197,8 +196,7 @@ class SqliteRunStore:
         """Close the store's connection (the next call opens a new one)."""
         with self._lock:
             if self._connection is not None:
-                if not self._read_only:  # no checkpoint opens the file once it is closed
-                    CHECKPOINTS.forget(self._path)
+                CHECKPOINTS.forget(self._path)  # no checkpoint opens the file once closed
                 self._connection.close()
                 self._connection = None
                 self._file = None
