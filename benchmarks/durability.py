@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from time import perf_counter, sleep
+from time import perf_counter
 from typing import Final, Literal, final
 
 import anyio
@@ -56,6 +56,7 @@ from converge import (
     SqliteRunStore,
     StopReason,
 )
+from converge.stores._sqlite_wal import truncate
 
 from . import chain
 from ._common import Figures, Settings, median, prepare, progress, quartiles, rounded
@@ -467,16 +468,12 @@ class SqliteFile:
         return 0 if row is None or row[0] is None else int(row[0])
 
     def size(self) -> int:
-        """The file's size after folding the WAL into it (`wal_checkpoint(TRUNCATE)`).
+        """The file's size after folding the WAL into it (`truncate`).
 
-        The store's own checkpoint thread may hold the file a moment: SQLite then answers
-        busy at once, so this tries again for a few seconds.
+        `truncate` waits while the store's own checkpoint thread holds the file.
         """
-        for _ in range(100):
-            if not self._int("PRAGMA wal_checkpoint(TRUNCATE)"):
-                return self.path.stat().st_size
-            sleep(0.05)
-        raise RuntimeError(f"W5: the checkpoint of {self.path} was blocked")
+        truncate(self._connection, within=5.0)
+        return self.path.stat().st_size
 
     def free(self) -> int:
         """Bytes on the file's freelist (pages freed, to be reused by later writes)."""

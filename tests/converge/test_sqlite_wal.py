@@ -45,6 +45,16 @@ def names(folder: Path) -> list[str]:
     return sorted(file.name for file in folder.iterdir())
 
 
+def wal_file(path: Path, *, copies: bool = False) -> sqlite3.Connection:
+    """A new WAL file at `path` with a table `t`; with `copies=False`, it never checkpoints."""
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode = WAL")
+    if not copies:
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("CREATE TABLE t (x TEXT)")
+    return writer
+
+
 def log_of(path: Path) -> Path:
     return path.with_name(f"{path.name}-wal")
 
@@ -118,10 +128,7 @@ def test_a_checkpoint_that_fails_is_logged_once_and_the_thread_goes_on(tmp_path:
         CHECKPOINTS.nudge(broken, file)
         time.sleep(0.2)
         healthy = tmp_path / "runs.db"
-        writer = sqlite3.connect(healthy, isolation_level=None)
-        writer.execute("PRAGMA journal_mode = WAL")
-        writer.execute("PRAGMA wal_autocheckpoint = 0")
-        writer.execute("CREATE TABLE t (x TEXT)")
+        writer = wal_file(healthy)
         writer.execute("INSERT INTO t VALUES (?)", ("y" * MEGABYTE,))
         healthy_file = identity(healthy)
         assert healthy_file is not None
@@ -136,10 +143,7 @@ def test_a_checkpoint_that_fails_is_logged_once_and_the_thread_goes_on(tmp_path:
 
 def test_emptying_the_log_waits_for_a_checkpoint_that_holds_the_file(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
-    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    writer.execute("PRAGMA journal_mode = WAL")
-    writer.execute("PRAGMA wal_autocheckpoint = 0")
-    writer.execute("CREATE TABLE t (x TEXT)")
+    writer = wal_file(path)
     for _ in range(40):
         writer.execute("INSERT INTO t VALUES (?)", ("z" * MEGABYTE,))
     started = threading.Event()
@@ -161,9 +165,7 @@ def test_emptying_the_log_waits_for_a_checkpoint_that_holds_the_file(tmp_path: P
 
 def test_a_log_that_stays_busy_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("PRAGMA journal_mode = WAL")
-    writer.execute("CREATE TABLE t (x TEXT)")
+    writer = wal_file(path, copies=True)
     reader = sqlite3.connect(path, isolation_level=None)
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM t").fetchall()  # holds a snapshot: TRUNCATE can't
