@@ -37,7 +37,7 @@ import io
 import os
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Final, NoReturn, TextIO
 
@@ -48,18 +48,22 @@ from .._core._escape import error_text, visible
 from .._core._exceptions import ConvergeError, RunNotFoundError, StaleRecordError
 from .._kernel._abort import stopped_by
 from .._review import STALE, forget_signing_key, take_signing_key
+from ..stores._by_hand import drive
 from ._output import BROKEN_PIPE, INTERRUPTED, engine_warnings, program
 from ._parser import DEFAULT_DEMO, DEMO_PACKAGE, parser
-from ._store import close_stores, given_store, store_argument
+from ._store import close_stores, given_store, on_sqlite, store_argument
 
 __all__ = ["main"]
 
 
-Command = Callable[[argparse.Namespace, TextIO], Awaitable[int]]
+Command = Callable[[argparse.Namespace, TextIO], Coroutine[object, object, int]]
 
 
 _READS: Final = frozenset({"runs", "show", "review", "verify", "export"})
 """The commands that only read stores (opened read-only), and import no formation."""
+
+_BY_HAND: Final = frozenset({"runs", "show", "review"})
+"""The reads that, on a SQLite store, run with no event loop (`stores._by_hand`)."""
 
 
 def main(
@@ -115,7 +119,10 @@ def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
     try:
         take_signing_key(args.key_file)  # before any formation is imported: see _cli_records
         _check_store(args.store)
-        status = anyio.run(command, args, stream)
+        if args.command in _BY_HAND and on_sqlite(args.store):
+            status = drive(lambda: command(args, stream))
+        else:
+            status = anyio.run(command, args, stream)
         _flush(stream)  # a reader gone away shows here, not when the interpreter exits
         return status
     except BrokenPipeError:  # the reader went away (`converge runs | head -1`)
@@ -159,7 +166,7 @@ def _main(command: Command, args: argparse.Namespace, stream: TextIO) -> int:
 def _check_store(option: str | None) -> None:
     """Refuse a store that names a directory, before any command opens or lists it."""
     target = given_store(option)
-    if not target.startswith(("postgresql://", "postgres://")) and Path(target).is_dir():
+    if on_sqlite(option) and Path(target).is_dir():
         raise UsageError(
             f"--store {target} is a directory, not a store",
             f"name a SQLite file (such as {Path(target) / 'runs.db'}) or a PostgreSQL URL",

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_STORE",
     "close_stores",
     "given_store",
+    "on_sqlite",
     "open_store",
     "report_path",
     "store_argument",
@@ -30,6 +31,11 @@ _POSTGRES: Final = ("postgresql://", "postgres://")
 def given_store(option: str | None) -> str:
     """The store `--store`, `CONVERGE_STORE` or the default names (as given, not resolved)."""
     return option or os.environ.get("CONVERGE_STORE") or str(DEFAULT_STORE)
+
+
+def on_sqlite(option: str | None) -> bool:
+    """Whether `--store` (or its default) names a SQLite file, not a PostgreSQL database."""
+    return not given_store(option).startswith(_POSTGRES)
 
 
 def store_argument(option: str | None) -> str:

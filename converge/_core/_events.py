@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Annotated, Final, Literal, Protocol, cast, final, get_args
 
 import anyio
-from pydantic import Field, JsonValue, TypeAdapter
+from pydantic import ConfigDict, Field, JsonValue, TypeAdapter
 
 from ._fact import GateKind
 from ._invariant import InvariantClass
@@ -256,7 +256,10 @@ EngineEvent = Annotated[
 ]
 """Any engine event, discriminated by its `type`."""
 
-event_adapter: TypeAdapter[EngineEvent] = TypeAdapter(EngineEvent)
+# built on first use, as the events are (`FrozenModel`)
+event_adapter: TypeAdapter[EngineEvent] = TypeAdapter(
+    EngineEvent, config=ConfigDict(defer_build=True)
+)
 """Validates and serialises any `EngineEvent` (e.g. `event_adapter.validate_json(text)`)."""
 
 

@@ -21,9 +21,16 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class FrozenModel(BaseModel, frozen=True):
-    """Frozen, strict, closed: unknown fields are errors, nothing changes after construction."""
+    """Frozen, strict, closed: unknown fields are errors, nothing changes after construction.
 
-    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid", strict=True)
+    Each class builds its validator and serialiser on first use, not when it is defined
+    (`defer_build`): a command that reads a store uses a few of the library's models, and
+    building all of them took a tenth of `import converge` (25 ms of 0.25 s).
+    """
+
+    model_config: ClassVar[ConfigDict] = ConfigDict(
+        frozen=True, extra="forbid", strict=True, defer_build=True
+    )
 
 
 def _read_only(*_args: object, **_kwargs: object) -> NoReturn:

@@ -1,9 +1,8 @@
 """`SqliteRunStore`: the embedded store, one SQLite file in WAL mode.
 
-The standard library's `sqlite3` is imported on the first connection, not with this module,
-so importing converge does not load it. A store opens one connection on first use and
-reuses it (calls run one at a time in anyio worker threads); every save is one transaction,
-and its WAL is checkpointed off the saves' path (`_sqlite_wal`).
+`sqlite3` is imported on the first connection. A store opens one connection and reuses it
+(calls run one at a time in anyio worker threads, or on the calling thread in `_by_hand`);
+every save is one transaction, its WAL checkpointed off the saves' path (`_sqlite_wal`).
 A read-only store opens the file with `mode=ro` (or, when WAL's `-shm` file is missing and
 cannot be created and there is no write-ahead log to read, `immutable=1`) and never creates
 or writes anything.
@@ -35,6 +34,7 @@ from .._core._progress import RunProgress
 from .._core._record import RunRecord
 from .._core._record_head import RecordHead, RunFinal
 from .._core._stop import RunStatus, StopReason
+from ._by_hand import on_caller
 from ._db import (
     delete_run,
     entry_counts,
@@ -151,7 +151,7 @@ class SqliteRunStore:
                     weakref.finalize(self, connection.close)
                 return work(connection)
 
-        return await anyio.to_thread.run_sync(task)
+        return task() if on_caller() else await anyio.to_thread.run_sync(task)
 
     def _moved(self, connection: sqlite3.Connection, run_id: str) -> None:
         """Act on the file at the path not being the one `connection` opened.
